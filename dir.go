@@ -1,0 +1,158 @@
+package ferry
+
+import (
+	"io/fs"
+	"maps"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// Dir is a directory entry: a set of name/value attributes, as in ZX.
+//
+// The standard attributes are named by the Attr constants. Values are
+// strings so that layers can add attributes of their own without changing the
+// wire format. Attributes whose names start with an upper-case letter are
+// decorations added by a layer (an address, an error, a cache state): they are
+// never stored by a Tree and never sent where stored attributes are expected.
+type Dir map[string]string
+
+// The standard attribute names.
+const (
+	AttrName   = "name"   // AttrName is the last element of the path.
+	AttrPath   = "path"   // AttrPath is the rooted, clean path in the tree ("/a/b").
+	AttrType   = "type"   // AttrType is one of the Type constants.
+	AttrSize   = "size"   // AttrSize is the size in bytes, decimal.
+	AttrMode   = "mode"   // AttrMode is the permission bits in octal ("0644").
+	AttrMtime  = "mtime"  // AttrMtime is the modification time in nanoseconds since the Unix epoch.
+	AttrUid    = "uid"    // AttrUid is the numeric owner.
+	AttrGid    = "gid"    // AttrGid is the numeric group.
+	AttrTarget = "target" // AttrTarget is a symbolic link's target.
+	AttrHash   = "hash"   // AttrHash is a content hash ("blake3:<hex>") where known.
+	AttrNlink  = "nlink"  // AttrNlink is the number of hard links where known.
+)
+
+// The values of AttrType.
+const (
+	TypeFile    = "f" // TypeFile is a regular file.
+	TypeDir     = "d" // TypeDir is a directory.
+	TypeSymlink = "l" // TypeSymlink is a symbolic link.
+	TypeOther   = "o" // TypeOther is a device, pipe or socket: listed but not served.
+)
+
+// IsDecoration reports whether the attribute name is a layer's decoration,
+// which is never stored: names that start with an upper-case letter.
+func IsDecoration(name string) bool {
+	for _, r := range name {
+		return unicode.IsUpper(r)
+	}
+	return false
+}
+
+// Stored returns a copy of d without decorations.
+func (d Dir) Stored() Dir {
+	out := make(Dir, len(d))
+	for k, v := range d {
+		if !IsDecoration(k) {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// Clone returns a copy of d.
+func (d Dir) Clone() Dir { return maps.Clone(d) }
+
+// Name returns the AttrName attribute.
+func (d Dir) Name() string { return d[AttrName] }
+
+// Path returns the AttrPath attribute.
+func (d Dir) Path() string { return d[AttrPath] }
+
+// Type returns the AttrType attribute; an entry without one is a file.
+func (d Dir) Type() string {
+	if t := d[AttrType]; t != "" {
+		return t
+	}
+	return TypeFile
+}
+
+// IsDir reports whether d is a directory.
+func (d Dir) IsDir() bool { return d[AttrType] == TypeDir }
+
+// Int returns a decimal attribute, or 0 if it is absent or malformed.
+func (d Dir) Int(name string) int64 {
+	n, _ := strconv.ParseInt(d[name], 10, 64)
+	return n
+}
+
+// Size returns the AttrSize attribute.
+func (d Dir) Size() int64 { return d.Int(AttrSize) }
+
+// Mode returns the permission bits of AttrMode, or 0 if absent.
+func (d Dir) Mode() fs.FileMode {
+	n, _ := strconv.ParseUint(d[AttrMode], 8, 32)
+	return fs.FileMode(n) & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+}
+
+// Mtime returns the AttrMtime attribute as a time, or the zero time if absent.
+func (d Dir) Mtime() time.Time {
+	s, ok := d[AttrMtime]
+	if !ok {
+		return time.Time{}
+	}
+	n, _ := strconv.ParseInt(s, 10, 64)
+	return time.Unix(0, n)
+}
+
+// SetInt sets a decimal attribute.
+func (d Dir) SetInt(name string, v int64) { d[name] = strconv.FormatInt(v, 10) }
+
+// SetMode sets AttrMode.
+func (d Dir) SetMode(m fs.FileMode) {
+	var bits uint32 = uint32(m.Perm())
+	if m&fs.ModeSetuid != 0 {
+		bits |= 0o4000
+	}
+	if m&fs.ModeSetgid != 0 {
+		bits |= 0o2000
+	}
+	if m&fs.ModeSticky != 0 {
+		bits |= 0o1000
+	}
+	d[AttrMode] = "0" + strconv.FormatUint(uint64(bits), 8)
+}
+
+// SetMtime sets AttrMtime.
+func (d Dir) SetMtime(t time.Time) { d.SetInt(AttrMtime, t.UnixNano()) }
+
+// String formats d as sorted name=value pairs, quoted where needed.
+func (d Dir) String() string {
+	keys := make([]string, 0, len(d))
+	for k := range d {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		v := d[k]
+		if v == "" || strings.ContainsAny(v, " \t\n\"'\\") {
+			v = strconv.Quote(v)
+		}
+		b.WriteString(v)
+	}
+	return b.String()
+}
+
+// ModeBits returns the mode bits of a Unix mode word as stored in AttrMode,
+// for callers converting from syscall.Stat_t.
+func ModeBits(m uint32) string {
+	return "0" + strconv.FormatUint(uint64(m&0o7777), 8)
+}

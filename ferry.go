@@ -1,0 +1,101 @@
+// Package ferry is the vocabulary of the Ferry network file system: the Dir
+// entry, paths, error kinds, and the Tree and Finder interfaces that every
+// layer (a directory on disk, the server, the remote client, caches, the FUSE
+// adaptor) implements so that layers stack.
+//
+// Every call takes a context and returns at once with a Future, a Stream or a
+// reader to receive from later, so a caller can have many calls in flight on
+// a slow link and consume replies as they arrive (the ZX idea). Paths are
+// rooted and slash-separated ("/a/b"); each layer cleans them with CleanPath.
+package ferry
+
+import (
+	"context"
+	"io"
+)
+
+// Whole, as the offset of a Put, replaces the file's whole content atomically:
+// readers see the old content or the new one, never a mix, and a failed Put
+// leaves the old content.
+const Whole int64 = -1
+
+// CtlPath is the control file each server and layer serves: reading it
+// reports the state of the layer and those below, writing a line to it runs a
+// command ("pass CMD" forwards CMD one layer down).
+const CtlPath = "/Ctl"
+
+// Tree is a file tree. Implementations are safe for concurrent use.
+//
+// Errors are *Error values whose Kind says what went wrong; a Tree never
+// classifies errors by their text.
+type Tree interface {
+	// Stat returns the entry at path. It fails with KindNotExist if there is
+	// none. A symbolic link is described, not followed.
+	Stat(ctx context.Context, path string) *Future[Dir]
+
+	// Get returns a reader for count bytes of the file at path starting at
+	// off; count < 0 reads to the end. The call returns at once: errors
+	// (KindNotExist, KindIsDir for a directory, ...) come from the first Read.
+	// Reading past the end gives io.EOF. The caller must Close the reader;
+	// closing it early cancels the transfer.
+	Get(ctx context.Context, path string, off, count int64) io.ReadCloser
+
+	// Put creates or updates the entry at path in one call and returns the
+	// resulting entry. d gives the type (TypeFile if absent, TypeDir,
+	// TypeSymlink with AttrTarget) and any of mode, mtime, uid and gid to set.
+	// For a file, data (which may be nil) is written at off, in place, or with
+	// off == Whole it replaces the content atomically. Putting a directory
+	// that exists updates its attributes. The parent must exist
+	// (KindNotExist otherwise). Decorations in d are ignored.
+	Put(ctx context.Context, path string, d Dir, off int64, data io.Reader) *Future[Dir]
+
+	// Move renames from to to, replacing a file or an empty directory at to,
+	// and returns the entry at its new path.
+	Move(ctx context.Context, from, to string) *Future[Dir]
+
+	// Remove removes a file, a link or an empty directory (KindNotEmpty
+	// otherwise).
+	Remove(ctx context.Context, path string) *Future[struct{}]
+
+	// RemoveAll removes path and everything below it. It succeeds if path
+	// does not exist.
+	RemoveAll(ctx context.Context, path string) *Future[struct{}]
+
+	// Wstat changes the attributes of the entry at path that d names: mode,
+	// mtime, uid, gid, and size, which truncates or extends a file. Other
+	// attributes are ignored. It returns the resulting entry.
+	Wstat(ctx context.Context, path string, d Dir) *Future[Dir]
+}
+
+// Entry is one item of a Find or FindGet stream.
+type Entry struct {
+	// Dir is the entry found; nil for a data item of FindGet.
+	Dir Dir
+	// Data is, in FindGet, the next piece of the last entry's content. It is
+	// owned by the receiver.
+	Data []byte
+	// Err, if not nil, says that the entry at Dir's path could not be read
+	// (an unreadable directory, a file that vanished); the walk goes on.
+	Err error
+}
+
+// Finder searches a subtree on the side that holds it, so a whole walk costs
+// one request.
+type Finder interface {
+	// Find walks the subtree at path depth-first in name order and streams
+	// the entries for which the predicate (see internal/pred; "" matches
+	// everything) holds. Depth counts from path, which has depth 0. Entries
+	// that could not be read are reported in line and the walk goes on; the
+	// stream's Err is set only if the walk could not go on at all.
+	Find(ctx context.Context, path, pred string) *Stream[Entry]
+
+	// FindGet is Find that also streams the content of each regular file
+	// found: its Entry is followed by data Entries holding the whole file.
+	FindGet(ctx context.Context, path, pred string) *Stream[Entry]
+}
+
+// FS is a Tree that can also search itself: what every layer implements.
+type FS interface {
+	Tree
+	Finder
+}

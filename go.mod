@@ -1,0 +1,3 @@
+module github.com/ferryfs/ferry
+
+go 1.26.8
