@@ -1,0 +1,31 @@
+// Package proto is Ferry's wire protocol: the gRPC service Ferry, generated
+// from ferry.proto, and the conversions between wire and ferry types.
+//
+// All calls of a client share one TLS 1.3 connection (HTTP/2 streams), so
+// many calls are in flight at once and none waits for another's reply. The
+// calls mirror ferry.Tree and ferry.Finder:
+//
+//   - Stat(PathReq) returns DirReply.
+//   - Get(GetReq{path, offset, count}) streams Data messages of at most
+//     MaxData bytes until count bytes or the end of the file.
+//   - Put is a client stream: its first PutMsg carries path, offset
+//     (-1 replaces the file atomically) and the Dir of attributes to set,
+//     with or without data; later PutMsgs carry data only. Closing the
+//     stream commits; the reply is the resulting Dir. A stream that breaks
+//     before it is closed commits nothing for a whole-file Put.
+//   - Move, Remove, RemoveAll and Wstat are single requests.
+//   - Find(FindReq{path, pred}) streams one FindReply per matching entry; an
+//     entry that could not be read comes as a FindReply with dir (its path)
+//     and err, and the walk goes on. FindGet also streams each regular
+//     file's content right after its entry, in FindReplys with data only.
+//
+// A call that fails returns a gRPC status whose code follows the error's
+// kind and whose single detail is an Error message with the ferry.Kind
+// number, op, path and message; FromStatus rebuilds the *ferry.Error.
+// Dir carries only stored attributes; decorations never cross the wire.
+package proto
+
+// MaxData is the most data one Data, PutMsg or FindReply carries. It is far
+// below gRPC's 4 MiB message limit and large enough that per-message costs
+// vanish.
+const MaxData = 256 << 10
