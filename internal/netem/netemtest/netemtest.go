@@ -1,0 +1,38 @@
+// Package netemtest starts link emulator beds for tests.
+package netemtest
+
+import (
+	"context"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/ferryfs/ferry/internal/netem"
+)
+
+// ForTest returns a running bed with the link cfg and closes it when the
+// test and its subtests end, also when they fail. If the machine cannot run
+// a bed (see netem.Available) the test is skipped with the reason, except
+// when the environment variable CI is "true": there a missing test bed is a
+// failure, so that CI never passes by skipping silently.
+func ForTest(t testing.TB, cfg netem.Config) *netem.Bed {
+	t.Helper()
+	if err := netem.Available(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI=true but %v", err)
+		}
+		t.Skipf("skipping: %v (needs root, /dev/net/tun and ip netns)", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b, err := netem.New(ctx, cfg)
+	if err != nil {
+		t.Fatalf("netem.New: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := b.Close(); err != nil {
+			t.Errorf("closing test bed: %v", err)
+		}
+	})
+	return b
+}
