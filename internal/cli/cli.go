@@ -1,0 +1,286 @@
+// Package cli implements the ferry command: the server, the native client
+// commands and the administrative ones. cmd/ferry only calls Main.
+package cli
+
+import (
+	"context"
+	"errors"
+	"crypto/ed25519"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"os/user"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/auth"
+	"github.com/ferryfs/ferry/internal/local"
+	"github.com/ferryfs/ferry/internal/remote"
+	"github.com/ferryfs/ferry/internal/server"
+)
+
+// Version is the version the server reports in its control file.
+const Version = "0.1.0-dev"
+
+// Main runs the ferry command with args and returns the exit status.
+func Main(args []string) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	root := Command()
+	root.SetArgs(args)
+	if err := root.ExecuteContext(ctx); err != nil {
+		var rep errReported
+		if !errors.As(err, &rep) || rep.n > 1 {
+			fmt.Fprintf(os.Stderr, "ferry: %v\n", err)
+		}
+		return 1
+	}
+	return 0
+}
+
+// Command returns the root command with all subcommands wired.
+func Command() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "ferry",
+		Short: "A network file system for slow, lossy, far-away links",
+		Long: `Ferry serves a directory tree to clients over high-latency links, streaming
+whole walks and transfers in single requests instead of paying a round trip
+for each file.
+
+Remote paths are written HOST[:PORT]:PATH (port ` + DefaultPort + ` by default).
+Keys and lists live in $FERRY_HOME (default ~/.config/ferry).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().String("token", "", "bearer token to present instead of the client key (or $FERRY_TOKEN)")
+	root.AddCommand(
+		serveCmd(),
+		findCmd(), lsCmd(), statCmd(), catCmd(),
+		getCmd(), putCmd(), rmCmd(), mvCmd(), ctlCmd(),
+		keyCmd(), authorizeCmd(), tokenCmd(),
+	)
+	return root
+}
+
+func serveCmd() *cobra.Command {
+	var listen string
+	var grace time.Duration
+	var noSelf bool
+	c := &cobra.Command{
+		Use:   "serve DIR",
+		Short: "Serve the directory DIR",
+		Long: `Serve the directory DIR to Ferry clients.
+
+On first start the server makes its key pair in $FERRY_HOME and prints the
+key's fingerprint, which clients pin on first connection. It admits clients
+whose key fingerprints are in $FERRY_HOME/authorized_keys or whose tokens are
+in $FERRY_HOME/tokens (see ferry authorize and ferry token); it also admits
+the client key of the user running it, so that a server and clients on one
+machine work together out of the box (--no-self turns that off).
+
+It stops gracefully on SIGINT or SIGTERM: calls in flight get --grace to end.
+
+Limitations: all admitted users have the server process's rights on DIR;
+a real file named Ctl at the top of DIR is shadowed by the control file.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return serve(cmd.Context(), args[0], listen, grace, !noSelf, cmd.ErrOrStderr())
+		},
+	}
+	c.Flags().StringVar(&listen, "listen", ":"+DefaultPort, "address to listen on")
+	c.Flags().DurationVar(&grace, "grace", 10*time.Second, "how long calls in flight may take to finish on stop")
+	c.Flags().BoolVar(&noSelf, "no-self", false, "do not admit the client key of the user running the server")
+	return c
+}
+
+func serve(ctx context.Context, dir, listen string, grace time.Duration, self bool, stderr io.Writer) error {
+	home := auth.Home()
+	key, created, err := auth.LoadOrCreateKey(filepath.Join(home, auth.ServerKeyFile))
+	if err != nil {
+		return err
+	}
+	az := &auth.Authorizer{
+		KeysFile:   filepath.Join(home, auth.AuthorizedKeysFile),
+		TokensFile: filepath.Join(home, auth.TokensFile),
+	}
+	if self {
+		ck, _, err := auth.LoadOrCreateKey(filepath.Join(home, auth.ClientKeyFile))
+		if err != nil {
+			return err
+		}
+		if err := az.Authorize(auth.Fingerprint(ck.Public().(ed25519.PublicKey)), userName()); err != nil {
+			return err
+		}
+	}
+	tree, err := local.New(dir)
+	if err != nil {
+		return err
+	}
+	defer tree.Close()
+	level := new(slog.LevelVar)
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	srv, err := server.New(server.Config{FS: tree, Key: key, Auth: az, Version: Version, Log: log, Level: level})
+	if err != nil {
+		return err
+	}
+	l, err := net.Listen("tcp", listen)
+	if err != nil {
+		return ferry.E("serve", listen, ferry.KindUnavailable, err)
+	}
+	what := "server key"
+	if created {
+		what = "new server key"
+	}
+	fmt.Fprintf(stderr, "ferry: serving %s on %s\nferry: %s %s\n", dir, l.Addr(), what, auth.Fingerprint(key.Public().(ed25519.PublicKey)))
+	err = srv.Serve(ctx, l, grace)
+	fmt.Fprintln(stderr, "ferry: stopped")
+	return err
+}
+
+func userName() string {
+	if u, err := user.Current(); err == nil {
+		return u.Username
+	}
+	return fmt.Sprint(os.Getuid())
+}
+
+// dial connects to the server of t as this user.
+func dial(cmd *cobra.Command, addr string) (*remote.Client, error) {
+	home := auth.Home()
+	tok, _ := cmd.Flags().GetString("token")
+	if tok == "" {
+		tok = os.Getenv("FERRY_TOKEN")
+	}
+	cfg := remote.Config{
+		Addr:  addr,
+		Token: tok,
+		Hosts: &auth.KnownHosts{
+			File: filepath.Join(home, auth.KnownHostsFile),
+			Pinned: func(addr, fp string) {
+				fmt.Fprintf(cmd.ErrOrStderr(), "ferry: pinned the key of %s: %s\n", addr, fp)
+			},
+		},
+	}
+	if tok == "" {
+		key, _, err := auth.LoadOrCreateKey(filepath.Join(home, auth.ClientKeyFile))
+		if err != nil {
+			return nil, err
+		}
+		cfg.Key = key
+	}
+	return remote.Dial(cfg)
+}
+
+// withRemote parses a target, dials it and runs fn.
+func withRemote(cmd *cobra.Command, target string, fn func(ctx context.Context, c *remote.Client, t Target) error) error {
+	t, err := ParseTarget(target)
+	if err != nil {
+		return err
+	}
+	c, err := dial(cmd, t.Addr)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return fn(cmd.Context(), c, t)
+}
+
+func keyCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "key",
+		Short: "Print this user's client key fingerprint, making the key if needed",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			key, _, err := auth.LoadOrCreateKey(filepath.Join(auth.Home(), auth.ClientKeyFile))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), auth.Fingerprint(key.Public().(ed25519.PublicKey)))
+			return nil
+		},
+	}
+}
+
+func authorizeCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "authorize FINGERPRINT USER",
+		Short: "Admit a client key to this machine's server (see ferry key)",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !strings.HasPrefix(args[0], "SHA256:") {
+				return ferry.E("authorize", args[0], ferry.KindInvalid, "a fingerprint starts with SHA256:")
+			}
+			az := &auth.Authorizer{KeysFile: filepath.Join(auth.Home(), auth.AuthorizedKeysFile)}
+			return az.Authorize(args[0], args[1])
+		},
+	}
+}
+
+func tokenCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "token USER",
+		Short: "Make a bearer token that this machine's server admits as USER, and print it",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			tok := auth.NewToken()
+			f, err := os.OpenFile(filepath.Join(auth.Home(), auth.TokensFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+			if err != nil {
+				return err
+			}
+			if _, err := fmt.Fprintf(f, "%s %s\n", tok, args[0]); err != nil {
+				f.Close()
+				return err
+			}
+			if err := f.Close(); err != nil {
+				return err
+			}
+			fmt.Fprintln(cmd.OutOrStdout(), tok)
+			return nil
+		},
+	}
+}
+
+// errorList gathers the errors of calls issued without waiting for each.
+type errorList struct {
+	errs []error
+	w    io.Writer
+}
+
+func (l *errorList) add(err error) {
+	if err == nil {
+		return
+	}
+	l.errs = append(l.errs, err)
+	fmt.Fprintf(l.w, "ferry: %v\n", err)
+}
+
+func (l *errorList) err() error {
+	if len(l.errs) == 0 {
+		return nil
+	}
+	return errReported{l.errs[0], len(l.errs)}
+}
+
+// errReported stands for errors already printed as they happened; Main
+// prints only a count when there were several.
+type errReported struct {
+	first error
+	n     int
+}
+
+func (e errReported) Error() string {
+	if e.n == 1 {
+		return e.first.Error()
+	}
+	return fmt.Sprintf("%d errors, the first: %v", e.n, e.first)
+}
+
+func (e errReported) Unwrap() error { return e.first }

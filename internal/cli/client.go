@@ -1,0 +1,320 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/remote"
+)
+
+func findCmd() *cobra.Command {
+	var long bool
+	c := &cobra.Command{
+		Use:   "find HOST:PATH [PREDICATE...]",
+		Short: "List the entries below PATH that match PREDICATE, in one request",
+		Long: `Find walks the subtree at PATH on the server and prints the entries that
+match PREDICATE as they stream in: the whole walk is one request.
+
+Predicates (see internal/pred): name~'*.go', path~'/src/**', type=f|d|l,
+size>1M, age<2h, depth<=2, and/or/not (& | !), parentheses, and prune (do
+not descend), e.g.  ferry find host:/src 'name=.git & prune | name~*.go'`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withRemote(cmd, args[0], func(ctx context.Context, c *remote.Client, t Target) error {
+				return find(ctx, c, t.Path, strings.Join(args[1:], " "), long, cmd.OutOrStdout(), cmd.ErrOrStderr())
+			})
+		},
+	}
+	c.Flags().BoolVarP(&long, "long", "l", false, "print all attributes of each entry")
+	return c
+}
+
+func find(ctx context.Context, fs ferry.Finder, p, pred string, long bool, out, errOut io.Writer) error {
+	errs := errorList{w: errOut}
+	s := fs.Find(ctx, p, pred)
+	for e := range s.All() {
+		switch {
+		case e.Err != nil:
+			errs.add(e.Err)
+		case long:
+			fmt.Fprintln(out, e.Dir)
+		default:
+			fmt.Fprintln(out, e.Dir.Path())
+		}
+	}
+	if err := s.Err(); err != nil {
+		return err
+	}
+	return errs.err()
+}
+
+func lsCmd() *cobra.Command {
+	var long bool
+	c := &cobra.Command{
+		Use:   "ls HOST:PATH...",
+		Short: "List directories (one request each)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, a := range args {
+				err := withRemote(cmd, a, func(ctx context.Context, c *remote.Client, t Target) error {
+					return ls(ctx, c, t.Path, long, cmd.OutOrStdout(), cmd.ErrOrStderr())
+				})
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+	c.Flags().BoolVarP(&long, "long", "l", false, "long format: mode, size, time, name")
+	return c
+}
+
+func ls(ctx context.Context, fs ferry.Finder, p string, long bool, out, errOut io.Writer) error {
+	errs := errorList{w: errOut}
+	s := fs.Find(ctx, p, "depth<=1")
+	first := true
+	for e := range s.All() {
+		if e.Err != nil {
+			errs.add(e.Err)
+			continue
+		}
+		root := first
+		first = false
+		if root && e.Dir.IsDir() {
+			continue // List a directory's children, not the directory.
+		}
+		if !long {
+			fmt.Fprintln(out, e.Dir.Name())
+			continue
+		}
+		fmt.Fprintln(out, longLine(e.Dir))
+	}
+	if err := s.Err(); err != nil {
+		return err
+	}
+	return errs.err()
+}
+
+// longLine formats an entry as ls -l does, roughly.
+func longLine(d ferry.Dir) string {
+	name := d.Name()
+	if d.Type() == ferry.TypeSymlink {
+		name += " -> " + d[ferry.AttrTarget]
+	}
+	t := d.Type()
+	if t == ferry.TypeFile {
+		t = "-"
+	}
+	return fmt.Sprintf("%s%s %4s %4s %10d %s %s", t, d.Mode().Perm().String()[1:],
+		d[ferry.AttrUid], d[ferry.AttrGid], d.Size(), d.Mtime().Format(time.DateTime), name)
+}
+
+func statCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "stat HOST:PATH...",
+		Short: "Print the attributes of entries; all requests are in flight at once",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return forEachHost(cmd, args, func(ctx context.Context, c *remote.Client, paths []string) error {
+				futs := make([]*ferry.Future[ferry.Dir], len(paths))
+				for i, p := range paths {
+					futs[i] = c.Stat(ctx, p)
+				}
+				errs := errorList{w: cmd.ErrOrStderr()}
+				for _, f := range futs {
+					d, err := f.Wait()
+					if err != nil {
+						errs.add(err)
+						continue
+					}
+					fmt.Fprintln(cmd.OutOrStdout(), d)
+				}
+				return errs.err()
+			})
+		},
+	}
+}
+
+// forEachHost groups targets by server and runs fn once per server with
+// its paths in argument order, over one connection.
+func forEachHost(cmd *cobra.Command, args []string, fn func(ctx context.Context, c *remote.Client, paths []string) error) error {
+	var order []string
+	byAddr := map[string][]string{}
+	for _, a := range args {
+		t, err := ParseTarget(a)
+		if err != nil {
+			return err
+		}
+		if _, ok := byAddr[t.Addr]; !ok {
+			order = append(order, t.Addr)
+		}
+		byAddr[t.Addr] = append(byAddr[t.Addr], t.Path)
+	}
+	for _, addr := range order {
+		c, err := dial(cmd, addr)
+		if err != nil {
+			return err
+		}
+		err = fn(cmd.Context(), c, byAddr[addr])
+		c.Close()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func catCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "cat HOST:PATH...",
+		Short: "Write files to standard output; all requests start at once",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return forEachHost(cmd, args, func(ctx context.Context, c *remote.Client, paths []string) error {
+				rs := make([]io.ReadCloser, len(paths))
+				for i, p := range paths {
+					rs[i] = c.Get(ctx, p, 0, -1)
+				}
+				defer func() {
+					for _, r := range rs {
+						r.Close()
+					}
+				}()
+				for _, r := range rs {
+					if _, err := io.Copy(cmd.OutOrStdout(), r); err != nil {
+						return err
+					}
+				}
+				return nil
+			})
+		},
+	}
+}
+
+func rmCmd() *cobra.Command {
+	var recursive bool
+	c := &cobra.Command{
+		Use:   "rm [-r] HOST:PATH [PREDICATE...]",
+		Short: "Remove files, or with -r whole trees",
+		Long: `Rm removes the entry at PATH. With -r and no predicate it removes the whole
+subtree in one request. With -r and a predicate it removes the entries below
+PATH that match it: the removes are issued while the find's entries stream
+in, without waiting for each, and their errors are reported at the end;
+directories go last, deepest first, and only if they are then empty.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withRemote(cmd, args[0], func(ctx context.Context, c *remote.Client, t Target) error {
+				pred := strings.Join(args[1:], " ")
+				switch {
+				case !recursive && pred != "":
+					return ferry.E("rm", t.Path, ferry.KindInvalid, "a predicate needs -r")
+				case !recursive:
+					_, err := c.Remove(ctx, t.Path).Wait()
+					return err
+				case pred == "":
+					_, err := c.RemoveAll(ctx, t.Path).Wait()
+					return err
+				}
+				return removeMatching(ctx, c, t.Path, pred, cmd.ErrOrStderr())
+			})
+		},
+	}
+	c.Flags().BoolVarP(&recursive, "recursive", "r", false, "remove trees")
+	return c
+}
+
+// removeMatching removes what a find yields: files at once, pipelined, and
+// directories afterwards, deepest first, one level of depth at a time.
+func removeMatching(ctx context.Context, fs ferry.FS, p, pred string, errOut io.Writer) error {
+	errs := errorList{w: errOut}
+	var pending []*ferry.Future[struct{}]
+	var dirs []string
+	s := fs.Find(ctx, p, pred)
+	for e := range s.All() {
+		switch {
+		case e.Err != nil:
+			errs.add(e.Err)
+		case e.Dir.IsDir():
+			dirs = append(dirs, e.Dir.Path())
+		default:
+			pending = append(pending, fs.Remove(ctx, e.Dir.Path()))
+		}
+	}
+	if err := s.Err(); err != nil {
+		errs.add(err)
+	}
+	for _, f := range pending {
+		_, err := f.Wait()
+		errs.add(err)
+	}
+	sort.SliceStable(dirs, func(i, j int) bool { return ferry.Depth(dirs[i]) > ferry.Depth(dirs[j]) })
+	for i := 0; i < len(dirs); {
+		j := i
+		var level []*ferry.Future[struct{}]
+		for ; j < len(dirs) && ferry.Depth(dirs[j]) == ferry.Depth(dirs[i]); j++ {
+			level = append(level, fs.Remove(ctx, dirs[j]))
+		}
+		for _, f := range level {
+			_, err := f.Wait()
+			errs.add(err)
+		}
+		i = j
+	}
+	return errs.err()
+}
+
+func mvCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "mv HOST:FROM [HOST:]TO",
+		Short: "Rename an entry on a server",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withRemote(cmd, args[0], func(ctx context.Context, c *remote.Client, t Target) error {
+				to := args[1]
+				if IsRemote(to) {
+					tt, err := ParseTarget(to)
+					if err != nil {
+						return err
+					}
+					if tt.Addr != t.Addr {
+						return ferry.E("mv", to, ferry.KindInvalid, "mv works within one server; use get and put between servers")
+					}
+					to = tt.Path
+				}
+				_, err := c.Move(ctx, t.Path, to).Wait()
+				return err
+			})
+		},
+	}
+}
+
+func ctlCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "ctl HOST[:PORT] [COMMAND...]",
+		Short: "Read a server's control file, or write a command to it",
+		Long: `Ctl prints the server's control file: version, uptime, connected clients
+and counters. With a COMMAND it writes the command instead, e.g.
+"ferry ctl host debug on"; "pass CMD" forwards CMD to the layer below.`,
+		Args: cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return withRemote(cmd, args[0], func(ctx context.Context, c *remote.Client, t Target) error {
+				if len(args) == 1 {
+					r := c.Get(ctx, ferry.CtlPath, 0, -1)
+					defer r.Close()
+					_, err := io.Copy(cmd.OutOrStdout(), r)
+					return err
+				}
+				_, err := c.Put(ctx, ferry.CtlPath, nil, 0, strings.NewReader(strings.Join(args[1:], " "))).Wait()
+				return err
+			})
+		},
+	}
+}

@@ -1,0 +1,89 @@
+package cli
+
+import (
+	"io"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vbauerster/mpb/v8"
+	"github.com/vbauerster/mpb/v8/decor"
+	"golang.org/x/term"
+)
+
+// progressDelay is how long a transfer runs before it gets a progress bar:
+// quick ones should not flash one.
+const progressDelay = time.Second
+
+// progress counts the bytes of a transfer and, if it lasts more than
+// progressDelay and standard error is a terminal, draws a bar.
+type progress struct {
+	n     atomic.Int64
+	total int64 // < 0 if unknown.
+	done  chan struct{}
+	once  sync.Once
+	wg    sync.WaitGroup
+}
+
+func newProgress(w io.Writer, name string, total int64) *progress {
+	p := &progress{total: total, done: make(chan struct{})}
+	f, ok := w.(*os.File)
+	if !ok || !term.IsTerminal(int(f.Fd())) {
+		return p
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		select {
+		case <-p.done:
+			return
+		case <-time.After(progressDelay):
+		}
+		pb := mpb.New(mpb.WithOutput(w), mpb.WithRefreshRate(200*time.Millisecond))
+		bar := pb.AddBar(max(total, 0),
+			mpb.PrependDecorators(decor.Name(name+" "), decor.Counters(decor.SizeB1024(0), "% .1f / % .1f")),
+			mpb.AppendDecorators(decor.AverageSpeed(decor.SizeB1024(0), "% .1f")),
+		)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			n := p.n.Load()
+			if total < 0 {
+				bar.SetTotal(n+1, false)
+			}
+			bar.SetCurrent(n)
+			select {
+			case <-p.done:
+				bar.SetTotal(p.n.Load(), true)
+				pb.Wait()
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return p
+}
+
+// Add counts n more bytes.
+func (p *progress) Add(n int64) { p.n.Add(n) }
+
+// Reader counts what is read through r.
+func (p *progress) Reader(r io.Reader) io.Reader { return &countReader{r, p} }
+
+// Finish removes the bar; it may be called more than once.
+func (p *progress) Finish() {
+	p.once.Do(func() { close(p.done) })
+	p.wg.Wait()
+}
+
+type countReader struct {
+	r io.Reader
+	p *progress
+}
+
+func (c *countReader) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	c.p.Add(int64(n))
+	return n, err
+}

@@ -1,0 +1,649 @@
+// Package local implements a ferry.FS over a directory on disk.
+//
+// Every path is resolved below the root with openat-style resolution
+// (os.Root): "..", absolute paths and symbolic links never reach outside the
+// root, whatever the path says. A whole-file Put writes a temporary file in
+// the same directory, syncs it and renames it over the target, so a reader
+// or a crash sees the old content or the new, never a mix.
+package local
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/pred"
+)
+
+// TempPrefix starts the names of the temporary files of whole-file Puts.
+// Find does not list them.
+const TempPrefix = ".ferry-tmp-"
+
+// ioChunk is how much Get and FindGet read from disk at once.
+const ioChunk = 256 << 10
+
+// Tree is a ferry.FS over a directory.
+type Tree struct {
+	root *os.Root
+}
+
+var _ ferry.FS = (*Tree)(nil)
+
+// New returns a Tree serving the directory dir, which must exist.
+func New(dir string) (*Tree, error) {
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, ferry.E("local.New", dir, err)
+	}
+	return &Tree{root: r}, nil
+}
+
+// Close releases the directory.
+func (t *Tree) Close() error { return t.root.Close() }
+
+// Dir returns the directory the tree serves.
+func (t *Tree) Dir() string { return t.root.Name() }
+
+// rel turns a ferry path into one relative to the root, as os.Root wants.
+func rel(p string) string {
+	if p == "/" {
+		return "."
+	}
+	return p[1:]
+}
+
+// clean checks ctx and cleans p.
+func clean(ctx context.Context, op, p string) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", ferry.E(op, p, ferry.KindCanceled, err)
+	}
+	return ferry.CleanPath(p)
+}
+
+// fail wraps err as a ferry error. os.Root reports a path that escapes the
+// root with an error that is no errno; such errors are permission errors.
+func fail(op, p string, err error) error {
+	var fe *ferry.Error
+	if errors.As(err, &fe) {
+		return err
+	}
+	k := ferry.KindOf(err)
+	var pe *fs.PathError
+	var errno syscall.Errno
+	if k == ferry.KindOther && errors.As(err, &pe) && !errors.As(pe.Err, &errno) {
+		return ferry.E(op, p, ferry.KindPermission, "path escapes the served root")
+	}
+	if pe != nil || errors.As(err, &pe) {
+		err = pe.Err // The path in pe is relative to the root; ours is clearer.
+	}
+	if k == ferry.KindOther {
+		k = ferry.KindIO
+	}
+	return ferry.E(op, p, k, err)
+}
+
+// dirOf describes the entry at p from its lstat info.
+func (t *Tree) dirOf(p string, fi fs.FileInfo) ferry.Dir {
+	d := ferry.Dir{
+		ferry.AttrPath: p,
+		ferry.AttrName: path.Base(p),
+	}
+	if p == "/" {
+		d[ferry.AttrName] = "/"
+	}
+	switch m := fi.Mode(); {
+	case m.IsDir():
+		d[ferry.AttrType] = ferry.TypeDir
+	case m.IsRegular():
+		d[ferry.AttrType] = ferry.TypeFile
+	case m&fs.ModeSymlink != 0:
+		d[ferry.AttrType] = ferry.TypeSymlink
+		if target, err := t.root.Readlink(rel(p)); err == nil {
+			d[ferry.AttrTarget] = target
+		}
+	default:
+		d[ferry.AttrType] = ferry.TypeOther
+	}
+	d.SetInt(ferry.AttrSize, fi.Size())
+	d.SetMtime(fi.ModTime())
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		d[ferry.AttrMode] = ferry.ModeBits(st.Mode)
+		d.SetInt(ferry.AttrUid, int64(st.Uid))
+		d.SetInt(ferry.AttrGid, int64(st.Gid))
+		d.SetInt(ferry.AttrNlink, int64(st.Nlink))
+		d.SetInt(ferry.AttrMtime, st.Mtim.Nano())
+	} else {
+		d.SetMode(fi.Mode())
+	}
+	return d
+}
+
+func (t *Tree) stat(op, p string) (ferry.Dir, error) {
+	fi, err := t.root.Lstat(rel(p))
+	if err != nil {
+		return nil, fail(op, p, err)
+	}
+	return t.dirOf(p, fi), nil
+}
+
+// Stat implements ferry.Tree.
+func (t *Tree) Stat(ctx context.Context, p string) *ferry.Future[ferry.Dir] {
+	const op = "local.Stat"
+	p, err := clean(ctx, op, p)
+	if err != nil {
+		return ferry.Resolved[ferry.Dir](nil, err)
+	}
+	return ferry.Resolved(t.stat(op, p))
+}
+
+// Get implements ferry.Tree. The file is opened by the first Read.
+func (t *Tree) Get(ctx context.Context, p string, off, count int64) io.ReadCloser {
+	return &reader{t: t, ctx: ctx, path: p, off: off, left: count}
+}
+
+type reader struct {
+	t    *Tree
+	ctx  context.Context
+	path string
+	off  int64
+	left int64 // left < 0 reads to the end.
+	f    *os.File
+	err  error
+}
+
+func (r *reader) open() error {
+	const op = "local.Get"
+	p, err := clean(r.ctx, op, r.path)
+	if err != nil {
+		return err
+	}
+	r.path = p
+	if r.off < 0 {
+		return ferry.E(op, p, ferry.KindInvalid, "negative offset")
+	}
+	f, err := r.t.root.Open(rel(p))
+	if err != nil {
+		return fail(op, p, err)
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return fail(op, p, err)
+	}
+	if fi.IsDir() {
+		f.Close()
+		return ferry.E(op, p, ferry.KindIsDir)
+	}
+	if !fi.Mode().IsRegular() {
+		f.Close()
+		return ferry.E(op, p, ferry.KindInvalid, "not a regular file")
+	}
+	r.f = f
+	return nil
+}
+
+func (r *reader) Read(b []byte) (int, error) {
+	if r.err != nil {
+		return 0, r.err
+	}
+	if r.f == nil {
+		if r.err = r.open(); r.err != nil {
+			return 0, r.err
+		}
+	}
+	if err := r.ctx.Err(); err != nil {
+		r.err = ferry.E("local.Get", r.path, ferry.KindCanceled, err)
+		return 0, r.err
+	}
+	if r.left == 0 {
+		return 0, io.EOF
+	}
+	if r.left > 0 && int64(len(b)) > r.left {
+		b = b[:r.left]
+	}
+	n, err := r.f.ReadAt(b, r.off)
+	r.off += int64(n)
+	if r.left > 0 {
+		r.left -= int64(n)
+	}
+	if err != nil && err != io.EOF {
+		err = fail("local.Get", r.path, err)
+	}
+	if err == io.EOF && n > 0 {
+		err = nil
+	}
+	return n, err
+}
+
+func (r *reader) Close() error {
+	if r.err == nil {
+		r.err = ferry.E("local.Get", r.path, ferry.KindInvalid, "reader closed")
+	}
+	if r.f != nil {
+		return r.f.Close()
+	}
+	return nil
+}
+
+// Put implements ferry.Tree.
+func (t *Tree) Put(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) *ferry.Future[ferry.Dir] {
+	const op = "local.Put"
+	p, err := clean(ctx, op, p)
+	if err != nil {
+		return ferry.Resolved[ferry.Dir](nil, err)
+	}
+	return ferry.Go(func() (ferry.Dir, error) {
+		if p == "/" && d.Type() != ferry.TypeDir {
+			return nil, ferry.E(op, p, ferry.KindIsDir)
+		}
+		var err error
+		switch d.Type() {
+		case ferry.TypeDir:
+			err = t.putDir(p, d)
+		case ferry.TypeSymlink:
+			err = t.putLink(p, d)
+		case ferry.TypeFile:
+			if off == ferry.Whole {
+				err = t.putWhole(ctx, p, d, data)
+			} else {
+				err = t.putAt(ctx, p, d, off, data)
+			}
+		default:
+			err = ferry.E(op, p, ferry.KindInvalid, "cannot create entries of type "+d.Type())
+		}
+		if err != nil {
+			return nil, fail(op, p, err)
+		}
+		return t.stat(op, p)
+	})
+}
+
+func (t *Tree) putDir(p string, d ferry.Dir) error {
+	mode := d.Mode()
+	if _, ok := d[ferry.AttrMode]; !ok {
+		mode = 0o755
+	}
+	err := t.root.Mkdir(rel(p), mode)
+	if errors.Is(err, fs.ErrExist) {
+		fi, serr := t.root.Lstat(rel(p))
+		if serr != nil {
+			return serr
+		}
+		if !fi.IsDir() {
+			return ferry.E("", p, ferry.KindExist, "exists and is not a directory")
+		}
+	} else if err != nil {
+		return err
+	}
+	return t.setAttrs(p, d, true)
+}
+
+// putLink makes a symbolic link under a temporary name and renames it into
+// place, so that an existing entry is replaced atomically.
+func (t *Tree) putLink(p string, d ferry.Dir) error {
+	target, ok := d[ferry.AttrTarget]
+	if !ok || target == "" || strings.IndexByte(target, 0) >= 0 {
+		return ferry.E("", p, ferry.KindInvalid, "a symbolic link needs a target")
+	}
+	tmp := tempName(p)
+	if err := t.root.Symlink(target, rel(tmp)); err != nil {
+		return err
+	}
+	if err := t.root.Rename(rel(tmp), rel(p)); err != nil {
+		t.root.Remove(rel(tmp))
+		return err
+	}
+	return t.setAttrs(p, d, false)
+}
+
+func tempName(p string) string {
+	var b [8]byte
+	rand.Read(b[:])
+	return path.Join(path.Dir(p), TempPrefix+path.Base(p)+"-"+hex.EncodeToString(b[:]))
+}
+
+// putWhole writes data to a temporary file beside p, syncs it, sets its
+// attributes and renames it over p. On any failure the temporary file is
+// removed and p is untouched.
+func (t *Tree) putWhole(ctx context.Context, p string, d ferry.Dir, data io.Reader) (err error) {
+	mode := d.Mode()
+	if _, ok := d[ferry.AttrMode]; !ok {
+		mode = 0o644
+		// Keep the mode of the file being replaced, as editors expect.
+		if fi, err := t.root.Lstat(rel(p)); err == nil && fi.Mode().IsRegular() {
+			mode = fi.Mode().Perm()
+		}
+	}
+	tmp := tempName(p)
+	f, err := t.root.OpenFile(rel(tmp), os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode&fs.ModePerm)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			t.root.Remove(rel(tmp))
+		}
+	}()
+	if data != nil {
+		if _, err = copyCtx(ctx, f, data); err != nil {
+			return err
+		}
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	d = d.Clone()
+	if _, ok := d[ferry.AttrMode]; !ok {
+		d.SetMode(mode)
+	}
+	if err = t.setAttrs(tmp, d, true); err != nil {
+		return err
+	}
+	if err = ctx.Err(); err != nil {
+		return err
+	}
+	return t.root.Rename(rel(tmp), rel(p))
+}
+
+// putAt writes data in place at off, creating the file if needed.
+func (t *Tree) putAt(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) error {
+	if off < 0 {
+		return ferry.E("", p, ferry.KindInvalid, "negative offset")
+	}
+	mode := d.Mode()
+	if _, ok := d[ferry.AttrMode]; !ok {
+		mode = 0o644
+	}
+	f, err := t.root.OpenFile(rel(p), os.O_WRONLY|os.O_CREATE, mode&fs.ModePerm)
+	if err != nil {
+		return err
+	}
+	if data != nil {
+		_, err = copyCtx(ctx, io.NewOffsetWriter(f, off), data)
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return err
+	}
+	return t.setAttrs(p, d, true)
+}
+
+// copyCtx copies src to dst, checking ctx between blocks so that a cancelled
+// Put stops early.
+func copyCtx(ctx context.Context, dst io.Writer, src io.Reader) (int64, error) {
+	buf := make([]byte, ioChunk)
+	var n int64
+	for {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		m, err := src.Read(buf)
+		if m > 0 {
+			w, werr := dst.Write(buf[:m])
+			n += int64(w)
+			if werr != nil {
+				return n, werr
+			}
+		}
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+	}
+}
+
+// setAttrs applies the mode, owner and mtime that d names. Symbolic links
+// have no mode of their own on Linux and their times are not set.
+func (t *Tree) setAttrs(p string, d ferry.Dir, follow bool) error {
+	r := rel(p)
+	if _, ok := d[ferry.AttrMode]; ok && follow {
+		if err := t.root.Chmod(r, d.Mode()); err != nil {
+			return err
+		}
+	}
+	_, hasUid := d[ferry.AttrUid]
+	_, hasGid := d[ferry.AttrGid]
+	if hasUid || hasGid {
+		uid, gid := -1, -1
+		if hasUid {
+			uid = int(d.Int(ferry.AttrUid))
+		}
+		if hasGid {
+			gid = int(d.Int(ferry.AttrGid))
+		}
+		if err := t.root.Lchown(r, uid, gid); err != nil {
+			return err
+		}
+	}
+	if _, ok := d[ferry.AttrMtime]; ok && follow {
+		if err := t.root.Chtimes(r, time.Time{}, d.Mtime()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Move implements ferry.Tree.
+func (t *Tree) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
+	const op = "local.Move"
+	from, err := clean(ctx, op, from)
+	if err == nil {
+		to, err = clean(ctx, op, to)
+	}
+	if err != nil {
+		return ferry.Resolved[ferry.Dir](nil, err)
+	}
+	if from == "/" || to == "/" {
+		return ferry.Resolved[ferry.Dir](nil, ferry.E(op, from, ferry.KindPermission, "cannot move the root"))
+	}
+	if err := t.root.Rename(rel(from), rel(to)); err != nil {
+		return ferry.Resolved[ferry.Dir](nil, fail(op, from, err))
+	}
+	return ferry.Resolved(t.stat(op, to))
+}
+
+// Remove implements ferry.Tree.
+func (t *Tree) Remove(ctx context.Context, p string) *ferry.Future[struct{}] {
+	const op = "local.Remove"
+	p, err := clean(ctx, op, p)
+	if err == nil && p == "/" {
+		err = ferry.E(op, p, ferry.KindPermission, "cannot remove the root")
+	}
+	if err == nil {
+		if err = t.root.Remove(rel(p)); err != nil {
+			err = fail(op, p, err)
+		}
+	}
+	return ferry.Resolved(struct{}{}, err)
+}
+
+// RemoveAll implements ferry.Tree.
+func (t *Tree) RemoveAll(ctx context.Context, p string) *ferry.Future[struct{}] {
+	const op = "local.RemoveAll"
+	p, err := clean(ctx, op, p)
+	if err != nil {
+		return ferry.Resolved(struct{}{}, err)
+	}
+	if p == "/" {
+		return ferry.Resolved(struct{}{}, ferry.E(op, p, ferry.KindPermission, "cannot remove the root"))
+	}
+	return ferry.Go(func() (struct{}, error) {
+		if err := t.root.RemoveAll(rel(p)); err != nil {
+			return struct{}{}, fail(op, p, err)
+		}
+		return struct{}{}, nil
+	})
+}
+
+// Wstat implements ferry.Tree.
+func (t *Tree) Wstat(ctx context.Context, p string, d ferry.Dir) *ferry.Future[ferry.Dir] {
+	const op = "local.Wstat"
+	p, err := clean(ctx, op, p)
+	if err != nil {
+		return ferry.Resolved[ferry.Dir](nil, err)
+	}
+	old, err := t.stat(op, p)
+	if err != nil {
+		return ferry.Resolved[ferry.Dir](nil, err)
+	}
+	if s, ok := d[ferry.AttrSize]; ok {
+		if old.Type() != ferry.TypeFile {
+			return ferry.Resolved[ferry.Dir](nil, ferry.E(op, p, ferry.KindIsDir, "size of a non-file"))
+		}
+		size := d.Int(ferry.AttrSize)
+		if size < 0 || s == "" {
+			return ferry.Resolved[ferry.Dir](nil, ferry.E(op, p, ferry.KindInvalid, "bad size "+s))
+		}
+		f, err := t.root.OpenFile(rel(p), os.O_WRONLY, 0)
+		if err == nil {
+			err = f.Truncate(size)
+			f.Close()
+		}
+		if err != nil {
+			return ferry.Resolved[ferry.Dir](nil, fail(op, p, err))
+		}
+	}
+	if err := t.setAttrs(p, d, old.Type() != ferry.TypeSymlink); err != nil {
+		return ferry.Resolved[ferry.Dir](nil, fail(op, p, err))
+	}
+	return ferry.Resolved(t.stat(op, p))
+}
+
+// Find implements ferry.Finder.
+func (t *Tree) Find(ctx context.Context, p, predicate string) *ferry.Stream[ferry.Entry] {
+	return t.find(ctx, "local.Find", p, predicate, false)
+}
+
+// FindGet implements ferry.Finder.
+func (t *Tree) FindGet(ctx context.Context, p, predicate string) *ferry.Stream[ferry.Entry] {
+	return t.find(ctx, "local.FindGet", p, predicate, true)
+}
+
+func (t *Tree) find(ctx context.Context, op, p, predicate string, data bool) *ferry.Stream[ferry.Entry] {
+	p, err := clean(ctx, op, p)
+	if err != nil {
+		return ferry.ErrStream[ferry.Entry](err)
+	}
+	pr, err := pred.Parse(predicate)
+	if err != nil {
+		return ferry.ErrStream[ferry.Entry](err)
+	}
+	return ferry.NewStream(ctx, func(ctx context.Context, send func(ferry.Entry) error) error {
+		d, err := t.stat(op, p)
+		if err != nil {
+			return err
+		}
+		w := walker{t: t, op: op, pred: pr, data: data, send: send, ctx: ctx}
+		w.maxDepth, w.bounded = pr.MaxDepth()
+		return w.visit(p, d, 0)
+	})
+}
+
+type walker struct {
+	t        *Tree
+	op       string
+	pred     *pred.Pred
+	data     bool
+	send     func(ferry.Entry) error
+	ctx      context.Context
+	maxDepth int
+	bounded  bool
+}
+
+// visit evaluates the predicate on d, sends it if it matches (with its data
+// for FindGet) and descends into it if it is a directory not pruned.
+func (w *walker) visit(p string, d ferry.Dir, depth int) error {
+	match, prune := w.pred.Eval(d, depth)
+	if match {
+		if err := w.send(ferry.Entry{Dir: d}); err != nil {
+			return err
+		}
+		if w.data && d.Type() == ferry.TypeFile {
+			if err := w.sendData(p); err != nil {
+				return err
+			}
+		}
+	}
+	if !d.IsDir() || prune || (w.bounded && depth >= w.maxDepth) {
+		return nil
+	}
+	f, err := w.t.root.Open(rel(p))
+	if err != nil {
+		return w.inline(p, err)
+	}
+	ents, err := f.ReadDir(-1)
+	f.Close()
+	if err != nil {
+		return w.inline(p, err)
+	}
+	sort.Slice(ents, func(i, j int) bool { return ents[i].Name() < ents[j].Name() })
+	for _, e := range ents {
+		if strings.HasPrefix(e.Name(), TempPrefix) {
+			continue
+		}
+		cp := path.Join(p, e.Name())
+		fi, err := e.Info()
+		if err != nil {
+			if err := w.inline(cp, err); err != nil {
+				return err
+			}
+			continue
+		}
+		if err := w.visit(cp, w.t.dirOf(cp, fi), depth+1); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// inline reports an entry that could not be read and lets the walk go on,
+// unless the stream itself has been cancelled.
+func (w *walker) inline(p string, err error) error {
+	if cerr := w.ctx.Err(); cerr != nil {
+		return cerr
+	}
+	return w.send(ferry.Entry{Dir: ferry.Dir{ferry.AttrPath: p, ferry.AttrName: path.Base(p)}, Err: fail(w.op, p, err)})
+}
+
+// sendData streams the content of the file at p in data Entries. A file
+// that cannot be read is reported in line after its entry.
+func (w *walker) sendData(p string) error {
+	f, err := w.t.root.Open(rel(p))
+	if err != nil {
+		return w.inline(p, err)
+	}
+	defer f.Close()
+	for {
+		buf := make([]byte, ioChunk)
+		n, err := io.ReadFull(f, buf)
+		if n > 0 {
+			if serr := w.send(ferry.Entry{Data: buf[:n]}); serr != nil {
+				return serr
+			}
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return nil
+		}
+		if err != nil {
+			return w.inline(p, err)
+		}
+	}
+}

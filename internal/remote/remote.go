@@ -1,0 +1,283 @@
+// Package remote implements a ferry.FS over the wire protocol: the client
+// end of a Ferry connection.
+//
+// A Client holds one TLS 1.3 connection that carries all its calls at once;
+// every method returns at once and its call proceeds in the background, so a
+// caller can issue many calls before waiting for any. A Client is safe for
+// concurrent use and can be stacked under caches and the FUSE adaptor.
+package remote
+
+import (
+	"context"
+	"crypto/ed25519"
+	"io"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/auth"
+	"github.com/ferryfs/ferry/internal/ctl"
+	"github.com/ferryfs/ferry/internal/proto"
+)
+
+// Config says how to reach and authenticate to a server.
+type Config struct {
+	// Addr is the server's host:port.
+	Addr string
+	// Key is this client's key; nil to use Token only.
+	Key ed25519.PrivateKey
+	// Token, if not empty, is sent with every call.
+	Token string
+	// Hosts pins the server's key.
+	Hosts *auth.KnownHosts
+	// Dial, if not nil, makes the connection (tests use it to cut links).
+	Dial func(ctx context.Context, addr string) (net.Conn, error)
+}
+
+// Client is a ferry.FS served by a remote server.
+type Client struct {
+	conn *grpc.ClientConn
+	c    proto.FerryClient
+	addr string
+}
+
+var (
+	_ ferry.FS   = (*Client)(nil)
+	_ ctl.Server = (*Client)(nil)
+)
+
+// Dial returns a client for the server cfg names. It does not wait for the
+// connection: the first call makes it, and fails with KindAuth if the
+// server's key does not match its pin or the server refuses this client.
+func Dial(cfg Config) (*Client, error) {
+	const op = "remote.Dial"
+	tlsCfg, err := auth.ClientTLS(cfg.Key, cfg.Hosts, cfg.Addr)
+	if err != nil {
+		return nil, err
+	}
+	opts := []grpc.DialOption{
+		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+		// Keepalives notice a dead link within about 30 s instead of the
+		// kernel's many minutes.
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(proto.MaxData + (64 << 10))),
+	}
+	if cfg.Token != "" {
+		opts = append(opts, grpc.WithPerRPCCredentials(token(cfg.Token)))
+	}
+	if cfg.Dial != nil {
+		opts = append(opts, grpc.WithContextDialer(cfg.Dial))
+	}
+	conn, err := grpc.NewClient("passthrough:///"+cfg.Addr, opts...)
+	if err != nil {
+		return nil, ferry.E(op, cfg.Addr, ferry.KindInvalid, err)
+	}
+	return &Client{conn: conn, c: proto.NewFerryClient(conn), addr: cfg.Addr}, nil
+}
+
+// token sends a bearer token with each call.
+type token string
+
+func (t token) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {
+	return map[string]string{"authorization": "Bearer " + string(t)}, nil
+}
+
+func (t token) RequireTransportSecurity() bool { return true }
+
+// Close closes the connection; calls in flight fail.
+func (c *Client) Close() error { return c.conn.Close() }
+
+// Addr returns the server's address.
+func (c *Client) Addr() string { return c.addr }
+
+// ServesCtl implements ctl.Server: every server serves a control file.
+func (c *Client) ServesCtl() bool { return true }
+
+func dirCall(op, p string, call func() (*proto.DirReply, error)) *ferry.Future[ferry.Dir] {
+	return ferry.Go(func() (ferry.Dir, error) {
+		r, err := call()
+		if err != nil {
+			return nil, proto.FromStatus(op, p, err)
+		}
+		return proto.ToDir(r.Dir), nil
+	})
+}
+
+func emptyCall(op, p string, call func() (*proto.Empty, error)) *ferry.Future[struct{}] {
+	return ferry.Go(func() (struct{}, error) {
+		_, err := call()
+		return struct{}{}, proto.FromStatus(op, p, err)
+	})
+}
+
+// Stat implements ferry.Tree.
+func (c *Client) Stat(ctx context.Context, p string) *ferry.Future[ferry.Dir] {
+	return dirCall("remote.Stat", p, func() (*proto.DirReply, error) {
+		return c.c.Stat(ctx, &proto.PathReq{Path: p})
+	})
+}
+
+// Get implements ferry.Tree. The call starts at once; Read delivers its
+// data as it arrives.
+func (c *Client) Get(ctx context.Context, p string, off, count int64) io.ReadCloser {
+	ctx, cancel := context.WithCancel(ctx)
+	st := ferry.Go(func() (grpc.ServerStreamingClient[proto.Data], error) {
+		return c.c.Get(ctx, &proto.GetReq{Path: p, Offset: off, Count: count})
+	})
+	return &reader{st: st, cancel: cancel, path: p}
+}
+
+type reader struct {
+	st     *ferry.Future[grpc.ServerStreamingClient[proto.Data]]
+	cancel context.CancelFunc
+	path   string
+	buf    []byte
+	err    error
+}
+
+func (r *reader) Read(b []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if r.err != nil {
+			return 0, r.err
+		}
+		st, err := r.st.Wait()
+		if err == nil {
+			var m *proto.Data
+			if m, err = st.Recv(); err == nil {
+				r.buf = m.Data
+				continue
+			}
+		}
+		if err == io.EOF {
+			r.err = io.EOF
+		} else {
+			r.err = proto.FromStatus("remote.Get", r.path, err)
+		}
+	}
+	n := copy(b, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
+}
+
+func (r *reader) Close() error {
+	r.cancel()
+	if r.err == nil {
+		r.err = ferry.E("remote.Get", r.path, ferry.KindInvalid, "reader closed")
+	}
+	return nil
+}
+
+// Put implements ferry.Tree. The data is streamed in the same call as the
+// path and attributes; the call commits when data reaches its end.
+func (c *Client) Put(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) *ferry.Future[ferry.Dir] {
+	const op = "remote.Put"
+	return ferry.Go(func() (ferry.Dir, error) {
+		// The cancel abandons the stream if reading data fails, so the
+		// server commits nothing.
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		st, err := c.c.Put(ctx)
+		if err != nil {
+			return nil, proto.FromStatus(op, p, err)
+		}
+		m := &proto.PutMsg{Path: p, Offset: off, Dir: proto.FromDir(d)}
+		if d == nil {
+			m.Dir = &proto.Dir{}
+		}
+		if data != nil {
+			buf := make([]byte, proto.MaxData)
+			for {
+				n, rerr := io.ReadFull(data, buf)
+				if n > 0 {
+					m.Data = buf[:n]
+					if err := st.Send(m); err != nil {
+						break // The server's reply says why.
+					}
+					m = &proto.PutMsg{}
+				}
+				if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+					break
+				}
+				if rerr != nil {
+					return nil, ferry.E(op, p, rerr)
+				}
+			}
+		}
+		if m.Path != "" {
+			if err := st.Send(m); err != nil && err != io.EOF {
+				return nil, proto.FromStatus(op, p, err)
+			}
+		}
+		r, err := st.CloseAndRecv()
+		if err != nil {
+			return nil, proto.FromStatus(op, p, err)
+		}
+		return proto.ToDir(r.Dir), nil
+	})
+}
+
+// Move implements ferry.Tree.
+func (c *Client) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
+	return dirCall("remote.Move", from, func() (*proto.DirReply, error) {
+		return c.c.Move(ctx, &proto.MoveReq{From: from, To: to})
+	})
+}
+
+// Remove implements ferry.Tree.
+func (c *Client) Remove(ctx context.Context, p string) *ferry.Future[struct{}] {
+	return emptyCall("remote.Remove", p, func() (*proto.Empty, error) {
+		return c.c.Remove(ctx, &proto.PathReq{Path: p})
+	})
+}
+
+// RemoveAll implements ferry.Tree.
+func (c *Client) RemoveAll(ctx context.Context, p string) *ferry.Future[struct{}] {
+	return emptyCall("remote.RemoveAll", p, func() (*proto.Empty, error) {
+		return c.c.RemoveAll(ctx, &proto.PathReq{Path: p})
+	})
+}
+
+// Wstat implements ferry.Tree.
+func (c *Client) Wstat(ctx context.Context, p string, d ferry.Dir) *ferry.Future[ferry.Dir] {
+	return dirCall("remote.Wstat", p, func() (*proto.DirReply, error) {
+		return c.c.Wstat(ctx, &proto.WstatReq{Path: p, Dir: proto.FromDir(d)})
+	})
+}
+
+// Find implements ferry.Finder: one call streams the whole walk.
+func (c *Client) Find(ctx context.Context, p, pred string) *ferry.Stream[ferry.Entry] {
+	return c.find(ctx, "remote.Find", p, pred, c.c.Find)
+}
+
+// FindGet implements ferry.Finder: one call streams the walk and the data.
+func (c *Client) FindGet(ctx context.Context, p, pred string) *ferry.Stream[ferry.Entry] {
+	return c.find(ctx, "remote.FindGet", p, pred, c.c.FindGet)
+}
+
+type findCall func(context.Context, *proto.FindReq, ...grpc.CallOption) (grpc.ServerStreamingClient[proto.FindReply], error)
+
+func (c *Client) find(ctx context.Context, op, p, pred string, call findCall) *ferry.Stream[ferry.Entry] {
+	return ferry.NewStream(ctx, func(ctx context.Context, send func(ferry.Entry) error) error {
+		st, err := call(ctx, &proto.FindReq{Path: p, Pred: pred})
+		if err != nil {
+			return proto.FromStatus(op, p, err)
+		}
+		for {
+			m, err := st.Recv()
+			if err == io.EOF {
+				return nil
+			}
+			if err != nil {
+				return proto.FromStatus(op, p, err)
+			}
+			e := ferry.Entry{Dir: proto.ToDir(m.Dir), Data: m.Data, Err: proto.ToError(m.Err)}
+			if err := send(e); err != nil {
+				return err
+			}
+		}
+	})
+}

@@ -1,0 +1,407 @@
+// Package server serves a ferry.FS over the wire protocol of internal/proto.
+//
+// Every connection is TLS 1.3. A connection is identified once, on its first
+// call, from the client's key or bearer token (auth.Authorizer); calls of a
+// stranger fail with KindAuth and the server goes on serving others. The
+// server serves a control file (ferry.CtlPath) reporting its version, uptime,
+// connected clients and counters, and taking the commands "debug on|off".
+package server
+
+import (
+	"context"
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/stats"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/auth"
+	"github.com/ferryfs/ferry/internal/ctl"
+	"github.com/ferryfs/ferry/internal/proto"
+)
+
+// Config says what a Server serves and to whom.
+type Config struct {
+	FS      ferry.FS
+	Key     ed25519.PrivateKey
+	Auth    *auth.Authorizer
+	Version string
+	// Log receives the server's logs; Level, if not nil, is what the
+	// control file's "debug on|off" changes.
+	Log   *slog.Logger
+	Level *slog.LevelVar
+}
+
+// Server serves one ferry.FS.
+type Server struct {
+	cfg   Config
+	fs    ferry.FS // cfg.FS under the control file layer.
+	start time.Time
+	grpc  *grpc.Server
+
+	mu    sync.Mutex
+	conns map[*conn]struct{}
+
+	calls    [opCount]atomic.Int64
+	errs     atomic.Int64
+	bytesIn  atomic.Int64
+	bytesOut atomic.Int64
+}
+
+// conn is one client connection.
+type conn struct {
+	addr  string
+	since time.Time
+	calls atomic.Int64
+
+	mu   sync.Mutex
+	user string // Set by the first call that authenticated.
+}
+
+type connKey struct{}
+
+const (
+	opStat = iota
+	opGet
+	opPut
+	opMove
+	opRemove
+	opRemoveAll
+	opWstat
+	opFind
+	opFindGet
+	opCount
+)
+
+var opNames = [opCount]string{"stat", "get", "put", "move", "remove", "removeall", "wstat", "find", "findget"}
+
+// New returns a server for cfg.
+func New(cfg Config) (*Server, error) {
+	if cfg.Log == nil {
+		cfg.Log = slog.Default()
+	}
+	s := &Server{cfg: cfg, start: time.Now(), conns: map[*conn]struct{}{}}
+	s.fs = ctl.New("server", cfg.FS, s)
+	tlsCfg, err := auth.ServerTLS(cfg.Key)
+	if err != nil {
+		return nil, err
+	}
+	s.grpc = grpc.NewServer(
+		grpc.Creds(credentials.NewTLS(tlsCfg)),
+		grpc.StatsHandler(s),
+		grpc.UnaryInterceptor(s.unaryAuth),
+		grpc.StreamInterceptor(s.streamAuth),
+		grpc.MaxRecvMsgSize(proto.MaxData+(64<<10)),
+	)
+	proto.RegisterFerryServer(s.grpc, &handler{s: s})
+	return s, nil
+}
+
+// Serve accepts connections on l until ctx is done, then stops gracefully:
+// calls in flight get grace to finish before they are cut.
+func (s *Server) Serve(ctx context.Context, l net.Listener, grace time.Duration) error {
+	errc := make(chan error, 1)
+	go func() { errc <- s.grpc.Serve(l) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	done := make(chan struct{})
+	go func() { s.grpc.GracefulStop(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		s.grpc.Stop()
+		<-done
+	}
+	return nil
+}
+
+// TagConn, HandleConn, TagRPC and HandleRPC implement stats.Handler, which
+// tells the server of each connection as it comes and goes.
+
+// TagConn implements stats.Handler.
+func (s *Server) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
+	c := &conn{addr: info.RemoteAddr.String(), since: time.Now()}
+	return context.WithValue(ctx, connKey{}, c)
+}
+
+// HandleConn implements stats.Handler.
+func (s *Server) HandleConn(ctx context.Context, st stats.ConnStats) {
+	c, _ := ctx.Value(connKey{}).(*conn)
+	if c == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch st.(type) {
+	case *stats.ConnBegin:
+		s.conns[c] = struct{}{}
+	case *stats.ConnEnd:
+		delete(s.conns, c)
+	}
+}
+
+// TagRPC implements stats.Handler.
+func (s *Server) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
+
+// HandleRPC implements stats.Handler and counts the bytes of each call.
+func (s *Server) HandleRPC(_ context.Context, st stats.RPCStats) {
+	switch st := st.(type) {
+	case *stats.InPayload:
+		s.bytesIn.Add(int64(st.WireLength))
+	case *stats.OutPayload:
+		s.bytesOut.Add(int64(st.WireLength))
+	}
+}
+
+// identify authenticates the connection of ctx once and returns its user.
+func (s *Server) identify(ctx context.Context) (string, error) {
+	c, _ := ctx.Value(connKey{}).(*conn)
+	if c != nil {
+		c.calls.Add(1)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.user != "" {
+			return c.user, nil
+		}
+	}
+	var raw [][]byte
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok {
+			for _, cert := range ti.State.PeerCertificates {
+				raw = append(raw, cert.Raw)
+			}
+		}
+	}
+	token := ""
+	if md, ok := metadata.FromIncomingContext(ctx); ok {
+		if v := md.Get("authorization"); len(v) > 0 {
+			token = strings.TrimPrefix(v[0], "Bearer ")
+		}
+	}
+	user, err := s.cfg.Auth.Identify(raw, token)
+	if err != nil {
+		addr := ""
+		if c != nil {
+			addr = c.addr
+		}
+		s.cfg.Log.Warn("refused client", "addr", addr, "err", err)
+		return "", err
+	}
+	if c != nil {
+		c.user = user
+		s.cfg.Log.Info("client", "addr", c.addr, "user", user)
+	}
+	return user, nil
+}
+
+func (s *Server) unaryAuth(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	if _, err := s.identify(ctx); err != nil {
+		return nil, proto.Status(err)
+	}
+	return h(ctx, req)
+}
+
+func (s *Server) streamAuth(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+	if _, err := s.identify(ss.Context()); err != nil {
+		return proto.Status(err)
+	}
+	return h(srv, ss)
+}
+
+// Status implements ctl.Controller.
+func (s *Server) Status(context.Context) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "version: %s\n", s.cfg.Version)
+	fmt.Fprintf(&b, "uptime: %s\n", time.Since(s.start).Round(time.Second))
+	debug := s.cfg.Level != nil && s.cfg.Level.Level() <= slog.LevelDebug
+	fmt.Fprintf(&b, "debug: %v\n", debug)
+	s.mu.Lock()
+	cs := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		cs = append(cs, c)
+	}
+	s.mu.Unlock()
+	sort.Slice(cs, func(i, j int) bool { return cs[i].since.Before(cs[j].since) })
+	fmt.Fprintf(&b, "clients: %d\n", len(cs))
+	for _, c := range cs {
+		c.mu.Lock()
+		user := c.user
+		c.mu.Unlock()
+		if user == "" {
+			user = "-"
+		}
+		fmt.Fprintf(&b, "client: addr=%s user=%s since=%s calls=%d\n",
+			c.addr, user, c.since.UTC().Format(time.RFC3339), c.calls.Load())
+	}
+	for i, n := range opNames {
+		fmt.Fprintf(&b, "calls.%s: %d\n", n, s.calls[i].Load())
+	}
+	fmt.Fprintf(&b, "errors: %d\n", s.errs.Load())
+	fmt.Fprintf(&b, "bytes.in: %d\nbytes.out: %d\n", s.bytesIn.Load(), s.bytesOut.Load())
+	return b.String()
+}
+
+// Command implements ctl.Controller.
+func (s *Server) Command(_ context.Context, args []string) error {
+	const op = "server.Command"
+	switch {
+	case len(args) == 2 && args[0] == "debug" && (args[1] == "on" || args[1] == "off"):
+		if s.cfg.Level == nil {
+			return ferry.E(op, "", ferry.KindInvalid, "this server's log level is fixed")
+		}
+		if args[1] == "on" {
+			s.cfg.Level.Set(slog.LevelDebug)
+		} else {
+			s.cfg.Level.Set(slog.LevelInfo)
+		}
+		s.cfg.Log.Info("debug " + args[1])
+		return nil
+	}
+	return ferry.E(op, "", ferry.KindInvalid, fmt.Sprintf("unknown command %q (known: debug on|off, pass CMD)", strings.Join(args, " ")))
+}
+
+// handler implements the gRPC service over s.fs.
+type handler struct {
+	proto.UnimplementedFerryServer
+	s *Server
+}
+
+// done counts a call and converts its error for the wire.
+func (h *handler) done(op int, err error) error {
+	h.s.calls[op].Add(1)
+	if err != nil {
+		h.s.errs.Add(1)
+		h.s.cfg.Log.Debug("call failed", "op", opNames[op], "err", err)
+	}
+	return proto.Status(err)
+}
+
+func (h *handler) Stat(ctx context.Context, r *proto.PathReq) (*proto.DirReply, error) {
+	d, err := h.s.fs.Stat(ctx, r.Path).Wait()
+	return &proto.DirReply{Dir: proto.FromDir(d)}, h.done(opStat, err)
+}
+
+func (h *handler) Get(r *proto.GetReq, st grpc.ServerStreamingServer[proto.Data]) error {
+	rd := h.s.fs.Get(st.Context(), r.Path, r.Offset, r.Count)
+	defer rd.Close()
+	for {
+		buf := make([]byte, proto.MaxData)
+		n, err := io.ReadFull(rd, buf)
+		if n > 0 {
+			if serr := st.Send(&proto.Data{Data: buf[:n]}); serr != nil {
+				return h.done(opGet, serr)
+			}
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return h.done(opGet, nil)
+		}
+		if err != nil {
+			return h.done(opGet, err)
+		}
+	}
+}
+
+// errPutDone tells a Put's pipe writer that the tree stopped reading.
+var errPutDone = errors.New("put finished before its data")
+
+func (h *handler) Put(st grpc.ClientStreamingServer[proto.PutMsg, proto.DirReply]) error {
+	const op = "server.Put"
+	ctx := st.Context()
+	first, err := st.Recv()
+	if err == io.EOF {
+		return h.done(opPut, ferry.E(op, "", ferry.KindInvalid, "empty put"))
+	}
+	if err != nil {
+		return h.done(opPut, err)
+	}
+	// The cancel makes the tree abandon the put if the stream breaks: a
+	// whole-file put then leaves the old content.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	fut := h.s.fs.Put(ctx, first.Path, proto.ToDir(first.Dir), first.Offset, pr)
+	go func() {
+		<-fut.Done()
+		pr.CloseWithError(errPutDone)
+	}()
+	data := first.Data
+	for {
+		if len(data) > 0 {
+			if _, err := pw.Write(data); err != nil {
+				break // The tree stopped reading: its result says why.
+			}
+		}
+		m, err := st.Recv()
+		if err == io.EOF {
+			pw.Close()
+			break
+		}
+		if err != nil {
+			cancel()
+			pw.CloseWithError(ferry.E(op, first.Path, ferry.KindUnavailable, err))
+			fut.Wait()
+			return h.done(opPut, err)
+		}
+		data = m.Data
+	}
+	d, err := fut.Wait()
+	if err != nil {
+		return h.done(opPut, err)
+	}
+	return h.done(opPut, st.SendAndClose(&proto.DirReply{Dir: proto.FromDir(d)}))
+}
+
+func (h *handler) Move(ctx context.Context, r *proto.MoveReq) (*proto.DirReply, error) {
+	d, err := h.s.fs.Move(ctx, r.From, r.To).Wait()
+	return &proto.DirReply{Dir: proto.FromDir(d)}, h.done(opMove, err)
+}
+
+func (h *handler) Remove(ctx context.Context, r *proto.PathReq) (*proto.Empty, error) {
+	_, err := h.s.fs.Remove(ctx, r.Path).Wait()
+	return &proto.Empty{}, h.done(opRemove, err)
+}
+
+func (h *handler) RemoveAll(ctx context.Context, r *proto.PathReq) (*proto.Empty, error) {
+	_, err := h.s.fs.RemoveAll(ctx, r.Path).Wait()
+	return &proto.Empty{}, h.done(opRemoveAll, err)
+}
+
+func (h *handler) Wstat(ctx context.Context, r *proto.WstatReq) (*proto.DirReply, error) {
+	d, err := h.s.fs.Wstat(ctx, r.Path, proto.ToDir(r.Dir)).Wait()
+	return &proto.DirReply{Dir: proto.FromDir(d)}, h.done(opWstat, err)
+}
+
+func (h *handler) Find(r *proto.FindReq, st grpc.ServerStreamingServer[proto.FindReply]) error {
+	return h.find(opFind, h.s.fs.Find(st.Context(), r.Path, r.Pred), st)
+}
+
+func (h *handler) FindGet(r *proto.FindReq, st grpc.ServerStreamingServer[proto.FindReply]) error {
+	return h.find(opFindGet, h.s.fs.FindGet(st.Context(), r.Path, r.Pred), st)
+}
+
+func (h *handler) find(op int, s *ferry.Stream[ferry.Entry], st grpc.ServerStreamingServer[proto.FindReply]) error {
+	for e := range s.All() {
+		m := &proto.FindReply{Dir: proto.FromDir(e.Dir), Data: e.Data, Err: proto.FromError(e.Err)}
+		if err := st.Send(m); err != nil {
+			s.Close()
+			return h.done(op, err)
+		}
+	}
+	return h.done(op, s.Err())
+}
