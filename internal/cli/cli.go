@@ -4,8 +4,8 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
