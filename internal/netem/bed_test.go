@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"slices"
 	"strings"
 	"sync"
@@ -341,5 +342,21 @@ func TestCommandAndClose(t *testing.T) {
 		if _, err := os.Stat(netem.NSPath(ns)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("namespace %s still exists after Close (stat: %v)", ns, err)
 		}
+	}
+}
+
+func TestSweep(t *testing.T) {
+	netemtest.ForTest(t, netem.Config{}) // skips or fails where beds cannot run
+	// A pid above the kernel's maximum belongs to no process.
+	stale := "ferry-4194399-0-cli"
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "ip", "netns", "add", stale).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns add: %v: %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "delete", stale).Run() })
+	netem.Sweep(ctx)
+	if _, err := os.Stat(netem.NSPath(stale)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stale namespace %s survived Sweep (stat: %v)", stale, err)
 	}
 }
