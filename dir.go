@@ -62,8 +62,13 @@ func (d Dir) Stored() Dir {
 	return out
 }
 
-// Clone returns a copy of d.
-func (d Dir) Clone() Dir { return maps.Clone(d) }
+// Clone returns a copy of d; the copy of nil is an empty Dir.
+func (d Dir) Clone() Dir {
+	if d == nil {
+		return Dir{}
+	}
+	return maps.Clone(d)
+}
 
 // Name returns the AttrName attribute.
 func (d Dir) Name() string { return d[AttrName] }

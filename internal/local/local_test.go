@@ -1,0 +1,21 @@
+package local_test
+
+import (
+	"testing"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/fstest"
+	"github.com/ferryfs/ferry/internal/local"
+)
+
+func TestSuite(t *testing.T) {
+	fstest.Run(t, func(t *testing.T) (ferry.FS, string) {
+		dir := t.TempDir()
+		tr, err := local.New(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		return tr, dir
+	})
+}

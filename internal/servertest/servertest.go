@@ -1,0 +1,96 @@
+// Package servertest starts in-process Ferry servers over a directory on
+// loopback for tests, with keys and lists in a temporary home.
+package servertest
+
+import (
+	"context"
+	"crypto/ed25519"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ferryfs/ferry/internal/auth"
+	"github.com/ferryfs/ferry/internal/local"
+	"github.com/ferryfs/ferry/internal/remote"
+	"github.com/ferryfs/ferry/internal/server"
+)
+
+// Server is a running test server.
+type Server struct {
+	Addr string
+	Dir  string // The directory served.
+	Home string // Where its keys and lists are.
+	Key  ed25519.PrivateKey
+	Auth *auth.Authorizer
+	Srv  *server.Server
+}
+
+// Start serves dir (a new temporary directory if "") until the test ends.
+func Start(t testing.TB, dir string) *Server {
+	t.Helper()
+	if dir == "" {
+		dir = t.TempDir()
+	}
+	home := t.TempDir()
+	key, _, err := auth.LoadOrCreateKey(filepath.Join(home, auth.ServerKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	az := &auth.Authorizer{
+		KeysFile:   filepath.Join(home, auth.AuthorizedKeysFile),
+		TokensFile: filepath.Join(home, auth.TokensFile),
+	}
+	srv, err := server.New(server.Config{
+		FS: tree, Key: key, Auth: az, Version: "test",
+		Log: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		srv.Serve(ctx, l, time.Second)
+		close(done)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		tree.Close()
+	})
+	return &Server{Addr: l.Addr().String(), Dir: dir, Home: home, Key: key, Auth: az, Srv: srv}
+}
+
+// Client makes a client key in a temporary home, admits it as user and
+// returns a connected client that is closed when the test ends.
+func (s *Server) Client(t testing.TB, user string) *remote.Client {
+	t.Helper()
+	home := t.TempDir()
+	key, _, err := auth.LoadOrCreateKey(filepath.Join(home, auth.ClientKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Auth.Authorize(auth.Fingerprint(key.Public().(ed25519.PublicKey)), user); err != nil {
+		t.Fatal(err)
+	}
+	c, err := remote.Dial(remote.Config{
+		Addr:  s.Addr,
+		Key:   key,
+		Hosts: &auth.KnownHosts{File: filepath.Join(home, auth.KnownHostsFile)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
