@@ -10,8 +10,10 @@ package remote
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/x509"
 	"io"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -40,9 +42,10 @@ type Config struct {
 
 // Client is a ferry.FS served by a remote server.
 type Client struct {
-	conn *grpc.ClientConn
-	c    proto.FerryClient
-	addr string
+	conn         *grpc.ClientConn
+	c            proto.FerryClient
+	addr         string
+	handshakeErr atomic.Pointer[error]
 }
 
 var (
@@ -58,6 +61,19 @@ func Dial(cfg Config) (*Client, error) {
 	tlsCfg, err := auth.ClientTLS(cfg.Key, cfg.Hosts, cfg.Addr)
 	if err != nil {
 		return nil, err
+	}
+	c := &Client{addr: cfg.Addr}
+	// gRPC reports a failed handshake as a bare "unavailable" status, so
+	// the client keeps the verification error to report its real kind.
+	verify := tlsCfg.VerifyPeerCertificate
+	tlsCfg.VerifyPeerCertificate = func(raw [][]byte, chains [][]*x509.Certificate) error {
+		err := verify(raw, chains)
+		if err != nil {
+			c.handshakeErr.Store(&err)
+		} else {
+			c.handshakeErr.Store(nil)
+		}
+		return err
 	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
@@ -76,7 +92,20 @@ func Dial(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, ferry.E(op, cfg.Addr, ferry.KindInvalid, err)
 	}
-	return &Client{conn: conn, c: proto.NewFerryClient(conn), addr: cfg.Addr}, nil
+	c.conn, c.c = conn, proto.NewFerryClient(conn)
+	return c, nil
+}
+
+// fail converts the error of a call, preferring the reason the last
+// handshake failed over gRPC's "unavailable".
+func (c *Client) fail(op, p string, err error) error {
+	err = proto.FromStatus(op, p, err)
+	if ferry.KindOf(err) == ferry.KindUnavailable {
+		if herr := c.handshakeErr.Load(); herr != nil {
+			return *herr
+		}
+	}
+	return err
 }
 
 // token sends a bearer token with each call.
@@ -97,26 +126,26 @@ func (c *Client) Addr() string { return c.addr }
 // ServesCtl implements ctl.Server: every server serves a control file.
 func (c *Client) ServesCtl() bool { return true }
 
-func dirCall(op, p string, call func() (*proto.DirReply, error)) *ferry.Future[ferry.Dir] {
+func (c *Client) dirCall(op, p string, call func() (*proto.DirReply, error)) *ferry.Future[ferry.Dir] {
 	return ferry.Go(func() (ferry.Dir, error) {
 		r, err := call()
 		if err != nil {
-			return nil, proto.FromStatus(op, p, err)
+			return nil, c.fail(op, p, err)
 		}
 		return proto.ToDir(r.Dir), nil
 	})
 }
 
-func emptyCall(op, p string, call func() (*proto.Empty, error)) *ferry.Future[struct{}] {
+func (c *Client) emptyCall(op, p string, call func() (*proto.Empty, error)) *ferry.Future[struct{}] {
 	return ferry.Go(func() (struct{}, error) {
 		_, err := call()
-		return struct{}{}, proto.FromStatus(op, p, err)
+		return struct{}{}, c.fail(op, p, err)
 	})
 }
 
 // Stat implements ferry.Tree.
 func (c *Client) Stat(ctx context.Context, p string) *ferry.Future[ferry.Dir] {
-	return dirCall("remote.Stat", p, func() (*proto.DirReply, error) {
+	return c.dirCall("remote.Stat", p, func() (*proto.DirReply, error) {
 		return c.c.Stat(ctx, &proto.PathReq{Path: p})
 	})
 }
@@ -128,10 +157,11 @@ func (c *Client) Get(ctx context.Context, p string, off, count int64) io.ReadClo
 	st := ferry.Go(func() (grpc.ServerStreamingClient[proto.Data], error) {
 		return c.c.Get(ctx, &proto.GetReq{Path: p, Offset: off, Count: count})
 	})
-	return &reader{st: st, cancel: cancel, path: p}
+	return &reader{c: c, st: st, cancel: cancel, path: p}
 }
 
 type reader struct {
+	c      *Client
 	st     *ferry.Future[grpc.ServerStreamingClient[proto.Data]]
 	cancel context.CancelFunc
 	path   string
@@ -155,7 +185,7 @@ func (r *reader) Read(b []byte) (int, error) {
 		if err == io.EOF {
 			r.err = io.EOF
 		} else {
-			r.err = proto.FromStatus("remote.Get", r.path, err)
+			r.err = r.c.fail("remote.Get", r.path, err)
 		}
 	}
 	n := copy(b, r.buf)
@@ -182,7 +212,7 @@ func (c *Client) Put(ctx context.Context, p string, d ferry.Dir, off int64, data
 		defer cancel()
 		st, err := c.c.Put(ctx)
 		if err != nil {
-			return nil, proto.FromStatus(op, p, err)
+			return nil, c.fail(op, p, err)
 		}
 		m := &proto.PutMsg{Path: p, Offset: off, Dir: proto.FromDir(d)}
 		if d == nil {
@@ -209,12 +239,12 @@ func (c *Client) Put(ctx context.Context, p string, d ferry.Dir, off int64, data
 		}
 		if m.Path != "" {
 			if err := st.Send(m); err != nil && err != io.EOF {
-				return nil, proto.FromStatus(op, p, err)
+				return nil, c.fail(op, p, err)
 			}
 		}
 		r, err := st.CloseAndRecv()
 		if err != nil {
-			return nil, proto.FromStatus(op, p, err)
+			return nil, c.fail(op, p, err)
 		}
 		return proto.ToDir(r.Dir), nil
 	})
@@ -222,28 +252,28 @@ func (c *Client) Put(ctx context.Context, p string, d ferry.Dir, off int64, data
 
 // Move implements ferry.Tree.
 func (c *Client) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
-	return dirCall("remote.Move", from, func() (*proto.DirReply, error) {
+	return c.dirCall("remote.Move", from, func() (*proto.DirReply, error) {
 		return c.c.Move(ctx, &proto.MoveReq{From: from, To: to})
 	})
 }
 
 // Remove implements ferry.Tree.
 func (c *Client) Remove(ctx context.Context, p string) *ferry.Future[struct{}] {
-	return emptyCall("remote.Remove", p, func() (*proto.Empty, error) {
+	return c.emptyCall("remote.Remove", p, func() (*proto.Empty, error) {
 		return c.c.Remove(ctx, &proto.PathReq{Path: p})
 	})
 }
 
 // RemoveAll implements ferry.Tree.
 func (c *Client) RemoveAll(ctx context.Context, p string) *ferry.Future[struct{}] {
-	return emptyCall("remote.RemoveAll", p, func() (*proto.Empty, error) {
+	return c.emptyCall("remote.RemoveAll", p, func() (*proto.Empty, error) {
 		return c.c.RemoveAll(ctx, &proto.PathReq{Path: p})
 	})
 }
 
 // Wstat implements ferry.Tree.
 func (c *Client) Wstat(ctx context.Context, p string, d ferry.Dir) *ferry.Future[ferry.Dir] {
-	return dirCall("remote.Wstat", p, func() (*proto.DirReply, error) {
+	return c.dirCall("remote.Wstat", p, func() (*proto.DirReply, error) {
 		return c.c.Wstat(ctx, &proto.WstatReq{Path: p, Dir: proto.FromDir(d)})
 	})
 }
@@ -264,7 +294,7 @@ func (c *Client) find(ctx context.Context, op, p, pred string, call findCall) *f
 	return ferry.NewStream(ctx, func(ctx context.Context, send func(ferry.Entry) error) error {
 		st, err := call(ctx, &proto.FindReq{Path: p, Pred: pred})
 		if err != nil {
-			return proto.FromStatus(op, p, err)
+			return c.fail(op, p, err)
 		}
 		for {
 			m, err := st.Recv()
@@ -272,7 +302,7 @@ func (c *Client) find(ctx context.Context, op, p, pred string, call findCall) *f
 				return nil
 			}
 			if err != nil {
-				return proto.FromStatus(op, p, err)
+				return c.fail(op, p, err)
 			}
 			e := ferry.Entry{Dir: proto.ToDir(m.Dir), Data: m.Data, Err: proto.ToError(m.Err)}
 			if err := send(e); err != nil {

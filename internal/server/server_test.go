@@ -1,0 +1,296 @@
+package server_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/tls"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/auth"
+	"github.com/ferryfs/ferry/internal/remote"
+	"github.com/ferryfs/ferry/internal/servertest"
+)
+
+func ctx(t *testing.T) context.Context {
+	c, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return c
+}
+
+func wantKind(t *testing.T, what string, err error, k ferry.Kind) {
+	t.Helper()
+	if got := ferry.KindOf(err); err == nil || got != k {
+		t.Errorf("%s: got %v (kind %q), want kind %q", what, err, got, k)
+	}
+}
+
+// stillServes checks that the server answers an admitted client.
+func stillServes(t *testing.T, s *servertest.Server) {
+	t.Helper()
+	if _, err := s.Client(t, "ok").Stat(ctx(t), "/").Wait(); err != nil {
+		t.Errorf("the server stopped serving others: %v", err)
+	}
+}
+
+func dialWith(t *testing.T, s *servertest.Server, key ed25519.PrivateKey, token, hostsFile string) *remote.Client {
+	t.Helper()
+	if hostsFile == "" {
+		hostsFile = filepath.Join(t.TempDir(), auth.KnownHostsFile)
+	}
+	c, err := remote.Dial(remote.Config{Addr: s.Addr, Key: key, Token: token, Hosts: &auth.KnownHosts{File: hostsFile}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func newKey(t *testing.T) ed25519.PrivateKey {
+	k, _, err := auth.LoadOrCreateKey(filepath.Join(t.TempDir(), "k"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestUnknownKeyRefused(t *testing.T) {
+	s := servertest.Start(t, "")
+	key := newKey(t)
+	_, err := dialWith(t, s, key, "", "").Stat(ctx(t), "/").Wait()
+	wantKind(t, "stranger's Stat", err, ferry.KindAuth)
+	if fp := auth.Fingerprint(key.Public().(ed25519.PublicKey)); err == nil || !strings.Contains(err.Error(), fp) {
+		t.Errorf("refusal %v does not name the key %s", err, fp)
+	}
+	stillServes(t, s)
+}
+
+func TestChangedServerKeyRefused(t *testing.T) {
+	s := servertest.Start(t, "")
+	hosts := filepath.Join(t.TempDir(), auth.KnownHostsFile)
+	other := newKey(t)
+	if err := os.WriteFile(hosts, []byte(s.Addr+" "+auth.Fingerprint(other.Public().(ed25519.PublicKey))+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	key := newKey(t)
+	s.Auth.Authorize(auth.Fingerprint(key.Public().(ed25519.PublicKey)), "u")
+	_, err := dialWith(t, s, key, "", hosts).Stat(ctx(t), "/").Wait()
+	wantKind(t, "Stat of a server whose key changed", err, ferry.KindAuth)
+	if err == nil || !strings.Contains(err.Error(), "changed") {
+		t.Errorf("error %v does not say the key changed", err)
+	}
+}
+
+func TestPinOnFirstUse(t *testing.T) {
+	s := servertest.Start(t, "")
+	hosts := filepath.Join(t.TempDir(), auth.KnownHostsFile)
+	key := newKey(t)
+	s.Auth.Authorize(auth.Fingerprint(key.Public().(ed25519.PublicKey)), "u")
+	if _, err := dialWith(t, s, key, "", hosts).Stat(ctx(t), "/").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(hosts)
+	want := s.Addr + " " + auth.Fingerprint(s.Key.Public().(ed25519.PublicKey)) + "\n"
+	if string(b) != want {
+		t.Errorf("known_hosts = %q, want %q", b, want)
+	}
+	// A second connection with the pin is admitted.
+	if _, err := dialWith(t, s, key, "", hosts).Stat(ctx(t), "/").Wait(); err != nil {
+		t.Errorf("second connection: %v", err)
+	}
+}
+
+func TestTokens(t *testing.T) {
+	s := servertest.Start(t, "")
+	if err := os.WriteFile(s.Auth.TokensFile, []byte("# comment\nsecret-token alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := dialWith(t, s, nil, "secret-token", "").Stat(ctx(t), "/").Wait(); err != nil {
+		t.Errorf("with a listed token: %v", err)
+	}
+	_, err := dialWith(t, s, nil, "wrong", "").Stat(ctx(t), "/").Wait()
+	wantKind(t, "with an unknown token", err, ferry.KindAuth)
+	_, err = dialWith(t, s, nil, "", "").Stat(ctx(t), "/").Wait()
+	wantKind(t, "with neither key nor token", err, ferry.KindAuth)
+}
+
+func TestGarbagePeers(t *testing.T) {
+	s := servertest.Start(t, "")
+	garbage := [][]byte{
+		[]byte("GET / HTTP/1.0\r\n\r\n"),
+		bytes.Repeat([]byte{0x16, 0x03, 0x01, 0xff, 0xff}, 1000), // A TLS record header lying about its size.
+		{0},
+	}
+	for _, g := range garbage {
+		c, err := net.Dial("tcp", s.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(g)
+		c.Close()
+	}
+	// TLS that then speaks nonsense instead of HTTP/2.
+	c, err := tls.Dial("tcp", s.Addr, &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + strings.Repeat("\xff", 4096)))
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	io.Copy(io.Discard, c)
+	c.Close()
+	stillServes(t, s)
+}
+
+// cuttingDialer gives connections that break after limit bytes written.
+func cuttingDialer(limit int64) func(context.Context, string) (net.Conn, error) {
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		var d net.Dialer
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		return &cuttingConn{Conn: c, left: limit}, nil
+	}
+}
+
+type cuttingConn struct {
+	net.Conn
+	left int64
+	cut  atomic.Bool
+}
+
+func (c *cuttingConn) Write(b []byte) (int, error) {
+	if c.left -= int64(len(b)); c.left < 0 {
+		c.cut.Store(true)
+		c.Conn.Close()
+		return 0, net.ErrClosed
+	}
+	return c.Conn.Write(b)
+}
+
+func TestConnectionCutMidPut(t *testing.T) {
+	s := servertest.Start(t, "")
+	old := "the old content"
+	if err := os.WriteFile(filepath.Join(s.Dir, "f"), []byte(old), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	key := newKey(t)
+	s.Auth.Authorize(auth.Fingerprint(key.Public().(ed25519.PublicKey)), "u")
+	c, err := remote.Dial(remote.Config{
+		Addr: s.Addr, Key: key,
+		Hosts: &auth.KnownHosts{File: filepath.Join(t.TempDir(), "kh")},
+		Dial:  cuttingDialer(2 << 20),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_, err = c.Put(ctx(t), "/f", nil, ferry.Whole, bytes.NewReader(bytes.Repeat([]byte("new"), 3<<20))).Wait()
+	if err == nil {
+		t.Fatal("a put over a connection cut midway succeeded")
+	}
+	if k := ferry.KindOf(err); k != ferry.KindUnavailable && k != ferry.KindCanceled {
+		t.Errorf("cut put failed with %v of kind %q, want unavailable or canceled", err, k)
+	}
+	// The server notices the cut when the connection closes; then the old
+	// content is there and no temporary file is left.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ents, _ := os.ReadDir(s.Dir)
+		b, _ := os.ReadFile(filepath.Join(s.Dir, "f"))
+		if len(ents) == 1 && string(b) == old {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a cut put: %d entries, f holds %d bytes; want 1 entry holding the old content", len(ents), len(b))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	stillServes(t, s)
+}
+
+func TestConnectionCutMidGet(t *testing.T) {
+	s := servertest.Start(t, "")
+	if err := os.WriteFile(filepath.Join(s.Dir, "f"), bytes.Repeat([]byte("x"), 8<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	key := newKey(t)
+	s.Auth.Authorize(auth.Fingerprint(key.Public().(ed25519.PublicKey)), "u")
+	var conn atomic.Pointer[net.Conn]
+	c, err := remote.Dial(remote.Config{
+		Addr: s.Addr, Key: key,
+		Hosts: &auth.KnownHosts{File: filepath.Join(t.TempDir(), "kh")},
+		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
+			var d net.Dialer
+			nc, err := d.DialContext(ctx, "tcp", addr)
+			if err == nil {
+				conn.Store(&nc)
+			}
+			return nc, err
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := c.Get(ctx(t), "/f", 0, -1)
+	defer r.Close()
+	if _, err := io.ReadFull(r, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	(*conn.Load()).Close()
+	_, err = io.ReadAll(r)
+	wantKind(t, "read after the connection was cut", err, ferry.KindUnavailable)
+	stillServes(t, s)
+}
+
+func TestControlFile(t *testing.T) {
+	s := servertest.Start(t, "")
+	c := s.Client(t, "tester")
+	cx := ctx(t)
+	read := func() string {
+		r := c.Get(cx, ferry.CtlPath, 0, -1)
+		defer r.Close()
+		b, err := io.ReadAll(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	got := read()
+	for _, want := range []string{"[server]", "version: test", "uptime:", "clients: 1", "user=tester", "calls.get:"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("control file lacks %q:\n%s", want, got)
+		}
+	}
+	d, err := c.Stat(cx, ferry.CtlPath).Wait()
+	if err != nil || d.Type() != ferry.TypeFile {
+		t.Errorf("Stat(/Ctl) = %v, %v", d, err)
+	}
+	cmd := func(s string) error {
+		_, err := c.Put(cx, ferry.CtlPath, nil, 0, strings.NewReader(s)).Wait()
+		return err
+	}
+	wantKind(t, "debug on without a level to change", cmd("debug on"), ferry.KindInvalid)
+	wantKind(t, "unknown command", cmd("frobnicate"), ferry.KindInvalid)
+	wantKind(t, "pass with no layer below", cmd("pass debug on"), ferry.KindInvalid)
+	if err := cmd("\n\n"); err != nil {
+		t.Errorf("blank command lines: %v", err)
+	}
+	_, err = c.Remove(cx, ferry.CtlPath).Wait()
+	wantKind(t, "Remove(/Ctl)", err, ferry.KindPermission)
+	s2 := c.Find(cx, "/", "")
+	for e := range s2.All() {
+		if e.Dir.Path() == ferry.CtlPath {
+			t.Errorf("Find lists the control file")
+		}
+	}
+}
