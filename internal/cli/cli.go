@@ -23,6 +23,7 @@ import (
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/auth"
 	"github.com/ferryfs/ferry/internal/local"
+	"github.com/ferryfs/ferry/internal/netem/netemcmd"
 	"github.com/ferryfs/ferry/internal/remote"
 	"github.com/ferryfs/ferry/internal/server"
 )
@@ -66,6 +67,7 @@ Keys and lists live in $FERRY_HOME (default ~/.config/ferry).`,
 		findCmd(), lsCmd(), statCmd(), catCmd(),
 		getCmd(), putCmd(), rmCmd(), mvCmd(), ctlCmd(),
 		keyCmd(), authorizeCmd(), tokenCmd(),
+		netemcmd.Command(),
 	)
 	return root
 }

@@ -1,0 +1,335 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// ferryBin is the ferry binary built once for the end-to-end tests.
+var ferryBin string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "ferry-e2e-")
+	if err != nil {
+		panic(err)
+	}
+	ferryBin = filepath.Join(dir, "ferry")
+	out, err := exec.Command("go", "build", "-race", "-o", ferryBin, ".").CombinedOutput()
+	if err != nil {
+		os.RemoveAll(dir)
+		panic("building ferry: " + err.Error() + "\n" + string(out))
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// env is one user's ferry world: a FERRY_HOME and a running server.
+type env struct {
+	t    *testing.T
+	home string
+	dir  string // The served directory.
+	host string // HOST:PORT of the server.
+}
+
+// start runs ferry serve on a new temporary tree and waits for its address.
+func start(t *testing.T) *env {
+	e := &env{t: t, home: t.TempDir(), dir: t.TempDir()}
+	cmd := exec.Command(ferryBin, "serve", e.dir, "--listen", "127.0.0.1:0", "--grace", "2s")
+	cmd.Env = e.environ()
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	lines := make(chan string, 100)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			select {
+			case lines <- sc.Text():
+			default:
+			}
+		}
+		exited <- cmd.Wait()
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			t.Errorf("ferry serve did not stop on SIGTERM")
+		}
+	})
+	re := regexp.MustCompile(`serving .* on (\S+)`)
+	timeout := time.After(20 * time.Second)
+	for e.host == "" {
+		select {
+		case l := <-lines:
+			if m := re.FindStringSubmatch(l); m != nil {
+				e.host = m[1]
+			}
+		case <-timeout:
+			t.Fatal("ferry serve printed no address")
+		}
+	}
+	return e
+}
+
+// run runs a ferry client command and returns its output; it fails the test
+// if the command's success differs from ok.
+func (e *env) run(ok bool, args ...string) (stdout, stderr string) {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, ferryBin, args...)
+	cmd.Env = e.environ()
+	var o, er bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &er
+	err := cmd.Run()
+	if (err == nil) != ok {
+		e.e2eFail(args, err, o.String(), er.String())
+	}
+	return o.String(), er.String()
+}
+
+func (e *env) e2eFail(args []string, err error, o, er string) {
+	e.t.Helper()
+	e.t.Fatalf("ferry %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, o, er)
+}
+
+// environ is the environment of e's commands. The race detector's runtime
+// sleeps a second before a successful exit unless told not to.
+func (e *env) environ() []string {
+	return append(os.Environ(), "FERRY_HOME="+e.home, "GORACE=atexit_sleep_ms=0")
+}
+
+func (e *env) at(p string) string { return e.host + ":" + p }
+
+func writeTree(t *testing.T, dir string, files map[string]string) {
+	for name, content := range files {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// sameTree fails unless a and b hold the same names, types, modes and bytes.
+func sameTree(t *testing.T, a, b string) {
+	t.Helper()
+	list := func(root string) map[string]string {
+		m := map[string]string{}
+		filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+			if err != nil {
+				t.Fatal(err)
+			}
+			rel, _ := filepath.Rel(root, p)
+			v := fi.Mode().String()
+			switch {
+			case fi.Mode().IsRegular():
+				b, _ := os.ReadFile(p)
+				v += " " + string(b)
+			case fi.Mode()&os.ModeSymlink != 0:
+				l, _ := os.Readlink(p)
+				v += " -> " + l
+			}
+			m[rel] = v
+			return nil
+		})
+		return m
+	}
+	ma, mb := list(a), list(b)
+	for k, v := range ma {
+		if mb[k] != v {
+			t.Errorf("%s: %q in %s, %q in %s", k, trunc(v), a, trunc(mb[k]), b)
+		}
+	}
+	for k := range mb {
+		if _, ok := ma[k]; !ok {
+			t.Errorf("%s is in %s only", k, b)
+		}
+	}
+}
+
+func trunc(s string) string {
+	if len(s) > 60 {
+		return s[:60] + "..."
+	}
+	return s
+}
+
+func TestEndToEnd(t *testing.T) {
+	e := start(t)
+	big := strings.Repeat("big file line\n", 300_000)
+	writeTree(t, e.dir, map[string]string{
+		"a.txt":        "alpha\n",
+		"src/main.go":  "package main\n",
+		"src/util.go":  "package util\n",
+		"src/deep/x.c": "int x;\n",
+		"big":          big,
+	})
+	os.Symlink("a.txt", filepath.Join(e.dir, "link"))
+
+	// find: one request, entries as they stream.
+	out, errOut := e.run(true, "find", e.at("/"), "name~*.go")
+	if got, want := out, "/src/main.go\n/src/util.go\n"; got != want {
+		t.Errorf("find = %q, want %q", got, want)
+	}
+	if !strings.Contains(errOut, "pinned the key of") {
+		t.Errorf("first contact did not report pinning the server key: %q", errOut)
+	}
+	out, _ = e.run(true, "find", "-l", e.at("/src/deep"))
+	if !strings.Contains(out, "path=/src/deep/x.c") || !strings.Contains(out, "size=7") {
+		t.Errorf("find -l = %q", out)
+	}
+	_, errOut = e.run(false, "find", e.at("/"), "name=(")
+	if !strings.Contains(errOut, "column") {
+		t.Errorf("a malformed predicate's error does not give the position: %q", errOut)
+	}
+
+	// ls and stat.
+	out, _ = e.run(true, "ls", e.at("/"))
+	if got, want := out, "a.txt\nbig\nlink\nsrc\n"; got != want {
+		t.Errorf("ls = %q, want %q", got, want)
+	}
+	out, _ = e.run(true, "ls", "-l", e.at("/"))
+	if !strings.Contains(out, "link -> a.txt") || !strings.HasPrefix(out, "-rw-r--r--") {
+		t.Errorf("ls -l = %q", out)
+	}
+	out, _ = e.run(true, "stat", e.at("/a.txt"), e.at("/src"))
+	if !strings.Contains(out, "path=/a.txt") || !strings.Contains(out, "path=/src size=4096 type=d") {
+		t.Errorf("stat = %q", out)
+	}
+	_, errOut = e.run(false, "stat", e.at("/nope"))
+	if !strings.Contains(errOut, "does not exist") {
+		t.Errorf("stat of a missing file: %q", errOut)
+	}
+
+	// cat, several files in one go.
+	out, _ = e.run(true, "cat", e.at("/a.txt"), e.at("/src/main.go"))
+	if want := "alpha\npackage main\n"; out != want {
+		t.Errorf("cat = %q, want %q", out, want)
+	}
+
+	// get of a tree and of a file, byte for byte.
+	dl := t.TempDir()
+	e.run(true, "get", e.at("/"), filepath.Join(dl, "all"))
+	sameTree(t, e.dir, filepath.Join(dl, "all"))
+	e.run(true, "get", e.at("/big"), dl)
+	if b, _ := os.ReadFile(filepath.Join(dl, "big")); string(b) != big {
+		t.Errorf("get of a file: %d bytes, want %d", len(b), len(big))
+	}
+
+	// put of a tree into an existing directory, and of a file.
+	up := t.TempDir()
+	writeTree(t, up, map[string]string{"p/one": "1", "p/two/three": "3", "p/two/four": strings.Repeat("4", 1<<20)})
+	os.Chmod(filepath.Join(up, "p/one"), 0o755)
+	e.run(true, "put", filepath.Join(up, "p"), e.at("/src"))
+	sameTree(t, filepath.Join(up, "p"), filepath.Join(e.dir, "src/p"))
+	e.run(true, "put", filepath.Join(up, "p/one"), e.at("/one-copy"))
+	if b, _ := os.ReadFile(filepath.Join(e.dir, "one-copy")); string(b) != "1" {
+		t.Errorf("put of a file: %q", b)
+	}
+
+	// mv.
+	e.run(true, "mv", e.at("/one-copy"), "/moved")
+	if _, err := os.Stat(filepath.Join(e.dir, "moved")); err != nil {
+		t.Errorf("mv: %v", err)
+	}
+	e.run(true, "mv", e.at("/moved"), e.at("/moved2"))
+
+	// rm: a file, matching entries of a tree, a whole tree.
+	e.run(true, "rm", e.at("/moved2"))
+	e.run(false, "rm", e.at("/src"))
+	e.run(true, "rm", "-r", e.at("/src"), "name~*.go")
+	out, _ = e.run(true, "find", e.at("/src"), "type=f")
+	if want := "/src/deep/x.c\n/src/p/one\n/src/p/two/four\n/src/p/two/three\n"; out != want {
+		t.Errorf("after rm -r of *.go, find = %q, want %q", out, want)
+	}
+	e.run(true, "rm", "-r", e.at("/src"))
+	if _, err := os.Stat(filepath.Join(e.dir, "src")); !os.IsNotExist(err) {
+		t.Errorf("rm -r left src: %v", err)
+	}
+
+	// ctl: read, and a command.
+	out, _ = e.run(true, "ctl", e.host)
+	for _, want := range []string{"[server]", "version:", "clients:", "calls.find:"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ctl lacks %q: %q", want, out)
+		}
+	}
+	e.run(true, "ctl", e.host, "debug", "on")
+	out, _ = e.run(true, "ctl", e.host)
+	if !strings.Contains(out, "debug: true") {
+		t.Errorf("after debug on, ctl = %q", out)
+	}
+	e.run(false, "ctl", e.host, "no-such-command")
+
+	// Nothing half-written or temporary was left in the served tree.
+	filepath.Walk(e.dir, func(p string, fi os.FileInfo, err error) error {
+		if strings.Contains(filepath.Base(p), ".ferry-") {
+			t.Errorf("left behind: %s", p)
+		}
+		return nil
+	})
+}
+
+func TestEndToEndKeysAndTokens(t *testing.T) {
+	e := start(t)
+	// Another user, with a home of its own, is a stranger until authorized.
+	other := &env{t: t, home: t.TempDir(), host: e.host}
+	_, errOut := other.run(false, "ls", other.at("/"))
+	if !strings.Contains(errOut, "unknown client key") {
+		t.Errorf("a stranger's error: %q", errOut)
+	}
+	fp, _ := other.run(true, "key")
+	e.run(true, "authorize", strings.TrimSpace(fp), "bob")
+	other.run(true, "ls", other.at("/"))
+
+	// A token user.
+	tok, _ := e.run(true, "token", "carol")
+	third := &env{t: t, home: t.TempDir(), host: e.host}
+	third.run(true, "--token", strings.TrimSpace(tok), "ls", third.at("/"))
+	third.run(false, "--token", "not-a-token", "ls", third.at("/"))
+
+	// A server whose key changed is refused.
+	hosts := filepath.Join(other.home, "known_hosts")
+	b, _ := os.ReadFile(hosts)
+	f := strings.Fields(string(b))
+	os.WriteFile(hosts, []byte(f[0]+" SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA\n"), 0o600)
+	_, errOut = other.run(false, "ls", other.at("/"))
+	if !strings.Contains(errOut, "key changed") {
+		t.Errorf("a changed server key: %q", errOut)
+	}
+}
+
+func TestBadTargets(t *testing.T) {
+	e := &env{t: t, home: t.TempDir()}
+	for _, args := range [][]string{
+		{"ls", ":/x"},
+		{"ls", "[::1:/x"},
+		{"cat", "127.0.0.1:1:/" + strings.Repeat("n", 300)},
+	} {
+		_, errOut := e.run(false, args...)
+		if errOut == "" {
+			t.Errorf("ferry %q failed without saying why", args)
+		}
+	}
+}
