@@ -1,0 +1,31 @@
+# Ferry's entry points. See README.md.
+export PATH := /usr/local/go/bin:$(PATH)
+
+.PHONY: demo test setup build bench bench-quick fuzz
+
+build:
+	go build -o bin/ferry ./cmd/ferry
+
+setup:
+	scripts/setup.sh
+
+# demo serves a directory on loopback and uses it from the native client.
+demo: setup
+	scripts/demo.sh
+
+# test runs every test, with the race detector, after installing what the
+# tests need. Tests that need root, TUN or namespaces fail under CI=true
+# rather than skip.
+test: setup
+	go vet ./...
+	go test -race -timeout 20m ./...
+
+# fuzz runs each fuzz target for a short while.
+fuzz:
+	scripts/fuzz.sh 30s
+
+bench-quick: setup
+	go run ./bench -profile quick
+
+bench: setup
+	go run ./bench -profile full

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# setup.sh installs what Ferry's build, tests and demo need on a fresh
+# Debian machine: Go on the PATH and the system packages below. It installs
+# only what is missing, so it is cheap to run every time.
+set -euo pipefail
+
+# Packages: iproute2 and util-linux (ip netns, nsenter) for the link
+# emulator's tests; kmod to load tcp_bbr; fuse3 for the FUSE mount.
+packages=(iproute2 util-linux kmod fuse3)
+
+missing=()
+for p in "${packages[@]}"; do
+	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if ((${#missing[@]})); then
+	echo "setup: installing ${missing[*]}" >&2
+	sudo=""
+	[ "$(id -u)" = 0 ] || sudo=sudo
+	$sudo apt-get update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if ! command -v go >/dev/null 2>&1; then
+	if [ -x /usr/local/go/bin/go ]; then
+		echo "setup: Go is at /usr/local/go/bin; add it to PATH" >&2
+	else
+		echo "setup: Go 1.26 or later is needed (https://go.dev/dl)" >&2
+		exit 1
+	fi
+fi
