@@ -99,3 +99,28 @@ type FS interface {
 	Tree
 	Finder
 }
+
+// Event reports that the entry at Path changed: created, written, removed,
+// renamed or given new attributes, by anyone.
+type Event struct {
+	// Path is the entry that changed. For a rename there is one Event for
+	// the old path and one for the new.
+	Path string
+	// Lost, if true, says that events were dropped (an overflow, or a
+	// watch that had to be rebuilt): everything at or below Path may have
+	// changed, and a cache must drop it.
+	Lost bool
+}
+
+// Watcher reports changes to a subtree as they happen, so a cache can keep
+// entries for as long as its watch lasts and drop them when they change. The
+// open watch is the cache's lease: when the stream ends, for any reason, the
+// cache can no longer trust what it holds.
+type Watcher interface {
+	// Watch streams an Event for each change at or below path from the
+	// moment the call is made until ctx is cancelled or the stream closed.
+	// Events may be coalesced and may arrive for changes the caller made
+	// itself. The first Event is a Lost event for path, sent once the watch
+	// is in place: changes after it are not missed.
+	Watch(ctx context.Context, path string) *Stream[Event]
+}
