@@ -19,3 +19,15 @@ func TestSuite(t *testing.T) {
 		return tr, dir
 	})
 }
+
+func TestWatch(t *testing.T) {
+	fstest.RunWatch(t, func(t *testing.T) (ferry.Watcher, ferry.FS, string) {
+		dir := t.TempDir()
+		tr, err := local.New(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tr.Close() })
+		return tr, tr, dir
+	})
+}

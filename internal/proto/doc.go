@@ -18,6 +18,9 @@
 //     entry that could not be read comes as a FindReply with dir (its path)
 //     and err, and the walk goes on. FindGet also streams each regular
 //     file's content right after its entry, in FindReplys with data only.
+//   - Watch(PathReq) streams a WatchEvent for each change at or below the
+//     path, starting with a lost event once the watch is in place; the open
+//     stream is the client's lease on what it caches of that subtree.
 //
 // A call that fails returns a gRPC status whose code follows the error's
 // kind and whose single detail is an Error message with the ferry.Kind

@@ -653,6 +653,59 @@ func (x *FindReply) GetErr() *Error {
 	return nil
 }
 
+// WatchEvent is one ferry.Event.
+type WatchEvent struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Lost          bool                   `protobuf:"varint,2,opt,name=lost,proto3" json:"lost,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchEvent) Reset() {
+	*x = WatchEvent{}
+	mi := &file_ferry_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchEvent) ProtoMessage() {}
+
+func (x *WatchEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
+func (*WatchEvent) Descriptor() ([]byte, []int) {
+	return file_ferry_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *WatchEvent) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *WatchEvent) GetLost() bool {
+	if x != nil {
+		return x.Lost
+	}
+	return false
+}
+
 var File_ferry_proto protoreflect.FileDescriptor
 
 const file_ferry_proto_rawDesc = "" +
@@ -697,7 +750,11 @@ const file_ferry_proto_rawDesc = "" +
 	"\tFindReply\x12\x1f\n" +
 	"\x03dir\x18\x01 \x01(\v2\r.ferry.v1.DirR\x03dir\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12!\n" +
-	"\x03err\x18\x03 \x01(\v2\x0f.ferry.v1.ErrorR\x03err2\xb6\x03\n" +
+	"\x03err\x18\x03 \x01(\v2\x0f.ferry.v1.ErrorR\x03err\"4\n" +
+	"\n" +
+	"WatchEvent\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04lost\x18\x02 \x01(\bR\x04lost2\xea\x03\n" +
 	"\x05Ferry\x12-\n" +
 	"\x04Stat\x12\x11.ferry.v1.PathReq\x1a\x12.ferry.v1.DirReply\x12)\n" +
 	"\x03Get\x12\x10.ferry.v1.GetReq\x1a\x0e.ferry.v1.Data0\x01\x12-\n" +
@@ -707,7 +764,8 @@ const file_ferry_proto_rawDesc = "" +
 	"\tRemoveAll\x12\x11.ferry.v1.PathReq\x1a\x0f.ferry.v1.Empty\x12/\n" +
 	"\x05Wstat\x12\x12.ferry.v1.WstatReq\x1a\x12.ferry.v1.DirReply\x120\n" +
 	"\x04Find\x12\x11.ferry.v1.FindReq\x1a\x13.ferry.v1.FindReply0\x01\x123\n" +
-	"\aFindGet\x12\x11.ferry.v1.FindReq\x1a\x13.ferry.v1.FindReply0\x01B)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
+	"\aFindGet\x12\x11.ferry.v1.FindReq\x1a\x13.ferry.v1.FindReply0\x01\x122\n" +
+	"\x05Watch\x12\x11.ferry.v1.PathReq\x1a\x14.ferry.v1.WatchEvent0\x01B)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
 
 var (
 	file_ferry_proto_rawDescOnce sync.Once
@@ -721,24 +779,25 @@ func file_ferry_proto_rawDescGZIP() []byte {
 	return file_ferry_proto_rawDescData
 }
 
-var file_ferry_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_ferry_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_ferry_proto_goTypes = []any{
-	(*Dir)(nil),       // 0: ferry.v1.Dir
-	(*Error)(nil),     // 1: ferry.v1.Error
-	(*Empty)(nil),     // 2: ferry.v1.Empty
-	(*PathReq)(nil),   // 3: ferry.v1.PathReq
-	(*DirReply)(nil),  // 4: ferry.v1.DirReply
-	(*GetReq)(nil),    // 5: ferry.v1.GetReq
-	(*Data)(nil),      // 6: ferry.v1.Data
-	(*PutMsg)(nil),    // 7: ferry.v1.PutMsg
-	(*MoveReq)(nil),   // 8: ferry.v1.MoveReq
-	(*WstatReq)(nil),  // 9: ferry.v1.WstatReq
-	(*FindReq)(nil),   // 10: ferry.v1.FindReq
-	(*FindReply)(nil), // 11: ferry.v1.FindReply
-	nil,               // 12: ferry.v1.Dir.AttrsEntry
+	(*Dir)(nil),        // 0: ferry.v1.Dir
+	(*Error)(nil),      // 1: ferry.v1.Error
+	(*Empty)(nil),      // 2: ferry.v1.Empty
+	(*PathReq)(nil),    // 3: ferry.v1.PathReq
+	(*DirReply)(nil),   // 4: ferry.v1.DirReply
+	(*GetReq)(nil),     // 5: ferry.v1.GetReq
+	(*Data)(nil),       // 6: ferry.v1.Data
+	(*PutMsg)(nil),     // 7: ferry.v1.PutMsg
+	(*MoveReq)(nil),    // 8: ferry.v1.MoveReq
+	(*WstatReq)(nil),   // 9: ferry.v1.WstatReq
+	(*FindReq)(nil),    // 10: ferry.v1.FindReq
+	(*FindReply)(nil),  // 11: ferry.v1.FindReply
+	(*WatchEvent)(nil), // 12: ferry.v1.WatchEvent
+	nil,                // 13: ferry.v1.Dir.AttrsEntry
 }
 var file_ferry_proto_depIdxs = []int32{
-	12, // 0: ferry.v1.Dir.attrs:type_name -> ferry.v1.Dir.AttrsEntry
+	13, // 0: ferry.v1.Dir.attrs:type_name -> ferry.v1.Dir.AttrsEntry
 	0,  // 1: ferry.v1.DirReply.dir:type_name -> ferry.v1.Dir
 	0,  // 2: ferry.v1.PutMsg.dir:type_name -> ferry.v1.Dir
 	0,  // 3: ferry.v1.WstatReq.dir:type_name -> ferry.v1.Dir
@@ -753,17 +812,19 @@ var file_ferry_proto_depIdxs = []int32{
 	9,  // 12: ferry.v1.Ferry.Wstat:input_type -> ferry.v1.WstatReq
 	10, // 13: ferry.v1.Ferry.Find:input_type -> ferry.v1.FindReq
 	10, // 14: ferry.v1.Ferry.FindGet:input_type -> ferry.v1.FindReq
-	4,  // 15: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
-	6,  // 16: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
-	4,  // 17: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
-	4,  // 18: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
-	2,  // 19: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
-	2,  // 20: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
-	4,  // 21: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
-	11, // 22: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
-	11, // 23: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
-	15, // [15:24] is the sub-list for method output_type
-	6,  // [6:15] is the sub-list for method input_type
+	3,  // 15: ferry.v1.Ferry.Watch:input_type -> ferry.v1.PathReq
+	4,  // 16: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
+	6,  // 17: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
+	4,  // 18: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
+	4,  // 19: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
+	2,  // 20: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
+	2,  // 21: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
+	4,  // 22: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
+	11, // 23: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
+	11, // 24: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
+	12, // 25: ferry.v1.Ferry.Watch:output_type -> ferry.v1.WatchEvent
+	16, // [16:26] is the sub-list for method output_type
+	6,  // [6:16] is the sub-list for method input_type
 	6,  // [6:6] is the sub-list for extension type_name
 	6,  // [6:6] is the sub-list for extension extendee
 	0,  // [0:6] is the sub-list for field type_name
@@ -780,7 +841,7 @@ func file_ferry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_proto_rawDesc), len(file_ferry_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -30,6 +30,7 @@ const (
 	Ferry_Wstat_FullMethodName     = "/ferry.v1.Ferry/Wstat"
 	Ferry_Find_FullMethodName      = "/ferry.v1.Ferry/Find"
 	Ferry_FindGet_FullMethodName   = "/ferry.v1.Ferry/FindGet"
+	Ferry_Watch_FullMethodName     = "/ferry.v1.Ferry/Watch"
 )
 
 // FerryClient is the client API for Ferry service.
@@ -47,6 +48,7 @@ type FerryClient interface {
 	Wstat(ctx context.Context, in *WstatReq, opts ...grpc.CallOption) (*DirReply, error)
 	Find(ctx context.Context, in *FindReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FindReply], error)
 	FindGet(ctx context.Context, in *FindReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FindReply], error)
+	Watch(ctx context.Context, in *PathReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
 }
 
 type ferryClient struct {
@@ -177,6 +179,25 @@ func (c *ferryClient) FindGet(ctx context.Context, in *FindReq, opts ...grpc.Cal
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Ferry_FindGetClient = grpc.ServerStreamingClient[FindReply]
 
+func (c *ferryClient) Watch(ctx context.Context, in *PathReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Ferry_ServiceDesc.Streams[4], Ferry_Watch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[PathReq, WatchEvent]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Ferry_WatchClient = grpc.ServerStreamingClient[WatchEvent]
+
 // FerryServer is the server API for Ferry service.
 // All implementations must embed UnimplementedFerryServer
 // for forward compatibility.
@@ -192,6 +213,7 @@ type FerryServer interface {
 	Wstat(context.Context, *WstatReq) (*DirReply, error)
 	Find(*FindReq, grpc.ServerStreamingServer[FindReply]) error
 	FindGet(*FindReq, grpc.ServerStreamingServer[FindReply]) error
+	Watch(*PathReq, grpc.ServerStreamingServer[WatchEvent]) error
 	mustEmbedUnimplementedFerryServer()
 }
 
@@ -228,6 +250,9 @@ func (UnimplementedFerryServer) Find(*FindReq, grpc.ServerStreamingServer[FindRe
 }
 func (UnimplementedFerryServer) FindGet(*FindReq, grpc.ServerStreamingServer[FindReply]) error {
 	return status.Error(codes.Unimplemented, "method FindGet not implemented")
+}
+func (UnimplementedFerryServer) Watch(*PathReq, grpc.ServerStreamingServer[WatchEvent]) error {
+	return status.Error(codes.Unimplemented, "method Watch not implemented")
 }
 func (UnimplementedFerryServer) mustEmbedUnimplementedFerryServer() {}
 func (UnimplementedFerryServer) testEmbeddedByValue()               {}
@@ -380,6 +405,17 @@ func _Ferry_FindGet_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Ferry_FindGetServer = grpc.ServerStreamingServer[FindReply]
 
+func _Ferry_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(PathReq)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(FerryServer).Watch(m, &grpc.GenericServerStream[PathReq, WatchEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Ferry_WatchServer = grpc.ServerStreamingServer[WatchEvent]
+
 // Ferry_ServiceDesc is the grpc.ServiceDesc for Ferry service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -427,6 +463,11 @@ var Ferry_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "FindGet",
 			Handler:       _Ferry_FindGet_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Watch",
+			Handler:       _Ferry_Watch_Handler,
 			ServerStreams: true,
 		},
 	},

@@ -49,8 +49,9 @@ type Client struct {
 }
 
 var (
-	_ ferry.FS   = (*Client)(nil)
-	_ ctl.Server = (*Client)(nil)
+	_ ferry.FS      = (*Client)(nil)
+	_ ferry.Watcher = (*Client)(nil)
+	_ ctl.Server    = (*Client)(nil)
 )
 
 // Dial returns a client for the server cfg names. It does not wait for the
@@ -306,6 +307,30 @@ func (c *Client) find(ctx context.Context, op, p, pred string, call findCall) *f
 			}
 			e := ferry.Entry{Dir: proto.ToDir(m.Dir), Data: m.Data, Err: proto.ToError(m.Err)}
 			if err := send(e); err != nil {
+				return err
+			}
+		}
+	})
+}
+
+// Watch implements ferry.Watcher. The stream ends with an error when the
+// connection breaks (keepalives notice a dead link within about 30 s).
+func (c *Client) Watch(ctx context.Context, p string) *ferry.Stream[ferry.Event] {
+	const op = "remote.Watch"
+	return ferry.NewStream(ctx, func(ctx context.Context, send func(ferry.Event) error) error {
+		st, err := c.c.Watch(ctx, &proto.PathReq{Path: p})
+		if err != nil {
+			return c.fail(op, p, err)
+		}
+		for {
+			m, err := st.Recv()
+			if err == io.EOF {
+				return ferry.E(op, p, ferry.KindUnavailable, "the server ended the watch")
+			}
+			if err != nil {
+				return c.fail(op, p, err)
+			}
+			if err := send(ferry.Event{Path: m.Path, Lost: m.Lost}); err != nil {
 				return err
 			}
 		}

@@ -16,3 +16,11 @@ func TestSuite(t *testing.T) {
 		return s.Client(t, "tester"), s.Dir
 	})
 }
+
+func TestWatch(t *testing.T) {
+	fstest.RunWatch(t, func(t *testing.T) (ferry.Watcher, ferry.FS, string) {
+		s := servertest.Start(t, "")
+		c := s.Client(t, "tester")
+		return c, c, s.Dir
+	})
+}

@@ -5,6 +5,7 @@
 // stranger fail with KindAuth and the server goes on serving others. The
 // server serves a control file (ferry.CtlPath) reporting its version, uptime,
 // connected clients and counters, and taking the commands "debug on|off".
+// If the tree it serves is a ferry.Watcher, clients can watch it.
 package server
 
 import (
@@ -23,6 +24,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/stats"
@@ -83,10 +85,11 @@ const (
 	opWstat
 	opFind
 	opFindGet
+	opWatch
 	opCount
 )
 
-var opNames = [opCount]string{"stat", "get", "put", "move", "remove", "removeall", "wstat", "find", "findget"}
+var opNames = [opCount]string{"stat", "get", "put", "move", "remove", "removeall", "wstat", "find", "findget", "watch"}
 
 // New returns a server for cfg.
 func New(cfg Config) (*Server, error) {
@@ -105,6 +108,13 @@ func New(cfg Config) (*Server, error) {
 		grpc.UnaryInterceptor(s.unaryAuth),
 		grpc.StreamInterceptor(s.streamAuth),
 		grpc.MaxRecvMsgSize(proto.MaxData+(64<<10)),
+		// Clients ping every 20 s to notice dead links and keep their
+		// watches (their leases) alive; gRPC's default policy would
+		// answer such pings with GOAWAY.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		// The server pings too, so the watches of a client that vanished
+		// end within about 40 s.
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 	)
 	proto.RegisterFerryServer(s.grpc, &handler{s: s})
 	return s, nil
@@ -404,4 +414,19 @@ func (h *handler) find(op int, s *ferry.Stream[ferry.Entry], st grpc.ServerStrea
 		}
 	}
 	return h.done(op, s.Err())
+}
+
+func (h *handler) Watch(r *proto.PathReq, st grpc.ServerStreamingServer[proto.WatchEvent]) error {
+	w, ok := h.s.cfg.FS.(ferry.Watcher)
+	if !ok {
+		return h.done(opWatch, ferry.E("server.Watch", r.Path, ferry.KindInvalid, "this server cannot watch"))
+	}
+	s := w.Watch(st.Context(), r.Path)
+	for e := range s.All() {
+		if err := st.Send(&proto.WatchEvent{Path: e.Path, Lost: e.Lost}); err != nil {
+			s.Close()
+			return h.done(opWatch, err)
+		}
+	}
+	return h.done(opWatch, s.Err())
 }
