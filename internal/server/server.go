@@ -267,6 +267,16 @@ func (s *Server) Status(context.Context) string {
 	return b.String()
 }
 
+// Calls returns how many calls of each kind the server has answered, by the
+// names the control file uses ("find", "put", ...).
+func (s *Server) Calls() map[string]int64 {
+	m := make(map[string]int64, opCount)
+	for i, n := range opNames {
+		m[n] = s.calls[i].Load()
+	}
+	return m
+}
+
 // Command implements ctl.Controller.
 func (s *Server) Command(_ context.Context, args []string) error {
 	const op = "server.Command"

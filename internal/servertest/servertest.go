@@ -75,6 +75,12 @@ func Start(t testing.TB, dir string) *Server {
 // returns a connected client that is closed when the test ends.
 func (s *Server) Client(t testing.TB, user string) *remote.Client {
 	t.Helper()
+	return s.ClientVia(t, user, s.Addr)
+}
+
+// ClientVia is Client connecting through addr, such as a DelayProxy's.
+func (s *Server) ClientVia(t testing.TB, user, addr string) *remote.Client {
+	t.Helper()
 	home := t.TempDir()
 	key, _, err := auth.LoadOrCreateKey(filepath.Join(home, auth.ClientKeyFile))
 	if err != nil {
@@ -84,7 +90,7 @@ func (s *Server) Client(t testing.TB, user string) *remote.Client {
 		t.Fatal(err)
 	}
 	c, err := remote.Dial(remote.Config{
-		Addr:  s.Addr,
+		Addr:  addr,
 		Key:   key,
 		Hosts: &auth.KnownHosts{File: filepath.Join(home, auth.KnownHostsFile)},
 	})
