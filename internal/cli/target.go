@@ -53,6 +53,9 @@ func ParseTarget(s string) (Target, error) {
 	if host == "" {
 		return bad("no host")
 	}
+	if strings.ContainsFunc(host, func(r rune) bool { return r <= ' ' || r == 0x7f || strings.ContainsRune("[]/\\@", r) }) {
+		return bad("bad character in host")
+	}
 	rest = strings.TrimPrefix(rest, ":")
 	port := DefaultPort
 	// A leading all-digits field before another colon or the end is a port.

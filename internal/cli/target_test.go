@@ -1,0 +1,61 @@
+package cli
+
+import (
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/ferryfs/ferry"
+)
+
+func TestParseTarget(t *testing.T) {
+	cases := []struct {
+		in, addr, path string
+		bad            bool
+	}{
+		{in: "host", addr: "host:7077", path: "/"},
+		{in: "host:/a/b", addr: "host:7077", path: "/a/b"},
+		{in: "host:9000:/a", addr: "host:9000", path: "/a"},
+		{in: "host:9000", addr: "host:9000", path: "/"},
+		{in: "host:a/../b", addr: "host:7077", path: "/b"},
+		{in: "[::1]:9000:/x", addr: "[::1]:9000", path: "/x"},
+		{in: "[::1]:/x", addr: "[::1]:7077", path: "/x"},
+		{in: ":/x", bad: true},
+		{in: "[::1", bad: true},
+		{in: "[::1]x", bad: true},
+		{in: "h:/a\x00", bad: true},
+	}
+	for _, tc := range cases {
+		got, err := ParseTarget(tc.in)
+		if tc.bad {
+			if err == nil {
+				t.Errorf("ParseTarget(%q) = %+v, want an error", tc.in, got)
+			}
+			continue
+		}
+		if err != nil || got.Addr != tc.addr || got.Path != tc.path {
+			t.Errorf("ParseTarget(%q) = %+v, %v; want {%s %s}", tc.in, got, err, tc.addr, tc.path)
+		}
+	}
+}
+
+func FuzzParseTarget(f *testing.F) {
+	for _, s := range []string{"h", "h:/a", "h:1:/a", "[::1]:2:/x", ":", "[", "h:9:9:9"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, in string) {
+		got, err := ParseTarget(in)
+		if err != nil {
+			if ferry.KindOf(err) != ferry.KindInvalid {
+				t.Fatalf("ParseTarget(%q): error of kind %v", in, ferry.KindOf(err))
+			}
+			return
+		}
+		if _, _, err := net.SplitHostPort(got.Addr); err != nil {
+			t.Fatalf("ParseTarget(%q).Addr = %q: %v", in, got.Addr, err)
+		}
+		if p, err := ferry.CleanPath(got.Path); err != nil || p != got.Path || !strings.HasPrefix(p, "/") {
+			t.Fatalf("ParseTarget(%q).Path = %q is not clean", in, got.Path)
+		}
+	})
+}
