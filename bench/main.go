@@ -1,0 +1,304 @@
+// Command bench runs Ferry and the tools people use today (scp, rsync and
+// sshfs over OpenSSH) over the same emulated slow links, in the same run, and
+// writes a Markdown report with a table per workload and, where matplotlib
+// is at hand, PNG plots of time against round trip.
+//
+// Usage, from the repository root, as root:
+//
+//	go run ./bench [-profile quick|full] [-runs N] [flags]
+//
+// See bench/README.md for what it measures and how.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/ferryfs/ferry/internal/netem"
+)
+
+// options are the command line, after the profile has filled in what the
+// user left out.
+type options struct {
+	profile    string
+	runs       int
+	rate       int64
+	rtts       []time.Duration // with losses, the matrix of conditions
+	losses     []float64
+	conds      []condition // the conditions to run, in order
+	bigSize    int64
+	tree       string
+	systems    map[string]bool // nil: all
+	workloads  map[string]bool // nil: all
+	out        string
+	timeout    time.Duration
+	iperfTime  time.Duration
+	install    bool
+	plots      bool
+	keep       bool
+	root       string // the repository
+	commandLog string // how the run was invoked, for the report
+}
+
+// profiles give the defaults of each profile. The quick one finishes in a
+// few minutes; the full one is the matrix of issue 3 and takes hours at 200
+// ms, because sshfs pays several round trips per file.
+var profiles = map[string]options{
+	"quick": {
+		runs:   1,
+		rtts:   []time.Duration{10 * time.Millisecond, 100 * time.Millisecond},
+		losses: []float64{0, 0.01},
+		// Not the whole matrix: a short and a long link, and the long
+		// one with loss.
+		conds: []condition{
+			{RTT: 10 * time.Millisecond},
+			{RTT: 100 * time.Millisecond},
+			{RTT: 100 * time.Millisecond, Loss: 0.01},
+		},
+		bigSize:   32 << 20,
+		tree:      "/usr/local/go/src/regexp",
+		timeout:   3 * time.Minute,
+		iperfTime: 4 * time.Second,
+	},
+	"full": {
+		runs:      3,
+		rtts:      []time.Duration{0, 10 * time.Millisecond, 50 * time.Millisecond, 100 * time.Millisecond, 200 * time.Millisecond},
+		losses:    []float64{0, 0.01},
+		bigSize:   128 << 20,
+		tree:      "/usr/local/go/src/net",
+		timeout:   20 * time.Minute,
+		iperfTime: 10 * time.Second,
+	},
+}
+
+func main() {
+	log.SetFlags(log.Ltime)
+	log.SetPrefix("bench: ")
+	if err := run(); err != nil {
+		log.Fatal(err)
+	}
+}
+
+func parseFlags() (*options, error) {
+	var (
+		profile   = flag.String("profile", "quick", "`name` of the condition matrix: quick (a few minutes) or full (hours)")
+		runs      = flag.Int("runs", 0, "timed runs per cell, the report shows the median (default: 1 quick, 3 full)")
+		rate      = flag.String("rate", "100mbit", "link `rate` of each direction")
+		rtts      = flag.String("rtt", "", "comma-separated round trips, e.g. 0,10ms,100ms (default: the profile's)")
+		losses    = flag.String("loss", "", "comma-separated loss rates, e.g. 0,1% (default: the profile's)")
+		big       = flag.Int64("big", 0, "size of the big file in MiB (default: 32 quick, 128 full)")
+		tree      = flag.String("tree", "", "source `dir`ectory copied as the tree workloads' data (default: a Go source directory)")
+		systems   = flag.String("systems", "", "comma-separated systems to run (default: all): "+strings.Join(systemNames(), ","))
+		workloads = flag.String("workloads", "", "comma-separated workloads to run (default: all): "+strings.Join(workloadNames(), ","))
+		out       = flag.String("out", "", "report `file` (default: bench/REPORT.md in the repository)")
+		timeout   = flag.Duration("timeout", 0, "limit of one timed run (default: 3m quick, 20m full)")
+		install   = flag.Bool("install", true, "install missing Debian packages with apt-get")
+		plots     = flag.Bool("plots", true, "draw PNG plots with python3 and matplotlib (installed from Debian if missing)")
+		keep      = flag.Bool("keep", false, "keep the work directory (data, logs, keys) instead of removing it")
+	)
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./bench [flags]\n\nRuns Ferry and its peers over emulated links and writes a report; needs root.\n\n")
+		flag.PrintDefaults()
+	}
+	flag.Parse()
+	if flag.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", flag.Args())
+	}
+	p, ok := profiles[*profile]
+	if !ok {
+		return nil, fmt.Errorf("unknown profile %q: want quick or full", *profile)
+	}
+	o := p
+	o.profile = *profile
+	o.install, o.plots, o.keep = *install, *plots, *keep
+	o.commandLog = "go run ./bench " + strings.Join(os.Args[1:], " ")
+	if *runs > 0 {
+		o.runs = *runs
+	}
+	var err error
+	if o.rate, err = netem.ParseRate(*rate); err != nil {
+		return nil, err
+	}
+	if *rtts != "" {
+		o.rtts = nil
+		for _, s := range strings.Split(*rtts, ",") {
+			s = strings.TrimSpace(s)
+			if s == "0" {
+				s = "0s"
+			}
+			d, err := time.ParseDuration(s)
+			if err != nil || d < 0 {
+				return nil, fmt.Errorf("bad -rtt %q", s)
+			}
+			o.rtts = append(o.rtts, d)
+		}
+	}
+	if *losses != "" {
+		o.losses = nil
+		for _, s := range strings.Split(*losses, ",") {
+			v, err := netem.ParseLoss(s)
+			if err != nil {
+				return nil, err
+			}
+			o.losses = append(o.losses, v)
+		}
+	}
+	if o.conds == nil || *rtts != "" || *losses != "" {
+		o.conds = nil
+		for _, loss := range o.losses {
+			for _, rtt := range o.rtts {
+				o.conds = append(o.conds, condition{RTT: rtt, Loss: loss})
+			}
+		}
+	}
+	for i := range o.conds {
+		o.conds[i].Rate = o.rate
+	}
+	if *big > 0 {
+		o.bigSize = *big << 20
+	}
+	if *tree != "" {
+		o.tree = *tree
+	}
+	if *timeout > 0 {
+		o.timeout = *timeout
+	}
+	set := func(s string, known []string) (map[string]bool, error) {
+		if s == "" {
+			return nil, nil
+		}
+		m := map[string]bool{}
+		for _, n := range strings.Split(s, ",") {
+			n = strings.TrimSpace(n)
+			ok := false
+			for _, k := range known {
+				ok = ok || k == n
+			}
+			if !ok {
+				return nil, fmt.Errorf("unknown name %q: want one of %s", n, strings.Join(known, ","))
+			}
+			m[n] = true
+		}
+		return m, nil
+	}
+	if o.systems, err = set(*systems, systemNames()); err != nil {
+		return nil, err
+	}
+	if o.workloads, err = set(*workloads, workloadNames()); err != nil {
+		return nil, err
+	}
+	if o.root, err = repoRoot(); err != nil {
+		return nil, err
+	}
+	o.out = *out
+	if o.out == "" {
+		o.out = filepath.Join(o.root, "bench", "REPORT.md")
+	}
+	return &o, nil
+}
+
+// repoRoot finds the Ferry repository above the working directory.
+func repoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil && strings.Contains(string(b), "module github.com/ferryfs/ferry\n") {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("run bench from inside the Ferry repository (go run ./bench)")
+		}
+		dir = parent
+	}
+}
+
+func run() error {
+	o, err := parseFlags()
+	if err != nil {
+		return err
+	}
+	if err := netem.Available(); err != nil {
+		return err
+	}
+	// The first SIGINT or SIGTERM cancels ctx: the running command is
+	// killed and every deferred cleanup below runs. A second one kills
+	// the process at once (the next run's netem.New sweeps what is left).
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	go func() { <-ctx.Done(); stop() }()
+
+	if o.install {
+		if err := installPackages(ctx, o.plots); err != nil {
+			return err
+		}
+	}
+	if err := checkTools(); err != nil {
+		return err
+	}
+
+	work, err := os.MkdirTemp("", "ferry-bench-")
+	if err != nil {
+		return err
+	}
+	if o.keep {
+		log.Printf("work directory %s is kept", work)
+	} else {
+		defer os.RemoveAll(work)
+	}
+	var cleanup cleanups
+	defer cleanup.run()
+
+	d, err := prepareData(ctx, o, work)
+	if err != nil {
+		return err
+	}
+	keys, err := makeKeys(ctx, filepath.Join(work, "ssh"))
+	if err != nil {
+		return err
+	}
+	h := &harness{o: o, work: work, data: d, keys: keys, cleanup: &cleanup}
+	h.systems = allSystems(h)
+
+	rep := &report{opts: o, data: d, started: time.Now(), loadStart: loadavg()}
+	for i, cond := range o.conds {
+		log.Printf("condition %d of %d: %s", i+1, len(o.conds), cond)
+		if err := h.runCondition(ctx, cond, rep); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("interrupted: %w", ctx.Err())
+			}
+			return fmt.Errorf("condition %s: %w", cond, err)
+		}
+	}
+	rep.finished = time.Now()
+	if err := rep.write(ctx, o.plots); err != nil {
+		return err
+	}
+	log.Printf("report written to %s", o.out)
+	return nil
+}
+
+// cleanups is a stack of functions run in reverse order, at the end of the
+// program or when an error or a signal cuts it short.
+type cleanups struct{ fns []func() }
+
+func (c *cleanups) add(f func()) { c.fns = append(c.fns, f) }
+
+func (c *cleanups) run() {
+	for i := len(c.fns) - 1; i >= 0; i-- {
+		c.fns[i]()
+	}
+	c.fns = nil
+}

@@ -1,0 +1,341 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+)
+
+// A workload is one task timed for every system that can do it.
+type workload struct {
+	name  string
+	title string // the report's heading
+	desc  string // what each system runs, for the report
+}
+
+// workloads are run in this order. "ceiling" (iperf3) is measured apart.
+var workloads = []workload{
+	{"get-file", "Copy the big file from the server", "Downloads the big file into an empty local directory: `scp`, `rsync -a`, `cp` out of a fresh sshfs mount, `ferry get`."},
+	{"put-file", "Copy the big file to the server", "Uploads the big file into an empty server directory: `scp`, `rsync -a`, `cp` into a fresh sshfs mount, `ferry put`."},
+	{"read-file", "Read the big file sequentially", "Reads the big file to /dev/null: `cat` through a fresh sshfs mount, `ssh host cat`, `ferry cat`."},
+	{"get-tree", "Copy the source tree from the server", "Downloads the tree into an empty local directory: `scp -r`, `rsync -a`, `cp -r` out of a fresh sshfs mount, `ferry get`."},
+	{"put-tree", "Copy the source tree to the server", "Uploads the tree into an empty server directory: `scp -r`, `rsync -a`, `cp -r` into a fresh sshfs mount, `ferry put`."},
+	{"find", "Walk the tree: find", "Lists every name in the tree: `find` on a fresh sshfs mount, `rsync -r --list-only`, `ssh host find`, `ferry find`."},
+	{"ls-lR", "Walk the tree with attributes: ls -lR", "Lists every entry with its attributes: `ls -lR` on a fresh sshfs mount, `ssh host ls -lR`, `ferry find -l`."},
+	{"grep-r", "Search the tree: grep -r, cold", "Reads every file of the tree looking for a string that is not there: `grep -r` on a fresh sshfs mount, `ssh host grep -r` (runs on the server); Ferry needs `ferry mount`."},
+}
+
+// grepFor is a string no source file contains, so grep reads everything.
+const grepFor = "ferry-bench-no-such-string-7f3a"
+
+func workloadNames() []string {
+	n := []string{"ceiling"}
+	for _, w := range workloads {
+		n = append(n, w.name)
+	}
+	return n
+}
+
+// errUnavailable marks a system or workload that cannot run yet; the
+// report says "not yet available" in its cells.
+var errUnavailable = errors.New("not yet available")
+
+// A system is one way to move or reach files over the link: a peer tool or
+// Ferry. The harness calls setup once per condition, then for each workload
+// script, and before every timed run reset; teardown last, also after a
+// failed setup.
+type system interface {
+	name() string
+	// setup prepares the system on e's fresh bed (start a server, check
+	// the binary). An error wrapping errUnavailable marks the system's
+	// rows "not yet available"; any other error marks them failed.
+	setup(ctx context.Context, e *env) error
+	// script returns the shell script that performs w once in the client
+	// namespace. It returns "" and no error if the system has no way to
+	// do w (no row), and an error (possibly wrapping errUnavailable) for
+	// a row that says why it did not run.
+	script(w workload, e *env) (string, error)
+	// reset makes the next run cold (for example a fresh mount). It runs
+	// untimed before every run.
+	reset(ctx context.Context, e *env) error
+	// teardown undoes setup and reset; it must be safe after a failed
+	// setup and when called twice.
+	teardown(e *env)
+}
+
+func allSystems(h *harness) []system {
+	return []system{sshSystem{"scp"}, sshSystem{"rsync"}, sshSystem{"ssh"}, &sshfs{}, &ferry{h: h}}
+}
+
+func systemNames() []string { return []string{"scp", "rsync", "ssh", "sshfs", "ferry"} }
+
+// sshSystem is scp, rsync or plain ssh commands, all through the harness's
+// sshd and client configuration. They keep no state between runs.
+type sshSystem struct{ tool string }
+
+func (s sshSystem) name() string                            { return s.tool }
+func (s sshSystem) setup(ctx context.Context, e *env) error { return nil }
+func (s sshSystem) reset(ctx context.Context, e *env) error { return nil }
+func (s sshSystem) teardown(e *env)                         {}
+
+func (s sshSystem) script(w workload, e *env) (string, error) {
+	F := "-F " + q(e.sshConfig)
+	rsh := "-e " + q("ssh "+F)
+	remote := func(p string) string { return "bench:" + q(p) }
+	big, tree := filepath.Join(e.srv, bigName), filepath.Join(e.srv, treeName)
+	sbig, stree := filepath.Join(e.src, bigName), filepath.Join(e.src, treeName)
+	switch s.tool + " " + w.name {
+	case "scp get-file":
+		return fmt.Sprintf("scp -q %s %s %s", F, remote(big), q(e.out+"/")), nil
+	case "scp put-file":
+		return fmt.Sprintf("scp -q %s %s %s", F, q(sbig), remote(e.in+"/")), nil
+	case "scp get-tree":
+		return fmt.Sprintf("scp -q -r %s %s %s", F, remote(tree), q(e.out+"/")), nil
+	case "scp put-tree":
+		return fmt.Sprintf("scp -q -r %s %s %s", F, q(stree), remote(e.in+"/")), nil
+	case "rsync get-file":
+		return fmt.Sprintf("rsync -a %s %s %s", rsh, remote(big), q(e.out+"/")), nil
+	case "rsync put-file":
+		return fmt.Sprintf("rsync -a %s %s %s", rsh, q(sbig), remote(e.in+"/")), nil
+	case "rsync get-tree":
+		return fmt.Sprintf("rsync -a %s %s %s", rsh, remote(tree), q(e.out+"/")), nil
+	case "rsync put-tree":
+		return fmt.Sprintf("rsync -a %s %s %s", rsh, q(stree), remote(e.in+"/")), nil
+	case "rsync find":
+		return fmt.Sprintf("rsync -r --list-only %s %s >/dev/null", rsh, remote(tree+"/")), nil
+	case "ssh read-file":
+		return fmt.Sprintf("ssh %s bench cat %s >/dev/null", F, q(q(big))), nil
+	case "ssh find":
+		return fmt.Sprintf("ssh %s bench find %s >/dev/null", F, q(q(tree))), nil
+	case "ssh ls-lR":
+		return fmt.Sprintf("ssh %s bench ls -lR %s >/dev/null", F, q(q(tree))), nil
+	case "ssh grep-r":
+		return fmt.Sprintf("ssh %s bench grep -r %s %s >/dev/null; test $? -le 1", F, grepFor, q(q(tree))), nil
+	}
+	return "", nil
+}
+
+// sshfs mounts the server's tree over SFTP with default options, afresh
+// before every run so that its caches are cold.
+type sshfs struct{ mounted bool }
+
+func (s *sshfs) name() string                            { return "sshfs" }
+func (s *sshfs) setup(ctx context.Context, e *env) error { return nil }
+
+func (s *sshfs) reset(ctx context.Context, e *env) error {
+	s.teardown(e)
+	// sshfs forks into the background once the mount is up; the daemon
+	// stays in the client namespace, where netem.Bed.Close would kill it
+	// if teardown did not unmount it first.
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := e.command(ctx, e.bed.ClientNS, "sshfs", "-F", e.sshConfig, "bench:"+e.srv, e.mnt)
+	cmd.Stdout, cmd.Stderr = e.log, e.log
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("mount: %w", err)
+	}
+	s.mounted = true
+	return nil
+}
+
+func (s *sshfs) teardown(e *env) {
+	if s.mounted || isMounted(e.mnt) {
+		unmount(e.mnt)
+		s.mounted = false
+	}
+}
+
+func (s *sshfs) script(w workload, e *env) (string, error) {
+	m := e.mnt
+	switch w.name {
+	case "get-file":
+		return fmt.Sprintf("cp %s %s", q(m+"/"+bigName), q(e.out+"/")), nil
+	case "put-file":
+		return fmt.Sprintf("cp %s %s", q(filepath.Join(e.src, bigName)), q(m+"/in/")), nil
+	case "read-file":
+		return fmt.Sprintf("cat %s >/dev/null", q(m+"/"+bigName)), nil
+	case "get-tree":
+		return fmt.Sprintf("cp -r %s %s", q(m+"/"+treeName), q(e.out+"/")), nil
+	case "put-tree":
+		return fmt.Sprintf("cp -r %s %s", q(filepath.Join(e.src, treeName)), q(m+"/in/")), nil
+	case "find":
+		return fmt.Sprintf("find %s >/dev/null", q(m+"/"+treeName)), nil
+	case "ls-lR":
+		return fmt.Sprintf("ls -lR %s >/dev/null", q(m+"/"+treeName)), nil
+	case "grep-r":
+		return fmt.Sprintf("grep -r %s %s >/dev/null; test $? -le 1", grepFor, q(m+"/"+treeName)), nil
+	}
+	return "", nil
+}
+
+// isMounted reports whether dir is a mount point, from /proc/self/mountinfo.
+func isMounted(dir string) bool {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if fs := strings.Fields(sc.Text()); len(fs) > 4 && fs[4] == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// unmount unmounts a FUSE file system, lazily if it is busy or dead.
+func unmount(dir string) {
+	if exec.Command("fusermount3", "-u", dir).Run() != nil {
+		exec.Command("fusermount3", "-u", "-z", dir).Run()
+	}
+}
+
+// ferryPort is the port ferry serve listens on in the server namespace.
+const ferryPort = 7077
+
+// ferry is Ferry's native client against `ferry serve`. The binary is built
+// once from ./cmd/ferry; a workload whose subcommand the binary lacks is
+// "not yet available".
+type ferry struct {
+	h    *harness
+	once sync.Once
+	bin  string
+	cmds map[string]bool // the binary's subcommands
+	err  error           // why Ferry cannot run at all
+
+	serve *exec.Cmd
+}
+
+func (f *ferry) name() string { return "ferry" }
+
+// needs is the subcommand each workload uses.
+var ferryNeeds = map[string]string{
+	"get-file": "get", "put-file": "put", "read-file": "cat",
+	"get-tree": "get", "put-tree": "put",
+	"find": "find", "ls-lR": "find", "grep-r": "mount",
+}
+
+// build builds the binary and reads its subcommands from its help.
+func (f *ferry) build(ctx context.Context) {
+	f.once.Do(func() {
+		f.bin = filepath.Join(f.h.work, "bin", "ferry")
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", f.bin, "./cmd/ferry")
+		cmd.Dir = f.h.o.root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			f.err = fmt.Errorf("%w: go build ./cmd/ferry failed: %s", errUnavailable, firstLine(string(out)))
+			return
+		}
+		help, _ := exec.CommandContext(ctx, f.bin, "--help").CombinedOutput()
+		f.cmds = subcommands(string(help))
+		if !f.cmds["serve"] {
+			f.err = fmt.Errorf("%w: the ferry binary has no serve subcommand", errUnavailable)
+		}
+	})
+}
+
+// subcommands parses the "Available Commands:" section of a cobra help text.
+func subcommands(help string) map[string]bool {
+	m := map[string]bool{}
+	in := false
+	word := regexp.MustCompile(`^\s+([a-z][a-z0-9-]*)\s`)
+	for _, l := range strings.Split(help, "\n") {
+		switch {
+		case strings.HasPrefix(l, "Available Commands:"):
+			in = true
+		case in && strings.TrimSpace(l) == "":
+			in = false
+		case in:
+			if s := word.FindStringSubmatch(l); s != nil {
+				m[s[1]] = true
+			}
+		}
+	}
+	return m
+}
+
+func (f *ferry) setup(ctx context.Context, e *env) error {
+	f.build(ctx)
+	if f.err != nil {
+		return f.err
+	}
+	addr := netip.AddrPortFrom(e.srvAddr, ferryPort)
+	f.serve = e.command(context.Background(), e.bed.ServerNS, f.bin, "serve", e.srv, "--listen", addr.String())
+	f.serve.Stdout, f.serve.Stderr = e.log, e.log
+	if err := f.serve.Start(); err != nil {
+		f.serve = nil
+		return fmt.Errorf("ferry serve: %w", err)
+	}
+	if err := waitPort(ctx, e, addr); err != nil {
+		return fmt.Errorf("ferry serve: %w", err)
+	}
+	return nil
+}
+
+func (f *ferry) reset(ctx context.Context, e *env) error { return nil }
+
+func (f *ferry) teardown(e *env) {
+	if f.serve != nil {
+		f.serve.Process.Signal(os.Interrupt)
+		done := make(chan struct{})
+		go func() { f.serve.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-time.After(15 * time.Second):
+			f.serve.Cancel()
+			<-done
+		}
+		f.serve = nil
+	}
+}
+
+func (f *ferry) script(w workload, e *env) (string, error) {
+	need, ok := ferryNeeds[w.name]
+	if !ok {
+		return "", nil
+	}
+	if f.err != nil {
+		return "", f.err
+	}
+	if f.cmds != nil && !f.cmds[need] {
+		return "", fmt.Errorf("%w: needs `ferry %s`", errUnavailable, need)
+	}
+	r := func(p string) string { return q(fmt.Sprintf("%v:%d:%s", e.srvAddr, ferryPort, p)) }
+	bin := q(f.bin)
+	switch w.name {
+	case "get-file":
+		return fmt.Sprintf("%s get %s %s", bin, r("/"+bigName), q(e.out)), nil
+	case "put-file":
+		return fmt.Sprintf("%s put %s %s", bin, q(filepath.Join(e.src, bigName)), r("/in")), nil
+	case "read-file":
+		return fmt.Sprintf("%s cat %s >/dev/null", bin, r("/"+bigName)), nil
+	case "get-tree":
+		return fmt.Sprintf("%s get %s %s", bin, r("/"+treeName), q(e.out)), nil
+	case "put-tree":
+		return fmt.Sprintf("%s put %s %s", bin, q(filepath.Join(e.src, treeName)), r("/in")), nil
+	case "find":
+		return fmt.Sprintf("%s find %s >/dev/null", bin, r("/"+treeName)), nil
+	case "ls-lR":
+		return fmt.Sprintf("%s find -l %s >/dev/null", bin, r("/"+treeName)), nil
+	case "grep-r":
+		return "", fmt.Errorf("%w: needs `ferry mount`", errUnavailable) // filled in when mount lands
+	}
+	return "", nil
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[:i]
+	}
+	return s
+}
