@@ -1,0 +1,473 @@
+package fusefs
+
+import (
+	"context"
+	"io"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ferryfs/ferry"
+)
+
+// wbuf buffers a file open for writing in a local temporary file, shared by
+// every descriptor open on the file, and stores it with one whole-file Put
+// when a descriptor is flushed or synced.
+type wbuf struct {
+	mu       sync.Mutex
+	f        *os.File // Removed from its directory at once.
+	size     int64
+	dirty    bool      // The buffer differs from the server's file.
+	created  bool      // Created here; not yet on the server at all.
+	unlinked bool      // Removed or replaced: never to be stored.
+	refs     int       // Open descriptors; guarded by the node's mu.
+	base     ferry.Dir // The attributes last known.
+	set      ferry.Dir // Attributes to send with the next Put.
+	mtime    time.Time // Of the last write here.
+}
+
+func newWbuf(dir string, base ferry.Dir) (*wbuf, error) {
+	f, err := os.CreateTemp(dir, "ferry-mount-")
+	if err != nil {
+		return nil, ferry.E("fusefs.Open", dir, ferry.KindIO, err)
+	}
+	os.Remove(f.Name())
+	return &wbuf{f: f, base: base, set: ferry.Dir{}, mtime: time.Now()}, nil
+}
+
+// attrs returns the file's attributes as the buffer sees them.
+func (w *wbuf) attrs() ferry.Dir {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	d := w.base.Clone()
+	d.SetInt(ferry.AttrSize, w.size)
+	if w.dirty {
+		d.SetMtime(w.mtime)
+	}
+	for k, v := range w.set {
+		d[k] = v
+	}
+	return d
+}
+
+func (w *wbuf) isCreated() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.created && !w.unlinked
+}
+
+// setattr applies a truncate to the buffer and records the other
+// attributes for the next Put: all of them for a file not yet stored, and
+// the mtime for a dirty one (whose Put would otherwise set it anew).
+func (w *wbuf) setattr(want ferry.Dir, hasSize bool, size int64) syscall.Errno {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if hasSize {
+		if err := w.f.Truncate(size); err != nil {
+			return errno(ferry.E("fusefs.Setattr", "", ferry.KindIO, err))
+		}
+		w.size = size
+		w.dirty = true
+		w.mtime = time.Now()
+		delete(w.set, ferry.AttrMtime)
+	}
+	if w.created {
+		for k, v := range want {
+			w.set[k] = v
+		}
+		return 0
+	}
+	for k, v := range want {
+		w.base = w.base.Clone()
+		w.base[k] = v
+	}
+	if t, ok := want[ferry.AttrMtime]; ok && w.dirty {
+		w.set[ferry.AttrMtime] = t
+	}
+	return 0
+}
+
+func (w *wbuf) readAt(dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if off >= w.size {
+		return fuse.ReadResultData(nil), 0
+	}
+	if rest := w.size - off; int64(len(dest)) > rest {
+		dest = dest[:rest]
+	}
+	n, err := w.f.ReadAt(dest, off)
+	if err != nil && err != io.EOF {
+		return nil, syscall.EIO
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (w *wbuf) writeAt(data []byte, off int64) (uint32, syscall.Errno) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.f.WriteAt(data, off)
+	if err != nil {
+		return uint32(n), syscall.EIO
+	}
+	if end := off + int64(n); end > w.size {
+		w.size = end
+	}
+	w.dirty = true
+	w.mtime = time.Now()
+	delete(w.set, ferry.AttrMtime)
+	return uint32(n), 0
+}
+
+// handle is an open file.
+type handle struct {
+	n  *node
+	wb *wbuf   // Set for a descriptor open for writing.
+	r  *stream // Set for one open for reading only.
+}
+
+var (
+	_ fs.FileReader   = (*handle)(nil)
+	_ fs.FileWriter   = (*handle)(nil)
+	_ fs.FileFlusher  = (*handle)(nil)
+	_ fs.FileReleaser = (*handle)(nil)
+)
+
+// Open implements fs.NodeOpener. A file opened for writing gets (or
+// shares) a buffer loaded with its content; one opened for reading streams
+// from the server, keeping the kernel's cached pages only if the file has
+// not changed since the last open.
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	trunc := flags&syscall.O_TRUNC != 0
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || trunc {
+		wb, e := n.openWrite(ctx, trunc)
+		if e != 0 {
+			return nil, 0, e
+		}
+		return &handle{n: n, wb: wb}, 0, 0
+	}
+	if n.hasBuffer() {
+		return &handle{n: n, r: &stream{n: n}}, fuse.FOPEN_KEEP_CACHE, 0
+	}
+	p, ok := n.path()
+	if !ok {
+		return nil, 0, syscall.ENOENT
+	}
+	var d ferry.Dir
+	var err error
+	cctx, cancel := n.s.ctx(ctx)
+	defer cancel()
+	if n.s.meta.leased() {
+		d, err = n.s.meta.getattr(cctx, p)
+	} else {
+		// Without a watch, an open asks the server: it must see the
+		// last close by anyone.
+		d, err = n.s.meta.stat(cctx, p)
+	}
+	if err != nil {
+		return nil, 0, errno(err)
+	}
+	if d.IsDir() {
+		return nil, 0, syscall.EISDIR
+	}
+	n.remember(d)
+	var keep uint32
+	n.mu.Lock()
+	if n.seenMtime == d[ferry.AttrMtime] && n.seenSize == d.Size() {
+		keep = fuse.FOPEN_KEEP_CACHE
+	}
+	n.seenMtime, n.seenSize = d[ferry.AttrMtime], d.Size()
+	n.mu.Unlock()
+	return &handle{n: n, r: &stream{n: n}}, keep, 0
+}
+
+// openWrite returns the node's buffer, making and loading it if needed.
+func (n *node) openWrite(ctx context.Context, trunc bool) (*wbuf, syscall.Errno) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.wb != nil {
+		n.wb.refs++
+		if trunc {
+			n.wb.setattr(nil, true, 0)
+		}
+		return n.wb, 0
+	}
+	p, ok := n.path()
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	cctx, cancel := n.s.ctx(ctx)
+	defer cancel()
+	d, err := n.s.meta.stat(cctx, p)
+	if err != nil {
+		return nil, errno(err)
+	}
+	if d.IsDir() {
+		return nil, syscall.EISDIR
+	}
+	wb, err := newWbuf(n.s.opt.TempDir, d)
+	if err != nil {
+		return nil, errno(err)
+	}
+	if trunc {
+		wb.dirty = d.Size() != 0
+	} else if d.Size() > 0 {
+		// The whole file is loaded: writes replace it whole.
+		r := n.s.fsys.Get(context.WithoutCancel(ctx), p, 0, -1)
+		size, err := io.Copy(wb.f, r)
+		r.Close()
+		if err != nil {
+			wb.f.Close()
+			return nil, errno(err)
+		}
+		wb.size = size
+		wb.base = d.Clone()
+		wb.base.SetInt(ferry.AttrSize, size)
+	}
+	wb.refs = 1
+	n.wb = wb
+	n.seenMtime, n.seenSize = d[ferry.AttrMtime], d.Size()
+	return wb, 0
+}
+
+// flush stores the node's buffer if it holds changes: close-to-open
+// consistency, the data is on the server when close returns.
+func (n *node) flush(ctx context.Context) syscall.Errno {
+	n.mu.Lock()
+	wb := n.wb
+	n.mu.Unlock()
+	if wb == nil {
+		return 0
+	}
+	wb.mu.Lock()
+	if !wb.dirty || wb.unlinked {
+		wb.mu.Unlock()
+		return 0
+	}
+	p, ok := n.path()
+	if !ok {
+		wb.unlinked = true
+		wb.mu.Unlock()
+		return 0
+	}
+	d := ferry.Dir{ferry.AttrType: ferry.TypeFile}
+	for k, v := range wb.set {
+		d[k] = v
+	}
+	if !wb.created {
+		// A whole-file Put makes a new file: keep the old owner.
+		if u := wb.base.Int(ferry.AttrUid); u != n.s.rootUid {
+			d.SetInt(ferry.AttrUid, u)
+		}
+		if g := wb.base.Int(ferry.AttrGid); g != n.s.rootGid {
+			d.SetInt(ferry.AttrGid, g)
+		}
+	}
+	// The Put is not interrupted with the request: see Server.ctx.
+	got, err := n.s.put(context.WithoutCancel(ctx), p, d, ferry.Whole, func() io.Reader {
+		return io.NewSectionReader(wb.f, 0, wb.size)
+	})
+	if err != nil {
+		wb.mu.Unlock()
+		n.s.log.Warn("storing a file failed", "path", p, "err", err)
+		return errno(err)
+	}
+	wb.dirty, wb.created = false, false
+	wb.base, wb.set = got, ferry.Dir{}
+	wb.mu.Unlock()
+	n.s.meta.set(got)
+	n.s.meta.dropPending(p)
+	n.remember(got)
+	n.mu.Lock()
+	n.seenMtime, n.seenSize = got[ferry.AttrMtime], got.Size()
+	n.mu.Unlock()
+	return 0
+}
+
+// Read implements fs.FileReader: from the buffer while the file is open
+// for writing anywhere, else from the stream.
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	wb := h.wb
+	if wb == nil {
+		h.n.mu.Lock()
+		wb = h.n.wb
+		h.n.mu.Unlock()
+	}
+	if wb != nil {
+		return wb.readAt(dest, off)
+	}
+	return h.r.read(ctx, dest, off)
+}
+
+// Write implements fs.FileWriter.
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if h.wb == nil {
+		return 0, syscall.EBADF
+	}
+	return h.wb.writeAt(data, off)
+}
+
+// Flush implements fs.FileFlusher; close(2) calls it.
+func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	if h.wb == nil {
+		return 0
+	}
+	return h.n.flush(ctx)
+}
+
+// Release implements fs.FileReleaser: the last descriptor of a buffer
+// stores what is left (a flush failed earlier) and drops it.
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	if h.r != nil {
+		h.r.close()
+	}
+	if h.wb == nil {
+		return 0
+	}
+	e := h.n.flush(ctx)
+	if e != 0 {
+		h.n.s.log.Error("a file's changes are lost: storing failed on last close", "errno", e)
+	}
+	h.n.mu.Lock()
+	h.wb.refs--
+	last := h.wb.refs == 0
+	if last && h.n.wb == h.wb {
+		h.n.wb = nil
+	}
+	h.n.mu.Unlock()
+	if last {
+		h.wb.mu.Lock()
+		h.wb.f.Close()
+		h.wb.mu.Unlock()
+	}
+	return 0
+}
+
+// stream reads a file with one Get from the offset read, and keeps reading
+// ahead of the kernel in the background so the link stays busy.
+type stream struct {
+	n *node
+
+	mu     sync.Mutex
+	ch     chan chunk
+	cancel context.CancelFunc
+	cur    []byte
+	pos    int64 // The offset of cur[0].
+	err    error // The stream's end (io.EOF) or failure, once cur is used up.
+}
+
+type chunk struct {
+	data []byte
+	err  error
+}
+
+// readAhead is how many chunks of up to chunkSize the pump may hold.
+const (
+	readAhead = 16
+	chunkSize = 256 << 10
+	// maxSkip is how far ahead of the stream a read may land and still
+	// be served by reading on rather than starting a new Get.
+	maxSkip = 1 << 20
+)
+
+func (s *stream) start(off int64) syscall.Errno {
+	s.stop()
+	p, ok := s.n.path()
+	if !ok {
+		return syscall.ENOENT
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r := s.n.s.fsys.Get(ctx, p, off, -1)
+	ch := make(chan chunk, readAhead)
+	go func() {
+		defer close(ch)
+		defer r.Close()
+		for {
+			buf := make([]byte, chunkSize)
+			n, err := io.ReadAtLeast(r, buf, 1)
+			if n > 0 {
+				select {
+				case ch <- chunk{data: buf[:n]}:
+				case <-ctx.Done():
+					return
+				}
+			}
+			if err != nil {
+				select {
+				case ch <- chunk{err: err}:
+				case <-ctx.Done():
+				}
+				return
+			}
+		}
+	}()
+	s.ch, s.cancel, s.cur, s.pos, s.err = ch, cancel, nil, off, nil
+	return 0
+}
+
+func (s *stream) stop() {
+	if s.cancel != nil {
+		s.cancel()
+		s.cancel, s.ch = nil, nil
+	}
+}
+
+func (s *stream) close() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.stop()
+}
+
+// next makes cur non-empty, or sets err. It does not heed the request's
+// interrupts: the pump is bounded by the connection's own timeouts.
+func (s *stream) next() {
+	for len(s.cur) == 0 && s.err == nil {
+		c, ok := <-s.ch
+		switch {
+		case !ok:
+			s.err = io.EOF
+		case c.err != nil:
+			s.err = c.err
+		default:
+			s.cur = c.data
+		}
+	}
+}
+
+func (s *stream) read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ch == nil || off < s.pos || off > s.pos+int64(len(s.cur))+maxSkip || (s.err != nil && s.err != io.EOF) {
+		if e := s.start(off); e != 0 {
+			return nil, e
+		}
+	}
+	// Skip to off.
+	for s.pos < off {
+		s.next()
+		if len(s.cur) == 0 {
+			break
+		}
+		k := min(int64(len(s.cur)), off-s.pos)
+		s.cur, s.pos = s.cur[k:], s.pos+k
+	}
+	n := 0
+	for n < len(dest) && s.pos == off+int64(n) {
+		s.next()
+		if len(s.cur) == 0 {
+			break
+		}
+		k := copy(dest[n:], s.cur)
+		s.cur, s.pos, n = s.cur[k:], s.pos+int64(k), n+k
+	}
+	if n == 0 && s.err != nil && s.err != io.EOF {
+		err := s.err
+		s.stop()
+		return nil, errno(err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}

@@ -1,0 +1,269 @@
+// Package fusefs mounts a ferry.FS in the kernel with FUSE, so that programs
+// that know only the one-call-at-a-time file interface (git, make, editors)
+// can work in a Ferry tree.
+//
+// The adaptor pays as few round trips as the kernel lets it:
+//
+//   - Metadata. On first use of a directory it issues one Find for the
+//     subtree below it, bounded by depth and by an entry budget, and answers
+//     lookup, getattr and readdir(plus) from what arrived; a name missing
+//     from a listed directory is answered "no such file" at once. See meta.
+//   - Coherence. If the tree implements ferry.Watcher, the adaptor holds one
+//     watch on the mounted path for the life of the mount. While it lasts
+//     the cache is trusted and the kernel is given long timeouts; each event
+//     drops the entry it names (and its parent's listing) here and in the
+//     kernel, through go-fuse's notify calls. Without a watch nothing is
+//     trusted for longer than Options.TTL, and an open asks the server.
+//   - Writes. A file open for writing is buffered in a local temporary file
+//     shared by all its open descriptors and sent with one whole-file,
+//     atomic Put (ferry.Whole) when a descriptor is closed (flush) or
+//     synced: close-to-open consistency, the data is on the server when
+//     close returns. A new file exists only here until that Put, so creating
+//     a file costs one round trip, not two.
+//   - Reads. A file open for reading streams with one Get from the offset
+//     read, with read-ahead; a jump backwards or far ahead starts a new Get.
+//
+// Errnos are made only at this boundary, from one kind-to-errno table
+// (errno.go). Hard links are not supported (the Tree has no link call):
+// link(2) fails with ENOTSUP. The tree has no atime or ctime: atime is
+// reported as the mtime and ctime as the later of the mtime and the last
+// change this mount made to the inode.
+package fusefs
+
+import (
+	"context"
+	"log"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ferryfs/ferry"
+)
+
+// Options configure a mount. The zero value is usable.
+type Options struct {
+	// Root is the path in the tree to mount; "/" if empty.
+	Root string
+	// Log receives the adaptor's messages; nothing is logged if nil.
+	Log *slog.Logger
+	// PrefetchDepth bounds the Find issued on first use of a directory
+	// (default 3: the directory's children, grandchildren and theirs).
+	PrefetchDepth int
+	// PrefetchBudget stops a prefetch after this many entries (default
+	// 20000); what it completed is kept.
+	PrefetchBudget int
+	// TTL is how long metadata is trusted without a watch, in the adaptor
+	// and in the kernel (default 1 s).
+	TTL time.Duration
+	// LeaseTTL is the kernel's entry and attribute timeout while a watch
+	// is in place (default 1 min). Events invalidate sooner; this bounds
+	// the harm of one that never comes.
+	LeaseTTL time.Duration
+	// TempDir holds the buffers of files open for writing; os.TempDir()
+	// if empty.
+	TempDir string
+	// AllowOther lets users other than the one mounting use the mount.
+	AllowOther bool
+	// Debug logs every FUSE request.
+	Debug bool
+	// FsName is shown as the file system's source by mount and df.
+	FsName string
+	// WatchBackoff is the first wait before re-establishing a lost watch
+	// (default 100 ms); it doubles up to a minute.
+	WatchBackoff time.Duration
+}
+
+// Server is a mounted tree.
+type Server struct {
+	fsys   ferry.FS
+	opt    Options
+	log    *slog.Logger
+	meta   *meta
+	root   *node
+	srv    *fuse.Server
+	mnt    string
+	cancel context.CancelFunc
+	done   chan struct{} // Closed when the watch loop has ended.
+
+	// rootUid and rootGid own the mounted root on the server. Files
+	// created by that owner are created without an explicit owner, so a
+	// server that is not run by root can serve them.
+	rootUid, rootGid int64
+
+	mu       sync.Mutex
+	watching bool
+}
+
+// Mount mounts the tree fsys at mountpoint and serves it in the
+// background until Unmount or an external unmount (ferry umount,
+// fusermount3 -u). The root must be a directory.
+func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
+	const op = "fusefs.Mount"
+	if opt.Root == "" {
+		opt.Root = "/"
+	}
+	root, err := ferry.CleanPath(opt.Root)
+	if err != nil {
+		return nil, err
+	}
+	opt.Root = root
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	if opt.PrefetchDepth <= 0 {
+		opt.PrefetchDepth = 3
+	}
+	if opt.PrefetchBudget <= 0 {
+		opt.PrefetchBudget = 20000
+	}
+	if opt.TTL <= 0 {
+		opt.TTL = time.Second
+	}
+	if opt.LeaseTTL <= 0 {
+		opt.LeaseTTL = time.Minute
+	}
+	if opt.WatchBackoff <= 0 {
+		opt.WatchBackoff = 100 * time.Millisecond
+	}
+	if opt.TempDir == "" {
+		opt.TempDir = os.TempDir()
+	}
+	if opt.FsName == "" {
+		opt.FsName = "ferry:" + root
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	d, err := fsys.Stat(ctx, root).Wait()
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	if !d.IsDir() {
+		return nil, ferry.E(op, root, ferry.KindNotDir)
+	}
+	s := &Server{
+		fsys: fsys, opt: opt, log: opt.Log,
+		meta:    newMeta(fsys, opt.PrefetchDepth, opt.PrefetchBudget, opt.TTL),
+		done:    make(chan struct{}),
+		rootUid: d.Int(ferry.AttrUid), rootGid: d.Int(ferry.AttrGid),
+	}
+	s.root = &node{s: s}
+	zero := time.Duration(0)
+	fopt := &fs.Options{
+		// Timeouts are set on each reply (see timeouts); these are the
+		// fallbacks for replies that carry none.
+		EntryTimeout:    &opt.TTL,
+		AttrTimeout:     &opt.TTL,
+		NegativeTimeout: &zero,
+		NullPermissions: true,
+		MountOptions: fuse.MountOptions{
+			FsName: opt.FsName,
+			Name:   "ferry",
+			// The kernel checks permissions against the attributes
+			// the server reports, as a local file system would.
+			Options: []string{"default_permissions"},
+			// Many requests in flight: each waits on the network,
+			// not on a disk.
+			MaxBackground: 128,
+			MaxWrite:      1 << 20,
+			MaxReadAhead:  1 << 20,
+			// The kernel sends one read at a time per open file, in
+			// order, so a read continues the stream of the last.
+			SyncRead: true,
+			// Extended attributes are not in the Tree; saying so once
+			// spares a round trip into the adaptor per file for ls.
+			DisableXAttrs: true,
+			AllowOther:    opt.AllowOther,
+			Debug:         opt.Debug,
+			// Unmount without fusermount when running as root, which
+			// is also what lets tests mount several times quickly.
+			DirectMount: os.Geteuid() == 0,
+		},
+	}
+	if opt.Debug {
+		fopt.MountOptions.Logger = log.New(&slogWriter{opt.Log}, "", 0)
+	}
+	mnt, err := filepath.Abs(mountpoint)
+	if err != nil {
+		return nil, ferry.E(op, mountpoint, ferry.KindInvalid, err)
+	}
+	srv, err := fs.Mount(mnt, s.root, fopt)
+	if err != nil {
+		return nil, ferry.E(op, mnt, ferry.KindIO, err)
+	}
+	s.srv, s.mnt = srv, mnt
+	wctx, wcancel := context.WithCancel(context.Background())
+	s.cancel = wcancel
+	go func() {
+		defer close(s.done)
+		s.watch(wctx)
+	}()
+	go func() {
+		srv.Wait()
+		wcancel()
+	}()
+	opt.Log.Info("mounted", "tree", root, "at", mnt)
+	return s, nil
+}
+
+// Wait blocks until the file system is unmounted.
+func (s *Server) Wait() {
+	s.srv.Wait()
+	s.cancel()
+	<-s.done
+}
+
+// Unmount unmounts the file system and waits until it is no longer served.
+// If programs still use it, it is detached lazily: it disappears from the
+// namespace at once and is released when they are done.
+func (s *Server) Unmount() error {
+	err := s.srv.Unmount()
+	if err != nil {
+		s.log.Warn("unmount failed, detaching", "at", s.mnt, "err", err)
+		if derr := syscall.Unmount(s.mnt, syscall.MNT_DETACH); derr != nil {
+			return ferry.E("fusefs.Unmount", s.mnt, ferry.KindIO, err)
+		}
+	}
+	s.Wait()
+	return nil
+}
+
+// Mountpoint returns where the tree is mounted.
+func (s *Server) Mountpoint() string { return s.mnt }
+
+// Counts returns how many Finds and Stats the metadata cache has issued.
+func (s *Server) Counts() (finds, stats uint64) { return s.meta.counts() }
+
+// treePath returns the path in the tree of a path relative to the mount.
+func (s *Server) treePath(rel string) string {
+	if rel == "" {
+		return s.opt.Root
+	}
+	if s.opt.Root == "/" {
+		return "/" + rel
+	}
+	return s.opt.Root + "/" + rel
+}
+
+// timeouts returns the kernel's entry and attribute timeout and its
+// negative-entry timeout: long while a watch lets the adaptor revoke them,
+// short otherwise.
+func (s *Server) timeouts() (ttl, negative time.Duration) {
+	if s.meta.leased() {
+		return s.opt.LeaseTTL, s.opt.LeaseTTL
+	}
+	return s.opt.TTL, 0
+}
+
+// slogWriter sends go-fuse's debug log to slog.
+type slogWriter struct{ l *slog.Logger }
+
+func (w *slogWriter) Write(b []byte) (int, error) {
+	w.l.Debug(string(b))
+	return len(b), nil
+}

@@ -1,0 +1,468 @@
+package fusefs
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/local"
+)
+
+// needFUSE skips a test that needs to mount, unless CI=true, where a
+// machine that cannot mount is a failure.
+func needFUSE(t *testing.T) {
+	t.Helper()
+	reason := ""
+	if os.Geteuid() != 0 {
+		reason = "mounting needs root"
+	} else if _, err := os.Stat("/dev/fuse"); err != nil {
+		reason = "no /dev/fuse: " + err.Error()
+	}
+	if reason == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("FUSE tests cannot run: %s (CI=true: not skipping)", reason)
+	}
+	t.Skipf("skipping FUSE test: %s", reason)
+}
+
+// counting is a tree that counts the calls made to it.
+type counting struct {
+	ferry.FS
+	finds, stats, gets, puts, wstats atomic.Int64
+}
+
+func (c *counting) Find(ctx context.Context, p, pred string) *ferry.Stream[ferry.Entry] {
+	c.finds.Add(1)
+	return c.FS.Find(ctx, p, pred)
+}
+
+func (c *counting) Stat(ctx context.Context, p string) *ferry.Future[ferry.Dir] {
+	c.stats.Add(1)
+	return c.FS.Stat(ctx, p)
+}
+
+func (c *counting) Get(ctx context.Context, p string, off, n int64) io.ReadCloser {
+	c.gets.Add(1)
+	return c.FS.Get(ctx, p, off, n)
+}
+
+func (c *counting) Put(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) *ferry.Future[ferry.Dir] {
+	c.puts.Add(1)
+	return c.FS.Put(ctx, p, d, off, data)
+}
+
+func (c *counting) Wstat(ctx context.Context, p string, d ferry.Dir) *ferry.Future[ferry.Dir] {
+	c.wstats.Add(1)
+	return c.FS.Wstat(ctx, p, d)
+}
+
+func (c *counting) reset() {
+	c.finds.Store(0)
+	c.stats.Store(0)
+	c.gets.Store(0)
+	c.puts.Store(0)
+	c.wstats.Store(0)
+}
+
+func testLog(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
+}
+
+// mountFS mounts fsys on a new temporary directory until the test ends.
+func mountFS(t *testing.T, fsys ferry.FS, opt Options) (string, *Server) {
+	t.Helper()
+	needFUSE(t)
+	mnt := t.TempDir()
+	if opt.Log == nil {
+		opt.Log = testLog(t)
+	}
+	if opt.TempDir == "" {
+		opt.TempDir = t.TempDir()
+	}
+	s, err := Mount(mnt, fsys, opt)
+	if err != nil {
+		t.Fatalf("mount: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := s.Unmount(); err != nil {
+			t.Errorf("unmount: %v", err)
+		}
+	})
+	return mnt, s
+}
+
+// mountLocal serves a new temporary directory through the adaptor over
+// the local tree, counting calls.
+func mountLocal(t *testing.T, opt Options) (dir, mnt string, c *counting, s *Server) {
+	t.Helper()
+	needFUSE(t)
+	dir = t.TempDir()
+	tree, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tree.Close() })
+	c = &counting{FS: tree}
+	mnt, s = mountFS(t, c, opt)
+	return dir, mnt, c, s
+}
+
+func writeFile(t *testing.T, p, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readFile(t *testing.T, p string) string {
+	t.Helper()
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func wantErrno(t *testing.T, what string, err error, want syscall.Errno) {
+	t.Helper()
+	if !errors.Is(err, want) {
+		t.Errorf("%s: got %v, want %v", what, err, want)
+	}
+}
+
+func TestFiles(t *testing.T) {
+	dir, mnt, _, _ := mountLocal(t, Options{})
+	writeFile(t, filepath.Join(dir, "a.txt"), "alpha\n")
+
+	// Read what is on the server.
+	if got := readFile(t, filepath.Join(mnt, "a.txt")); got != "alpha\n" {
+		t.Errorf("read a.txt = %q", got)
+	}
+	// Create: on the server when close returns.
+	f, err := os.Create(filepath.Join(mnt, "b.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteString("beta\n"); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(mnt, "b.txt")); err != nil || fi.Size() != 5 {
+		t.Errorf("stat of a file being written: %v, %v", fi, err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(dir, "b.txt")); got != "beta\n" {
+		t.Errorf("after close, server has %q", got)
+	}
+	// Append and overwrite in place.
+	f, err = os.OpenFile(filepath.Join(mnt, "a.txt"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("more\n")
+	f.Close()
+	if got := readFile(t, filepath.Join(dir, "a.txt")); got != "alpha\nmore\n" {
+		t.Errorf("after append, server has %q", got)
+	}
+	f, _ = os.OpenFile(filepath.Join(mnt, "a.txt"), os.O_RDWR, 0)
+	f.WriteAt([]byte("ALP"), 0)
+	b := make([]byte, 5)
+	f.ReadAt(b, 0)
+	if string(b) != "ALPha" {
+		t.Errorf("read back through O_RDWR: %q", b)
+	}
+	f.Close()
+	if got := readFile(t, filepath.Join(dir, "a.txt")); got != "ALPha\nmore\n" {
+		t.Errorf("after write at 0, server has %q", got)
+	}
+	// Truncate, by path and by O_TRUNC.
+	if err := os.Truncate(filepath.Join(mnt, "a.txt"), 3); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(dir, "a.txt")); got != "ALP" {
+		t.Errorf("after truncate, server has %q", got)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "a.txt"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(dir, "a.txt")); got != "" {
+		t.Errorf("after O_TRUNC, server has %q", got)
+	}
+	// An empty new file exists after close.
+	f, _ = os.Create(filepath.Join(mnt, "empty"))
+	f.Close()
+	if fi, err := os.Stat(filepath.Join(dir, "empty")); err != nil || fi.Size() != 0 {
+		t.Errorf("empty file on server: %v %v", fi, err)
+	}
+	// fsync stores before close.
+	f, _ = os.Create(filepath.Join(mnt, "synced"))
+	f.WriteString("synced")
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(dir, "synced")); got != "synced" {
+		t.Errorf("after fsync, server has %q", got)
+	}
+	f.Close()
+	// A change on the server is seen by the next open once the
+	// metadata timeout has passed (no watch here).
+	writeFile(t, filepath.Join(dir, "b.txt"), "beta changed\n")
+	time.Sleep(1100 * time.Millisecond)
+	if got := readFile(t, filepath.Join(mnt, "b.txt")); got != "beta changed\n" {
+		t.Errorf("after a change on the server, read %q", got)
+	}
+}
+
+func TestLargeFile(t *testing.T) {
+	dir, mnt, _, _ := mountLocal(t, Options{})
+	data := make([]byte, 20<<20+12345)
+	rand.Read(data)
+	if err := os.WriteFile(filepath.Join(mnt, "big"), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(filepath.Join(dir, "big"))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("server copy differs (%d bytes, %v)", len(got), err)
+	}
+	// Read back through a fresh open, and at scattered offsets.
+	got, err = os.ReadFile(filepath.Join(mnt, "big"))
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read through the mount differs (%d bytes, %v)", len(got), err)
+	}
+	f, err := os.Open(filepath.Join(mnt, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, off := range []int64{15 << 20, 1 << 20, 20 << 20, 0, 7777777} {
+		b := make([]byte, 100000)
+		n, err := f.ReadAt(b, off)
+		if err != nil && err != io.EOF {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(b[:n], data[off:off+int64(n)]) {
+			t.Errorf("ReadAt %d differs", off)
+		}
+	}
+}
+
+func TestNamespace(t *testing.T) {
+	dir, mnt, _, _ := mountLocal(t, Options{})
+	m := func(p string) string { return filepath.Join(mnt, p) }
+	if err := os.Mkdir(m("d"), 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "d")); err != nil || fi.Mode().Perm() != 0o750 || !fi.IsDir() {
+		t.Errorf("mkdir on server: %v %v", fi, err)
+	}
+	wantErrno(t, "mkdir of an existing dir", os.Mkdir(m("d"), 0o755), syscall.EEXIST)
+	writeFile(t, m("d/f"), "f")
+	wantErrno(t, "rmdir of a non-empty dir", os.Remove(m("d")), syscall.ENOTEMPTY)
+	wantErrno(t, "mkdir below a file", os.Mkdir(m("d/f/x"), 0o755), syscall.ENOTDIR)
+	_, err := os.Stat(m("nope"))
+	wantErrno(t, "stat of a missing file", err, syscall.ENOENT)
+	_, err = os.Stat(m(strings.Repeat("n", 256)))
+	wantErrno(t, "a name too long", err, syscall.ENAMETOOLONG)
+
+	// Symbolic links.
+	if err := os.Symlink("d/f", m("link")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.Readlink(m("link")); err != nil || got != "d/f" {
+		t.Errorf("readlink = %q, %v", got, err)
+	}
+	if got, err := os.Readlink(filepath.Join(dir, "link")); err != nil || got != "d/f" {
+		t.Errorf("readlink on the server = %q, %v", got, err)
+	}
+	if got := readFile(t, m("link")); got != "f" {
+		t.Errorf("read through the link: %q", got)
+	}
+	wantErrno(t, "symlink over an existing name", os.Symlink("x", m("link")), syscall.EEXIST)
+
+	// Hard links are not supported.
+	wantErrno(t, "link", os.Link(m("d/f"), m("hard")), syscall.ENOTSUP)
+
+	// Rename: a file, over a file, a directory with content.
+	writeFile(t, m("g"), "g")
+	if err := os.Rename(m("g"), m("d/f")); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(dir, "d/f")); got != "g" {
+		t.Errorf("after rename over, server has %q", got)
+	}
+	if _, err := os.Stat(m("g")); !os.IsNotExist(err) {
+		t.Errorf("old name still there: %v", err)
+	}
+	if err := os.Rename(m("d"), m("e")); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, m("e/f")); got != "g" {
+		t.Errorf("read after renaming the directory: %q", got)
+	}
+	if _, err := os.Stat(m("d/f")); !os.IsNotExist(err) {
+		t.Errorf("old directory still there: %v", err)
+	}
+	// A file created and renamed before it is closed.
+	f, err := os.Create(m("tmp"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("early")
+	if err := os.Rename(m("tmp"), m("e/final")); err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString(" and late")
+	f.Close()
+	if got := readFile(t, filepath.Join(dir, "e/final")); got != "early and late" {
+		t.Errorf("renamed while open: server has %q", got)
+	}
+
+	// Readdir.
+	ents, err := os.ReadDir(m("e"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if got, want := strings.Join(names, " "), "f final"; got != want {
+		t.Errorf("readdir = %q, want %q", got, want)
+	}
+
+	// Unlink and rmdir.
+	if err := os.Remove(m("e/f")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(m("e/final")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(m("e")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "e")); !os.IsNotExist(err) {
+		t.Errorf("rmdir left the directory on the server: %v", err)
+	}
+	// A file created and removed before close never reaches the server.
+	f, _ = os.Create(m("ghost"))
+	os.Remove(m("ghost"))
+	f.WriteString("boo")
+	f.Close()
+	if _, err := os.Stat(filepath.Join(dir, "ghost")); !os.IsNotExist(err) {
+		t.Errorf("a removed file was stored: %v", err)
+	}
+}
+
+func TestAttributes(t *testing.T) {
+	dir, mnt, _, _ := mountLocal(t, Options{})
+	writeFile(t, filepath.Join(dir, "f"), "content")
+	p := filepath.Join(mnt, "f")
+	if err := os.Chmod(p, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(p, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	mt := time.Date(2020, 1, 2, 3, 4, 5, 6000, time.UTC)
+	if err := os.Chtimes(p, mt, mt); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{p, filepath.Join(dir, "f")} {
+		fi, err := os.Stat(q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if fi.Mode().Perm() != 0o640 || st.Uid != 65534 || st.Gid != 65534 || !fi.ModTime().Equal(mt) {
+			t.Errorf("%s: mode %v uid %d gid %d mtime %v", q, fi.Mode(), st.Uid, st.Gid, fi.ModTime())
+		}
+	}
+	// A file created with a mode and times set before close (as tar does).
+	f, err := os.OpenFile(filepath.Join(mnt, "g"), os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("g")
+	f.Chmod(0o751)
+	os.Chtimes(filepath.Join(mnt, "g"), mt, mt)
+	f.Close()
+	fi, err := os.Stat(filepath.Join(dir, "g"))
+	if err != nil || fi.Mode().Perm() != 0o751 || !fi.ModTime().Equal(mt) {
+		t.Errorf("created file on the server: %v %v", fi, err)
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(mnt, &st); err != nil || st.Bsize == 0 || st.Bavail == 0 {
+		t.Errorf("statfs: %+v %v", st, err)
+	}
+}
+
+// TestPrefetch checks that a walk of a tree costs a few Finds, not a call
+// per entry.
+func TestPrefetch(t *testing.T) {
+	dir, mnt, c, s := mountLocal(t, Options{})
+	var want []string
+	for i := 0; i < 20; i++ {
+		for j := 0; j < 5; j++ {
+			for k := 0; k < 3; k++ {
+				p := filepath.Join("d"+string(rune('a'+i)), "e"+string(rune('a'+j)), "f"+string(rune('a'+k)))
+				writeFile(t, filepath.Join(dir, p), p)
+				want = append(want, p)
+			}
+		}
+	}
+	c.reset()
+	var got []string
+	err := filepath.Walk(mnt, func(p string, fi os.FileInfo, err error) error {
+		if err != nil {
+			return err
+		}
+		if fi.Mode().IsRegular() {
+			rel, _ := filepath.Rel(mnt, p)
+			got = append(got, rel)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(got)
+	sort.Strings(want)
+	if strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Errorf("walk found %d files, want %d", len(got), len(want))
+	}
+	finds, stats := c.finds.Load(), c.stats.Load()
+	t.Logf("a walk of %d entries: %d finds, %d stats", len(want)+20*5+20, finds, stats)
+	if finds > 2 || stats > 2 {
+		t.Errorf("a walk of 20x5x3 files took %d finds and %d stats, want at most 2 of each", finds, stats)
+	}
+	_ = s
+	// A missing name in a listed directory costs nothing.
+	c.reset()
+	for i := 0; i < 10; i++ {
+		os.Stat(filepath.Join(mnt, "da", "missing"+string(rune('0'+i))))
+	}
+	if n := c.finds.Load() + c.stats.Load(); n != 0 {
+		t.Errorf("negative lookups in a listed directory made %d calls", n)
+	}
+}

@@ -1,0 +1,562 @@
+package fusefs
+
+import (
+	"context"
+	"path"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/ferryfs/ferry"
+)
+
+// meta is the adaptor's metadata cache: the entries and directory listings
+// that arrived from the tree, answered locally while they can be trusted.
+//
+// An entry or listing can be trusted while it is younger than ttl, or for as
+// long as the watch (the lease) under which it was fetched lasts: a watch
+// reports every change, and each change drops what it touches. A fetch that
+// overlaps an invalidation is trusted only for ttl, since it may have read
+// the entry before the change the invalidation reports.
+//
+// On first use of a directory, meta issues one Find for its subtree bounded
+// by depth and by an entry budget, and fills every entry and every listing
+// that the walk completed. A lookup waits only until its own name or its
+// directory's listing has arrived, not for the whole walk.
+type meta struct {
+	fsys   ferry.FS
+	depth  int           // depth bound of a prefetch below its directory
+	budget int           // entries after which a prefetch stops
+	ttl    time.Duration // trust without a lease
+
+	mu       sync.Mutex
+	cond     *sync.Cond // Broadcast as fetches make progress.
+	ents     map[string]*entry
+	dirs     map[string]*listing
+	fetching map[string]*fetch
+	pending  map[string]ferry.Dir // Files created here but not yet on the server.
+	lease    uint64               // The current watch's number; 0 while there is none.
+	leases   uint64               // How many leases there have been.
+	seq      uint64               // Counts invalidations.
+
+	// Counters, for tests and the log.
+	finds, stats uint64
+}
+
+// entry is a cached Dir.
+type entry struct {
+	d     ferry.Dir
+	at    time.Time
+	lease uint64
+}
+
+// listing is the complete set of names of a directory.
+type listing struct {
+	names map[string]struct{}
+	at    time.Time
+	lease uint64
+	// doubt holds names that an event reported changed since the
+	// listing was made, with the invalidation's sequence number: each is
+	// checked with a Stat before it is believed present or absent.
+	doubt map[string]uint64
+}
+
+// fetch is a prefetch in flight.
+type fetch struct {
+	done bool
+	err  error
+}
+
+func newMeta(fsys ferry.FS, depth, budget int, ttl time.Duration) *meta {
+	m := &meta{
+		fsys: fsys, depth: depth, budget: budget, ttl: ttl,
+		ents:     map[string]*entry{},
+		dirs:     map[string]*listing{},
+		fetching: map[string]*fetch{},
+		pending:  map[string]ferry.Dir{},
+	}
+	m.cond = sync.NewCond(&m.mu)
+	return m
+}
+
+// trusted reports whether something fetched at at under lease may still be
+// believed. m.mu is held.
+func (m *meta) trusted(at time.Time, lease uint64) bool {
+	return lease != 0 && lease == m.lease || time.Since(at) < m.ttl
+}
+
+// leased reports whether a watch is in place.
+func (m *meta) leased() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.lease != 0
+}
+
+// cached returns the trusted entry at p, if any. m.mu is held.
+func (m *meta) cached(p string) ferry.Dir {
+	if d, ok := m.pending[p]; ok {
+		return d
+	}
+	if e := m.ents[p]; e != nil && m.trusted(e.at, e.lease) {
+		return e.d
+	}
+	return nil
+}
+
+// listed returns the trusted listing of dir, if any. m.mu is held.
+func (m *meta) listed(dir string) *listing {
+	if l := m.dirs[dir]; l != nil && m.trusted(l.at, l.lease) {
+		return l
+	}
+	return nil
+}
+
+// stamp returns what to record with the results of a call that starts now.
+func (m *meta) stamp() (at time.Time, lease, seq uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return time.Now(), m.lease, m.seq
+}
+
+// leaseFor returns the lease to record for a result whose call began at
+// seq under lease: none if an invalidation came in between. m.mu is held.
+func (m *meta) leaseFor(lease, seq uint64) uint64 {
+	if seq != m.seq || lease != m.lease {
+		return 0
+	}
+	return lease
+}
+
+// lookup returns the entry for name in dir. It answers from the cache
+// where it can, waits for a prefetch of dir otherwise, and falls back to a
+// Stat. A missing entry fails with KindNotExist.
+func (m *meta) lookup(ctx context.Context, dir, name string) (ferry.Dir, error) {
+	p := path.Join(dir, name)
+	m.mu.Lock()
+	started := false
+	for {
+		if d := m.cached(p); d != nil {
+			m.mu.Unlock()
+			return d, nil
+		}
+		if l := m.listed(dir); l != nil {
+			if _, doubted := l.doubt[name]; doubted {
+				break
+			}
+			if _, ok := l.names[name]; !ok {
+				m.mu.Unlock()
+				return nil, ferry.E("fusefs.Lookup", p, ferry.KindNotExist)
+			}
+			break // Listed, but its entry has expired or was dropped.
+		}
+		f := m.fetching[dir]
+		if f == nil {
+			if started {
+				break // The prefetch ended without an answer (budget, error).
+			}
+			started = true
+			m.startFetch(dir)
+			continue
+		}
+		if ctx.Err() != nil {
+			m.mu.Unlock()
+			return nil, ferry.E("fusefs.Lookup", p, ferry.KindCanceled, ctx.Err())
+		}
+		m.cond.Wait()
+	}
+	m.mu.Unlock()
+	return m.stat(ctx, p)
+}
+
+// getattr returns the entry at p from the cache or, failing that, a Stat.
+func (m *meta) getattr(ctx context.Context, p string) (ferry.Dir, error) {
+	m.mu.Lock()
+	d := m.cached(p)
+	m.mu.Unlock()
+	if d != nil {
+		return d, nil
+	}
+	return m.stat(ctx, p)
+}
+
+// stat asks the tree for p and caches the answer.
+func (m *meta) stat(ctx context.Context, p string) (ferry.Dir, error) {
+	at, lease, seq := m.stamp()
+	m.mu.Lock()
+	m.stats++
+	m.mu.Unlock()
+	d, err := m.fsys.Stat(ctx, p).Wait()
+	if err != nil && !ferry.IsKind(err, ferry.KindNotExist) {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.dirs[path.Dir(p)]
+	if p == "/" {
+		l = nil
+	}
+	if err != nil {
+		m.dropTree(p)
+		if l != nil {
+			if s, ok := l.doubt[path.Base(p)]; !ok || s <= seq {
+				delete(l.names, path.Base(p))
+				delete(l.doubt, path.Base(p))
+			}
+		}
+		return nil, err
+	}
+	m.ents[p] = &entry{d: d, at: at, lease: m.leaseFor(lease, seq)}
+	if l != nil {
+		if s, ok := l.doubt[path.Base(p)]; !ok || s <= seq {
+			l.names[path.Base(p)] = struct{}{}
+			delete(l.doubt, path.Base(p))
+		}
+	}
+	return d, nil
+}
+
+// resolve stats the doubted names of dir's listing, in parallel.
+func (m *meta) resolve(ctx context.Context, dir string, names []string) {
+	var wg sync.WaitGroup
+	for _, name := range names {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			m.stat(ctx, path.Join(dir, name))
+		}()
+	}
+	wg.Wait()
+}
+
+// list returns the sorted names and entries of dir, prefetching it (and
+// below it) if it is not cached. A directory too large for the budget is
+// listed on its own, whole.
+func (m *meta) list(ctx context.Context, dir string) ([]ferry.Dir, error) {
+	m.mu.Lock()
+	started, whole := false, false
+	var last *fetch
+	for tries := 0; ; tries++ {
+		if l := m.listed(dir); l != nil && len(l.doubt) > 0 && tries < 3 {
+			var names []string
+			for name := range l.doubt {
+				names = append(names, name)
+			}
+			m.mu.Unlock()
+			m.resolve(ctx, dir, names)
+			m.mu.Lock()
+			continue
+		}
+		if l := m.listed(dir); l != nil && len(l.doubt) == 0 {
+			out := make([]ferry.Dir, 0, len(l.names)+len(m.pending))
+			missing := false
+			for name := range l.names {
+				d := m.cached(path.Join(dir, name))
+				if d == nil {
+					missing = true
+					break
+				}
+				out = append(out, d)
+			}
+			if !missing {
+				for p, d := range m.pending {
+					if path.Dir(p) == dir {
+						if _, ok := l.names[d.Name()]; !ok {
+							out = append(out, d)
+						}
+					}
+				}
+				m.mu.Unlock()
+				sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
+				return out, nil
+			}
+			// An entry expired before its listing: fetch both again.
+			delete(m.dirs, dir)
+		}
+		f := m.fetching[dir]
+		if f == nil && last != nil && last.err != nil {
+			m.mu.Unlock()
+			return nil, last.err
+		}
+		if f == nil {
+			if whole {
+				m.mu.Unlock()
+				return nil, ferry.E("fusefs.Readdir", dir, ferry.KindIO, "directory changed while being listed")
+			}
+			if started {
+				whole = true
+				m.startWhole(dir)
+			} else {
+				started = true
+				m.startFetch(dir)
+			}
+			continue
+		}
+		last = f
+		if ctx.Err() != nil {
+			m.mu.Unlock()
+			return nil, ferry.E("fusefs.Readdir", dir, ferry.KindCanceled, ctx.Err())
+		}
+		m.cond.Wait()
+	}
+}
+
+// startFetch starts a bounded prefetch of dir unless one is in flight.
+// m.mu is held.
+func (m *meta) startFetch(dir string) {
+	m.start(dir, m.depth, m.budget)
+}
+
+// startWhole starts a listing of dir alone, without a budget.
+func (m *meta) startWhole(dir string) {
+	m.start(dir, 1, 0)
+}
+
+func (m *meta) start(dir string, depth, budget int) {
+	if m.fetching[dir] != nil {
+		return
+	}
+	f := &fetch{}
+	m.fetching[dir] = f
+	m.finds++
+	at, lease, seq := time.Now(), m.lease, m.seq
+	go func() {
+		// The fetch serves every waiter, so no one request's context
+		// may cancel it; it has a deadline of its own.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		err := m.run(ctx, dir, depth, budget, at, lease, seq)
+		m.mu.Lock()
+		f.done, f.err = true, err
+		// A failed fetch stays visible to its waiters until they have
+		// seen it; the next one replaces it.
+		if m.fetching[dir] == f {
+			delete(m.fetching, dir)
+		}
+		m.cond.Broadcast()
+		m.mu.Unlock()
+	}()
+}
+
+// run performs one prefetch: Find with a depth bound, filling entries as
+// they arrive and each listing once the walk has left its directory.
+func (m *meta) run(ctx context.Context, dir string, depth, budget int, at time.Time, lease, seq uint64) error {
+	s := m.fsys.Find(ctx, dir, "depth<="+strconv.Itoa(depth))
+	defer s.Close()
+	type open struct {
+		path  string
+		names map[string]struct{}
+	}
+	var stack []open
+	base := ferry.Depth(dir)
+	n := 0
+	complete := func(o open) { // m.mu is held.
+		m.dirs[o.path] = &listing{names: o.names, at: at, lease: m.leaseFor(lease, seq)}
+	}
+	for e := range s.All() {
+		p := e.Dir.Path()
+		if e.Err != nil {
+			if p == dir {
+				return e.Err
+			}
+			// An unreadable entry: its directory's listing is
+			// incomplete, so it is not recorded.
+			m.mu.Lock()
+			for i := range stack {
+				if ferry.HasPrefix(p, stack[i].path) {
+					stack[i].names = nil
+				}
+			}
+			m.mu.Unlock()
+			continue
+		}
+		m.mu.Lock()
+		for len(stack) > 0 && !ferry.HasPrefix(p, stack[len(stack)-1].path) {
+			if o := stack[len(stack)-1]; o.names != nil {
+				complete(o)
+			}
+			stack = stack[:len(stack)-1]
+		}
+		if len(stack) > 0 && stack[len(stack)-1].names != nil {
+			stack[len(stack)-1].names[e.Dir.Name()] = struct{}{}
+		}
+		if _, ok := m.pending[p]; !ok {
+			m.ents[p] = &entry{d: e.Dir, at: at, lease: m.leaseFor(lease, seq)}
+		}
+		if e.Dir.IsDir() && ferry.Depth(p)-base < depth {
+			stack = append(stack, open{path: p, names: map[string]struct{}{}})
+		}
+		n++
+		if n%256 == 0 {
+			m.cond.Broadcast()
+		}
+		m.mu.Unlock()
+		if budget > 0 && n >= budget {
+			return nil // The open directories stay unlisted.
+		}
+	}
+	if err := s.Err(); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	for i := len(stack) - 1; i >= 0; i-- {
+		if stack[i].names != nil {
+			complete(stack[i])
+		}
+	}
+	m.mu.Unlock()
+	return nil
+}
+
+// set records d, the result of this mount's own call, at its path and in
+// its parent's listing.
+func (m *meta) set(d ferry.Dir) {
+	p := d.Path()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ents[p] = &entry{d: d, at: time.Now(), lease: m.lease}
+	if l := m.dirs[path.Dir(p)]; l != nil && p != "/" {
+		l.names[d.Name()] = struct{}{}
+	}
+}
+
+// forget drops p and everything cached below it, and its name from its
+// parent's listing: this mount removed it or learned that it is gone.
+func (m *meta) forget(p string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dropTree(p)
+	if l := m.dirs[path.Dir(p)]; l != nil {
+		delete(l.names, path.Base(p))
+	}
+}
+
+// invalidate drops p and what is below it, and puts p's name in doubt in
+// its parent's listing: p changed behind this mount's back.
+func (m *meta) invalidate(p string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.seq++
+	m.dropTree(p)
+	if l := m.dirs[path.Dir(p)]; l != nil && p != "/" {
+		if l.doubt == nil {
+			l.doubt = map[string]uint64{}
+		}
+		l.doubt[path.Base(p)] = m.seq
+	}
+}
+
+// invalidateAll drops p and every entry and listing at or below it, whether
+// or not a listing leads to it: events were lost.
+func (m *meta) invalidateAll(p string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.seq++
+	for k := range m.ents {
+		if ferry.HasPrefix(k, p) {
+			delete(m.ents, k)
+		}
+	}
+	for k := range m.dirs {
+		if ferry.HasPrefix(k, p) {
+			delete(m.dirs, k)
+		}
+	}
+	if l := m.dirs[path.Dir(p)]; l != nil && p != "/" {
+		if l.doubt == nil {
+			l.doubt = map[string]uint64{}
+		}
+		l.doubt[path.Base(p)] = m.seq
+	}
+}
+
+// dropTree drops p and, following the listings, what is cached below it.
+// Entries below p that are in no listing are left to expire. m.mu is held.
+func (m *meta) dropTree(p string) {
+	delete(m.ents, p)
+	if l := m.dirs[p]; l != nil {
+		delete(m.dirs, p)
+		for name := range l.names {
+			m.dropTree(path.Join(p, name))
+		}
+	}
+}
+
+// dropAll forgets everything: the lease is gone or events were lost.
+func (m *meta) dropAll() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.seq++
+	clear(m.ents)
+	clear(m.dirs)
+}
+
+// setLease records that a watch is in place (on) or gone (off).
+func (m *meta) setLease(on bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.seq++
+	if on {
+		m.leases++
+		m.lease = m.leases
+	} else {
+		m.lease = 0
+	}
+}
+
+// addPending records a file created here that is not yet on the server.
+func (m *meta) addPending(d ferry.Dir) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.pending[d.Path()] = d
+}
+
+// dropPending forgets a pending file.
+func (m *meta) dropPending(p string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.pending, p)
+}
+
+// renamed moves the cache's knowledge of from to to, as a Move did.
+func (m *meta) renamed(from string, d ferry.Dir) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dropTree(from)
+	if l := m.dirs[path.Dir(from)]; l != nil {
+		delete(l.names, path.Base(from))
+	}
+	to := d.Path()
+	m.dropTree(to)
+	m.ents[to] = &entry{d: d, at: time.Now(), lease: m.lease}
+	if l := m.dirs[path.Dir(to)]; l != nil {
+		l.names[d.Name()] = struct{}{}
+	}
+}
+
+// touch moves the cached mtime of dir to now: this mount changed its
+// entries, and the server's mtime will have moved too.
+func (m *meta) touch(dir string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e := m.ents[dir]; e != nil {
+		d := e.d.Clone()
+		d.SetMtime(time.Now())
+		e.d = d
+	}
+}
+
+// created records that this mount just made the directory dir, so its
+// listing is known to be empty.
+func (m *meta) created(dir string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dirs[dir] = &listing{names: map[string]struct{}{}, at: time.Now(), lease: m.lease}
+}
+
+// counts returns how many Finds and Stats the cache has issued.
+func (m *meta) counts() (finds, stats uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.finds, m.stats
+}

@@ -1,0 +1,681 @@
+package fusefs
+
+import (
+	"context"
+	"hash/fnv"
+	"io"
+	"path"
+	"slices"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ferryfs/ferry"
+)
+
+// node is a file, directory or symbolic link of the mount. Its path in the
+// tree is found from the kernel's view of the tree each time (go-fuse moves
+// nodes on rename), so a node needs no update when its parents are renamed.
+type node struct {
+	fs.Inode
+	s *Server
+
+	mu    sync.Mutex
+	wb    *wbuf     // The write buffer, while the file is open for writing.
+	last  ferry.Dir // The last attributes reported, for a node that is gone.
+	ctime time.Time // The last change this mount made.
+	// seen is the mtime and size at the last open, to tell whether the
+	// kernel's cached pages may be kept.
+	seenMtime string
+	seenSize  int64
+}
+
+var (
+	_ fs.InodeEmbedder = (*node)(nil)
+	_ fs.NodeLookuper  = (*node)(nil)
+	_ fs.NodeGetattrer = (*node)(nil)
+	_ fs.NodeSetattrer = (*node)(nil)
+	_ fs.NodeReaddirer = (*node)(nil)
+	_ fs.NodeOpener    = (*node)(nil)
+	_ fs.NodeCreater   = (*node)(nil)
+	_ fs.NodeMkdirer   = (*node)(nil)
+	_ fs.NodeMknoder   = (*node)(nil)
+	_ fs.NodeUnlinker  = (*node)(nil)
+	_ fs.NodeRmdirer   = (*node)(nil)
+	_ fs.NodeRenamer   = (*node)(nil)
+	_ fs.NodeSymlinker = (*node)(nil)
+	_ fs.NodeReadlinker = (*node)(nil)
+	_ fs.NodeLinker    = (*node)(nil)
+	_ fs.NodeFsyncer   = (*node)(nil)
+	_ fs.NodeStatfser  = (*node)(nil)
+)
+
+// path returns the node's path in the tree, and false if it has been
+// removed (it or a directory above it is no longer in the tree).
+func (n *node) path() (string, bool) {
+	var elems []string
+	in := &n.Inode
+	for !in.IsRoot() {
+		name, parent := in.Parent()
+		if parent == nil {
+			return "", false
+		}
+		elems = append(elems, name)
+		in = parent
+	}
+	slices.Reverse(elems)
+	rel := ""
+	for i, e := range elems {
+		if i > 0 {
+			rel += "/"
+		}
+		rel += e
+	}
+	return n.s.treePath(rel), true
+}
+
+// ctx detaches a request's context from interrupts: the Go runtime
+// interrupts its own programs' system calls all the time (SIGURG), and a
+// call to the server abandoned halfway helps no one. Calls are bounded by
+// the request timeout instead.
+func (s *Server) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+}
+
+// typeBits returns the S_IFMT bits for an entry.
+func typeBits(d ferry.Dir) uint32 {
+	switch d.Type() {
+	case ferry.TypeDir:
+		return syscall.S_IFDIR
+	case ferry.TypeSymlink:
+		return syscall.S_IFLNK
+	}
+	return syscall.S_IFREG
+}
+
+// modeBits returns the permission, set-id and sticky bits of d.
+func modeBits(d ferry.Dir) uint32 {
+	m, _ := strconv.ParseUint(d[ferry.AttrMode], 8, 32)
+	return uint32(m) & 0o7777
+}
+
+// fillAttr describes d, changed by this mount at ctime, to the kernel.
+func fillAttr(d ferry.Dir, ctime time.Time, out *fuse.Attr) {
+	out.Mode = typeBits(d) | modeBits(d)
+	size := d.Size()
+	if d.IsDir() {
+		size = 4096
+	}
+	out.Size = uint64(size)
+	out.Blksize = 4096
+	out.Blocks = (uint64(size) + 511) / 512
+	mt := d.Mtime()
+	ct := mt
+	if ctime.After(ct) {
+		ct = ctime
+	}
+	out.SetTimes(&mt, &mt, &ct)
+	out.Uid = uint32(d.Int(ferry.AttrUid))
+	out.Gid = uint32(d.Int(ferry.AttrGid))
+	nlink := uint32(d.Int(ferry.AttrNlink))
+	if nlink == 0 {
+		nlink = 1
+		if d.IsDir() {
+			nlink = 2
+		}
+	}
+	out.Nlink = nlink
+}
+
+// attrs returns the node's current attributes: those of its write buffer
+// while it has one, else the cache's (or the server's).
+func (n *node) attrs(ctx context.Context) (ferry.Dir, syscall.Errno) {
+	n.mu.Lock()
+	wb := n.wb
+	n.mu.Unlock()
+	if wb != nil {
+		d := wb.attrs()
+		n.remember(d)
+		return d, 0
+	}
+	p, ok := n.path()
+	if !ok {
+		n.mu.Lock()
+		defer n.mu.Unlock()
+		if n.last == nil {
+			return nil, syscall.ENOENT
+		}
+		d := n.last.Clone()
+		d.SetInt(ferry.AttrNlink, 0)
+		return d, 0
+	}
+	ctx, cancel := n.s.ctx(ctx)
+	defer cancel()
+	d, err := n.s.meta.getattr(ctx, p)
+	if err != nil {
+		return nil, errno(err)
+	}
+	n.remember(d)
+	return d, 0
+}
+
+func (n *node) remember(d ferry.Dir) {
+	n.mu.Lock()
+	n.last = d
+	n.mu.Unlock()
+}
+
+func (n *node) changeTime() time.Time {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.ctime
+}
+
+// changed records a change this mount made to the node.
+func (n *node) changed() {
+	n.mu.Lock()
+	n.ctime = time.Now()
+	n.mu.Unlock()
+}
+
+// child returns the node for the entry d named name in n: the one the
+// kernel already knows if its type has not changed, else a new one.
+func (n *node) child(ctx context.Context, name string, d ferry.Dir) *fs.Inode {
+	if c := n.GetChild(name); c != nil && c.StableAttr().Mode == typeBits(d) {
+		return c
+	}
+	return n.NewInode(ctx, &node{s: n.s}, fs.StableAttr{Mode: typeBits(d)})
+}
+
+// entryOut fills the kernel's entry for child c described by d.
+func (n *node) entryOut(c *fs.Inode, d ferry.Dir, out *fuse.EntryOut) {
+	cn := c.Operations().(*node)
+	cn.remember(d)
+	fillAttr(d, cn.changeTime(), &out.Attr)
+	ttl, _ := n.s.timeouts()
+	out.SetEntryTimeout(ttl)
+	out.SetAttrTimeout(ttl)
+}
+
+// checkName refuses names the tree cannot hold.
+func checkName(name string) syscall.Errno {
+	if len(name) > ferry.MaxNameLen {
+		return syscall.ENAMETOOLONG
+	}
+	return 0
+}
+
+// Lookup implements fs.NodeLookuper.
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if e := checkName(name); e != 0 {
+		return nil, e
+	}
+	dir, ok := n.path()
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	// A file created here and not yet stored, or open for writing, is
+	// described by its buffer.
+	if c := n.GetChild(name); c != nil {
+		if cn := c.Operations().(*node); cn.hasBuffer() {
+			d, _ := cn.attrs(ctx)
+			n.entryOut(c, d, out)
+			return c, 0
+		}
+	}
+	cctx, cancel := n.s.ctx(ctx)
+	defer cancel()
+	d, err := n.s.meta.lookup(cctx, dir, name)
+	if err != nil {
+		if ferry.IsKind(err, ferry.KindNotExist) {
+			_, neg := n.s.timeouts()
+			out.SetEntryTimeout(neg)
+		}
+		return nil, errno(err)
+	}
+	c := n.child(ctx, name, d)
+	n.entryOut(c, d, out)
+	return c, 0
+}
+
+func (n *node) hasBuffer() bool {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.wb != nil
+}
+
+// Getattr implements fs.NodeGetattrer.
+func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	d, e := n.attrs(ctx)
+	if e != 0 {
+		return e
+	}
+	fillAttr(d, n.changeTime(), &out.Attr)
+	ttl, _ := n.s.timeouts()
+	out.SetTimeout(ttl)
+	return 0
+}
+
+// Setattr implements fs.NodeSetattrer: chmod, chown, utimens and truncate.
+// A file open for writing is truncated in its buffer; a file created here
+// and not yet stored takes all its attributes with its first Put.
+func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	want := ferry.Dir{}
+	if m, ok := in.GetMode(); ok {
+		want[ferry.AttrMode] = "0" + strconv.FormatUint(uint64(m&0o7777), 8)
+	}
+	if u, ok := in.GetUID(); ok {
+		want.SetInt(ferry.AttrUid, int64(u))
+	}
+	if g, ok := in.GetGID(); ok {
+		want.SetInt(ferry.AttrGid, int64(g))
+	}
+	if t, ok := in.GetMTime(); ok {
+		want.SetMtime(t)
+	}
+	size, hasSize := in.GetSize()
+
+	n.mu.Lock()
+	wb := n.wb
+	n.mu.Unlock()
+	if wb != nil {
+		if e := wb.setattr(want, hasSize, int64(size)); e != 0 {
+			return e
+		}
+		if len(want) > 0 && !wb.isCreated() {
+			if e := n.wstat(ctx, want); e != 0 {
+				return e
+			}
+		}
+		// truncate(2) by path, unlike ftruncate(2) on a descriptor
+		// open for writing, is done when it returns.
+		if h, ok := fh.(*handle); hasSize && (!ok || h.wb == nil) {
+			if e := n.flush(ctx); e != 0 {
+				return e
+			}
+		}
+	} else {
+		if hasSize {
+			want.SetInt(ferry.AttrSize, int64(size))
+		}
+		if len(want) > 0 {
+			if e := n.wstat(ctx, want); e != 0 {
+				return e
+			}
+		}
+	}
+	if len(want) > 0 || hasSize {
+		n.changed()
+	}
+	return n.Getattr(ctx, fh, out)
+}
+
+// wstat changes attributes on the server.
+func (n *node) wstat(ctx context.Context, want ferry.Dir) syscall.Errno {
+	p, ok := n.path()
+	if !ok {
+		return 0 // The file is gone; only open descriptors remain.
+	}
+	ctx, cancel := n.s.ctx(ctx)
+	defer cancel()
+	d, err := n.s.fsys.Wstat(ctx, p, want).Wait()
+	if err != nil {
+		return errno(err)
+	}
+	n.s.meta.set(d)
+	return 0
+}
+
+// Readdir implements fs.NodeReaddirer from the cached listing.
+func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	dir, ok := n.path()
+	if !ok {
+		return fs.NewListDirStream(nil), 0
+	}
+	cctx, cancel := n.s.ctx(ctx)
+	defer cancel()
+	ds, err := n.s.meta.list(cctx, dir)
+	if err != nil {
+		return nil, errno(err)
+	}
+	out := make([]fuse.DirEntry, 0, len(ds)+2)
+	out = append(out,
+		fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR, Ino: n.StableAttr().Ino},
+		fuse.DirEntry{Name: "..", Mode: syscall.S_IFDIR, Ino: 1})
+	for _, d := range ds {
+		e := fuse.DirEntry{Name: d.Name(), Mode: typeBits(d)}
+		if c := n.GetChild(e.Name); c != nil {
+			e.Ino = c.StableAttr().Ino
+		} else {
+			// Readdir needs a non-zero number; the kernel takes the
+			// real one from the lookup.
+			h := fnv.New64a()
+			io.WriteString(h, d.Path())
+			e.Ino = h.Sum64() | 1
+		}
+		out = append(out, e)
+	}
+	return fs.NewListDirStream(out), 0
+}
+
+// caller returns the owner to give new entries: the caller's, unless it
+// is the owner of the mounted root, in which case the server's default is
+// left alone (so a server that is not run by root can create files).
+func (n *node) owner(ctx context.Context, d ferry.Dir) {
+	c, ok := fuse.FromContext(ctx)
+	if !ok {
+		return
+	}
+	if int64(c.Uid) != n.s.rootUid {
+		d.SetInt(ferry.AttrUid, int64(c.Uid))
+	}
+	if int64(c.Gid) != n.s.rootGid {
+		d.SetInt(ferry.AttrGid, int64(c.Gid))
+	}
+}
+
+// put creates an entry with Put. If the server refuses the owner asked
+// for, it tries again without, as chown by a server not run by root fails.
+func (s *Server) put(ctx context.Context, p string, d ferry.Dir, off int64, data func() io.Reader) (ferry.Dir, error) {
+	var r io.Reader
+	if data != nil {
+		r = data()
+	}
+	got, err := s.fsys.Put(ctx, p, d, off, r).Wait()
+	_, hasU := d[ferry.AttrUid]
+	_, hasG := d[ferry.AttrGid]
+	if ferry.IsKind(err, ferry.KindPermission) && (hasU || hasG) {
+		d = d.Clone()
+		delete(d, ferry.AttrUid)
+		delete(d, ferry.AttrGid)
+		if data != nil {
+			r = data()
+		}
+		s.log.Debug("put without the owner", "path", p, "err", err)
+		got, err = s.fsys.Put(ctx, p, d, off, r).Wait()
+	}
+	return got, err
+}
+
+// touch records locally that the directory changed: its mtime moves on
+// without a round trip, as the server's will have.
+func (n *node) touch() {
+	n.changed()
+	if p, ok := n.path(); ok {
+		n.s.meta.touch(p)
+	}
+}
+
+// Create implements fs.NodeCreater. The file exists only in this mount
+// until its first flush, which stores it with one Put.
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	if e := checkName(name); e != 0 {
+		return nil, nil, 0, e
+	}
+	dir, ok := n.path()
+	if !ok {
+		return nil, nil, 0, syscall.ENOENT
+	}
+	p := path.Join(dir, name)
+	now := time.Now()
+	d := ferry.Dir{ferry.AttrPath: p, ferry.AttrName: name, ferry.AttrType: ferry.TypeFile, ferry.AttrSize: "0"}
+	d[ferry.AttrMode] = "0" + strconv.FormatUint(uint64(mode&0o7777), 8)
+	d.SetMtime(now)
+	set := ferry.Dir{ferry.AttrMode: d[ferry.AttrMode]}
+	n.owner(ctx, set)
+	d.SetInt(ferry.AttrUid, n.s.rootUid)
+	d.SetInt(ferry.AttrGid, n.s.rootGid)
+	for k, v := range set {
+		d[k] = v
+	}
+	wb, err := newWbuf(n.s.opt.TempDir, d)
+	if err != nil {
+		return nil, nil, 0, errno(err)
+	}
+	wb.created, wb.dirty, wb.set, wb.refs = true, true, set, 1
+	cn := &node{s: n.s, wb: wb, ctime: now}
+	c := n.NewInode(ctx, cn, fs.StableAttr{Mode: syscall.S_IFREG})
+	n.s.meta.addPending(d)
+	n.touch()
+	n.entryOut(c, d, out)
+	return c, &handle{n: cn, wb: wb}, 0, 0
+}
+
+// Mknod implements fs.NodeMknoder for regular files only: the tree holds
+// no devices, pipes or sockets.
+func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if mode&syscall.S_IFMT != syscall.S_IFREG && mode&syscall.S_IFMT != 0 {
+		return nil, syscall.EPERM
+	}
+	d := ferry.Dir{ferry.AttrType: ferry.TypeFile}
+	return n.make(ctx, name, mode, d, out)
+}
+
+// Mkdir implements fs.NodeMkdirer.
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return n.make(ctx, name, mode, ferry.Dir{ferry.AttrType: ferry.TypeDir}, out)
+}
+
+// Symlink implements fs.NodeSymlinker.
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return n.make(ctx, name, 0, ferry.Dir{ferry.AttrType: ferry.TypeSymlink, ferry.AttrTarget: target}, out)
+}
+
+// make creates an entry on the server at once: directories, links and
+// empty files made by mknod.
+func (n *node) make(ctx context.Context, name string, mode uint32, d ferry.Dir, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if e := checkName(name); e != 0 {
+		return nil, e
+	}
+	dir, ok := n.path()
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	if d.Type() != ferry.TypeSymlink {
+		d[ferry.AttrMode] = "0" + strconv.FormatUint(uint64(mode&0o7777), 8)
+	}
+	n.owner(ctx, d)
+	p := path.Join(dir, name)
+	cctx, cancel := n.s.ctx(ctx)
+	defer cancel()
+	// Put would replace a link or update a directory, where mkdir and
+	// symlink must fail; the lookup is usually answered from the cache.
+	if _, err := n.s.meta.lookup(cctx, dir, name); err == nil {
+		return nil, syscall.EEXIST
+	} else if !ferry.IsKind(err, ferry.KindNotExist) {
+		return nil, errno(err)
+	}
+	var data func() io.Reader
+	got, err := n.s.put(cctx, p, d, ferry.Whole, data)
+	if err != nil {
+		return nil, errno(err)
+	}
+	n.s.meta.set(got)
+	if got.IsDir() {
+		n.s.meta.created(p)
+	}
+	n.touch()
+	c := n.child(ctx, name, got)
+	c.Operations().(*node).changed()
+	n.entryOut(c, got, out)
+	return c, 0
+}
+
+// Unlink implements fs.NodeUnlinker. A file created here and not yet
+// stored is only forgotten.
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	return n.remove(ctx, name)
+}
+
+// Rmdir implements fs.NodeRmdirer.
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	return n.remove(ctx, name)
+}
+
+func (n *node) remove(ctx context.Context, name string) syscall.Errno {
+	dir, ok := n.path()
+	if !ok {
+		return syscall.ENOENT
+	}
+	p := path.Join(dir, name)
+	var cn *node
+	if c := n.GetChild(name); c != nil {
+		cn = c.Operations().(*node)
+	}
+	if cn != nil && cn.unstored() {
+		cn.orphan()
+		n.s.meta.dropPending(p)
+		n.s.meta.forget(p)
+		n.touch()
+		return 0
+	}
+	cctx, cancel := n.s.ctx(ctx)
+	defer cancel()
+	if _, err := n.s.fsys.Remove(cctx, p).Wait(); err != nil {
+		return errno(err)
+	}
+	if cn != nil {
+		cn.orphan()
+		cn.changed()
+	}
+	n.s.meta.forget(p)
+	n.touch()
+	return 0
+}
+
+// unstored reports whether the node is a file created here whose first
+// Put has not happened.
+func (n *node) unstored() bool {
+	n.mu.Lock()
+	wb := n.wb
+	n.mu.Unlock()
+	return wb != nil && wb.isCreated()
+}
+
+// orphan marks the node's buffer as belonging to no path: it is never
+// stored, though open descriptors can go on using it.
+func (n *node) orphan() {
+	n.mu.Lock()
+	wb := n.wb
+	n.mu.Unlock()
+	if wb != nil {
+		wb.mu.Lock()
+		wb.unlinked = true
+		wb.mu.Unlock()
+	}
+}
+
+// Rename implements fs.NodeRenamer with Move. RENAME_NOREPLACE is checked
+// with a Stat first, which is not atomic against other clients;
+// RENAME_EXCHANGE is not supported.
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	const renameNoReplace, renameExchange = 1, 2
+	if flags&renameExchange != 0 {
+		return syscall.EINVAL
+	}
+	if e := checkName(newName); e != 0 {
+		return e
+	}
+	np := newParent.(*node)
+	dir, ok1 := n.path()
+	ndir, ok2 := np.path()
+	if !ok1 || !ok2 {
+		return syscall.ENOENT
+	}
+	from, to := path.Join(dir, name), path.Join(ndir, newName)
+	cctx, cancel := n.s.ctx(ctx)
+	defer cancel()
+	var src *node
+	if c := n.GetChild(name); c != nil {
+		src = c.Operations().(*node)
+		// A file not yet stored is stored first, so there is
+		// something to move.
+		if src.unstored() {
+			if e := src.flush(cctx); e != 0 {
+				return e
+			}
+		}
+	}
+	if flags&renameNoReplace != 0 {
+		if _, err := n.s.fsys.Stat(cctx, to).Wait(); err == nil {
+			return syscall.EEXIST
+		} else if !ferry.IsKind(err, ferry.KindNotExist) {
+			return errno(err)
+		}
+	}
+	var dst *node
+	if c := np.GetChild(newName); c != nil {
+		dst = c.Operations().(*node)
+	}
+	if dst != nil && dst.unstored() {
+		// The target exists only here: store it, so that the Move
+		// fails or replaces as POSIX says.
+		if e := dst.flush(cctx); e != 0 {
+			return e
+		}
+	}
+	d, err := n.s.fsys.Move(cctx, from, to).Wait()
+	if err != nil {
+		return errno(err)
+	}
+	if dst != nil && dst != src {
+		dst.orphan()
+		dst.changed()
+	}
+	n.s.meta.renamed(from, d)
+	if src != nil {
+		src.changed()
+		src.remember(d)
+	}
+	n.touch()
+	np.touch()
+	return 0
+}
+
+// Link implements fs.NodeLinker: the Tree has no call to make a hard link,
+// so there are none.
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	return nil, syscall.ENOTSUP
+}
+
+// Readlink implements fs.NodeReadlinker.
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	d, e := n.attrs(ctx)
+	if e != 0 {
+		return nil, e
+	}
+	if d.Type() != ferry.TypeSymlink {
+		return nil, syscall.EINVAL
+	}
+	return []byte(d[ferry.AttrTarget]), 0
+}
+
+// Fsync implements fs.NodeFsyncer: a file's buffer is stored; a directory
+// has nothing buffered.
+func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
+	if h, ok := fh.(*handle); ok && h.wb != nil {
+		return n.flush(ctx)
+	}
+	return 0
+}
+
+// Statfs implements fs.NodeStatfser. The tree does not report its space,
+// so the numbers are fixed: 1 TiB free of 1 TiB, a billion free inodes.
+// Programs that check for room before writing will find it; a full disk
+// on the server shows up as EIO on close.
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	const bsize = 4096
+	out.Bsize = bsize
+	out.Frsize = bsize
+	out.Blocks = (1 << 40) / bsize
+	out.Bfree = out.Blocks
+	out.Bavail = out.Blocks
+	out.Files = 1 << 30
+	out.Ffree = out.Files
+	out.NameLen = ferry.MaxNameLen
+	return 0
+}

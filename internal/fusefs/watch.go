@@ -1,0 +1,123 @@
+package fusefs
+
+import (
+	"context"
+	"path"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+
+	"github.com/ferryfs/ferry"
+)
+
+// watch holds one watch on the mounted path for the life of the mount, if
+// the tree offers watches. The watch is the cache's lease: from its first
+// (Lost) event the cache is trusted and the kernel given long timeouts;
+// each event drops what it names here and in the kernel. When the watch
+// ends, everything is dropped and it is re-established with backoff;
+// meanwhile nothing is trusted for longer than Options.TTL.
+func (s *Server) watch(ctx context.Context) {
+	w, ok := s.fsys.(ferry.Watcher)
+	if !ok {
+		s.log.Info("the tree offers no watch: metadata is trusted for a short time only", "ttl", s.opt.TTL)
+		return
+	}
+	root := s.opt.Root
+	backoff := s.opt.WatchBackoff
+	for ctx.Err() == nil {
+		began := time.Now()
+		st := w.Watch(ctx, root)
+		leased := false
+		for ev := range st.All() {
+			p, err := ferry.CleanPath(ev.Path)
+			if err != nil || !ferry.HasPrefix(p, root) {
+				continue
+			}
+			if ev.Lost {
+				if p == root {
+					s.meta.dropAll()
+				} else {
+					s.meta.invalidateAll(p)
+				}
+				s.notifyTree(p)
+				if !leased && p == root {
+					leased = true
+					s.meta.setLease(true)
+					s.log.Info("watch in place: metadata is cached until it changes")
+				}
+				continue
+			}
+			s.meta.invalidate(p)
+			s.notify(p, false)
+		}
+		err := st.Err()
+		if leased {
+			s.meta.setLease(false)
+		}
+		s.meta.dropAll()
+		s.notifyTree(root)
+		if ctx.Err() != nil {
+			return
+		}
+		if time.Since(began) > time.Minute {
+			backoff = s.opt.WatchBackoff
+		}
+		s.log.Warn("watch ended; cached metadata dropped", "err", err, "retry in", backoff)
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+			return
+		}
+		backoff = min(2*backoff, time.Minute)
+	}
+}
+
+// inode returns the kernel's node for the tree path p, if it has one.
+func (s *Server) inode(p string) *fs.Inode {
+	rel := p[len(s.opt.Root):]
+	in := &s.root.Inode
+	for _, name := range ferry.Elems(path.Clean("/" + rel)) {
+		if in = in.GetChild(name); in == nil {
+			return nil
+		}
+	}
+	return in
+}
+
+// notify tells the kernel to forget its entry for p and, if it has a node
+// for p, that node's attributes and cached pages; with tree, also those of
+// every node it knows below p.
+func (s *Server) notify(p string, tree bool) {
+	if p == s.opt.Root {
+		in := &s.root.Inode
+		in.NotifyContent(0, 0)
+		if tree {
+			s.notifyBelow(in)
+		}
+		return
+	}
+	parent := s.inode(path.Dir(p))
+	if parent == nil {
+		return
+	}
+	name := path.Base(p)
+	child := parent.GetChild(name)
+	parent.NotifyEntry(name)
+	if child != nil {
+		child.NotifyContent(0, 0)
+		if tree {
+			s.notifyBelow(child)
+		}
+	}
+}
+
+func (s *Server) notifyBelow(in *fs.Inode) {
+	for name, c := range in.Children() {
+		in.NotifyEntry(name)
+		c.NotifyContent(0, 0)
+		s.notifyBelow(c)
+	}
+}
+
+// notifyTree is notify for p and everything below it.
+func (s *Server) notifyTree(p string) { s.notify(p, true) }
