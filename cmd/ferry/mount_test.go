@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// needMount skips a test that mounts unless CI=true, where it fails.
+func needMount(t *testing.T) {
+	t.Helper()
+	reason := ""
+	if os.Geteuid() != 0 {
+		reason = "mounting needs root"
+	} else if _, err := os.Stat("/dev/fuse"); err != nil {
+		reason = "no /dev/fuse"
+	} else if out, _ := exec.Command(ferryBin, "help").CombinedOutput(); !bytes.Contains(out, []byte("mount")) {
+		reason = "this ferry has no mount command"
+	}
+	if reason == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("cannot test ferry mount: %s (CI=true: not skipping)", reason)
+	}
+	t.Skipf("skipping: %s", reason)
+}
+
+// mounted reports whether mnt is a mount point.
+func mounted(t *testing.T, mnt string) bool {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) > 4 && f[4] == mnt {
+			return true
+		}
+	}
+	return false
+}
+
+// alive reports whether the process pid exists.
+func alive(pid int) bool { return syscall.Kill(pid, 0) == nil }
+
+// waitFor polls cond for up to d.
+func waitFor(d time.Duration, cond func() bool) bool {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		if cond() {
+			return true
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return cond()
+}
+
+func TestMountEndToEnd(t *testing.T) {
+	needMount(t)
+	e := start(t)
+	writeTree(t, e.dir, map[string]string{"hello.txt": "hello\n", "src/a.c": "int a;\n"})
+	mnt := t.TempDir()
+	t.Cleanup(func() {
+		if mounted(t, mnt) {
+			syscall.Unmount(mnt, syscall.MNT_DETACH)
+		}
+	})
+
+	// In the background: the command returns once mounted.
+	e.run(true, "mount", e.at("/"), mnt)
+	if !mounted(t, mnt) {
+		t.Fatal("ferry mount returned but nothing is mounted")
+	}
+	log, _ := os.ReadFile(filepath.Join(e.home, "mount.log"))
+	m := regexp.MustCompile(`pid=(\d+)`).FindSubmatch(log)
+	if m == nil {
+		t.Fatalf("the mount log names no pid:\n%s", log)
+	}
+	pid, _ := strconv.Atoi(string(m[1]))
+	t.Cleanup(func() {
+		if alive(pid) {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	})
+
+	// Server to mount.
+	b, err := os.ReadFile(filepath.Join(mnt, "hello.txt"))
+	if err != nil || string(b) != "hello\n" {
+		t.Errorf("read through the mount: %q, %v", b, err)
+	}
+	// Mount to server: there when close returns.
+	if err := os.WriteFile(filepath.Join(mnt, "src/b.c"), []byte("int b;\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(e.dir, "src/b.c")); err != nil || string(b) != "int b;\n" {
+		t.Errorf("written through the mount, the server has %q, %v", b, err)
+	}
+	if err := os.Mkdir(filepath.Join(mnt, "newdir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(e.dir, "newdir")); err != nil || !fi.IsDir() {
+		t.Errorf("mkdir through the mount: %v", err)
+	}
+	// A change on the server shows in the mount by the next open once
+	// the metadata timeout (or the watch) has let it through.
+	writeTree(t, e.dir, map[string]string{"hello.txt": "changed on the server\n"})
+	if !waitFor(5*time.Second, func() bool {
+		b, _ := os.ReadFile(filepath.Join(mnt, "hello.txt"))
+		return string(b) == "changed on the server\n"
+	}) {
+		t.Errorf("a change on the server never showed in the mount")
+	}
+	out, _ := exec.Command("ls", filepath.Join(mnt, "src")).CombinedOutput()
+	if string(out) != "a.c\nb.c\n" {
+		t.Errorf("ls of the mount: %q", out)
+	}
+
+	// ferry umount: the mount goes, and its process exits.
+	e.run(true, "umount", mnt)
+	if mounted(t, mnt) {
+		t.Errorf("still mounted after ferry umount")
+	}
+	if !waitFor(10*time.Second, func() bool { return !alive(pid) }) {
+		t.Errorf("the mount process %d did not exit after umount", pid)
+	}
+
+	// Errors are reported by the command that starts the background mount.
+	_, errOut := e.run(false, "mount", e.at("/hello.txt"), mnt)
+	if !strings.Contains(errOut, "not a directory") {
+		t.Errorf("mounting a file: %q", errOut)
+	}
+}
+
+func TestMountForegroundSIGTERM(t *testing.T) {
+	needMount(t)
+	e := start(t)
+	writeTree(t, e.dir, map[string]string{"f": "f"})
+	mnt := t.TempDir()
+	cmd := exec.Command(ferryBin, "mount", "--foreground", e.at("/"), mnt)
+	cmd.Env = e.environ()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		if mounted(t, mnt) {
+			syscall.Unmount(mnt, syscall.MNT_DETACH)
+		}
+	})
+	if !waitFor(20*time.Second, func() bool { return mounted(t, mnt) }) {
+		t.Fatalf("not mounted:\n%s", stderr.String())
+	}
+	if b, err := os.ReadFile(filepath.Join(mnt, "f")); err != nil || string(b) != "f" {
+		t.Errorf("read: %q %v", b, err)
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("ferry mount exited with %v on SIGTERM:\n%s", err, stderr.String())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("ferry mount did not exit on SIGTERM")
+	}
+	if mounted(t, mnt) {
+		t.Errorf("still mounted after SIGTERM")
+	}
+}

@@ -1,0 +1,288 @@
+package cli
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/auth"
+	"github.com/ferryfs/ferry/internal/fusefs"
+)
+
+// mountReadyTimeout bounds how long a background mount may take to come up.
+const mountReadyTimeout = time.Minute
+
+func mountCmd() *cobra.Command {
+	var (
+		foreground, allowOther, debug bool
+		logFile                       string
+		readyFd                       int
+		ttl                           time.Duration
+		depth                         int
+	)
+	c := &cobra.Command{
+		Use:   "mount HOST[:PORT]:PATH MOUNTPOINT",
+		Short: "Mount a remote tree on MOUNTPOINT with FUSE",
+		Long: `Mount the tree at PATH on the server HOST as a file system at MOUNTPOINT, so
+that any program can work in it.
+
+Usage:
+
+    ferry mount host:/src ~/src        # in the background; returns once mounted
+    ferry mount --foreground host:/src ~/src
+    ferry umount ~/src
+
+By default the command starts itself again in the background, waits until
+the file system is mounted and exits 0 (or prints why it failed and exits
+1). The background process logs to --log (default $FERRY_HOME/mount.log) and
+unmounts cleanly on SIGTERM or SIGINT, or when ferry umount or
+fusermount3 -u unmounts it.
+
+Metadata is fetched a subtree at a time (one request lists a directory and
+the ones below it, --prefetch-depth deep) and kept while the server's watch
+reports changes; without a watch it is trusted for --ttl. A file open for
+writing is buffered in a temporary file and stored whole and atomically
+when it is closed or synced: when close returns, the data is on the server
+(close-to-open consistency).
+
+Limitations:
+
+  - No hard links (link fails with "operation not supported"); no device
+    files, pipes or sockets; no extended attributes or ACLs; no file locks
+    across clients.
+  - No atime; ctime is the later of the mtime and this mount's last change.
+  - Writing to a file sends the whole file on each close or fsync, and
+    opening an existing file for writing fetches it whole first: fine for
+    source files and documents, slow for appending to large logs.
+  - A file created here reaches the server on its first close or fsync;
+    until then other clients do not see it, and O_EXCL is checked only
+    against what this mount knows.
+  - rename with RENAME_NOREPLACE is checked, then done, in two steps;
+    RENAME_EXCHANGE is not supported.
+  - statfs reports fixed numbers (1 TiB free), not the server's disk.
+  - Without a watch from the server, changes made by others show up
+    after at most --ttl (and at the next open of a file).
+  - Permissions are checked by the local kernel against the server's
+    owners and modes (default_permissions); the server itself acts with
+    its own rights.`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !foreground {
+				return mountBackground(cmd, logFile)
+			}
+			return mountForeground(cmd, args[0], args[1], readyFd, fusefs.Options{
+				AllowOther:    allowOther,
+				Debug:         debug,
+				TTL:           ttl,
+				PrefetchDepth: depth,
+			})
+		},
+	}
+	c.Flags().BoolVarP(&foreground, "foreground", "f", false, "stay in the foreground and log to stderr")
+	c.Flags().BoolVar(&allowOther, "allow-other", os.Geteuid() == 0, "let other users use the mount (default when run by root)")
+	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
+	c.Flags().StringVar(&logFile, "log", "", "log file of the background process (default $FERRY_HOME/mount.log)")
+	c.Flags().DurationVar(&ttl, "ttl", time.Second, "how long metadata is trusted without a watch from the server")
+	c.Flags().IntVar(&depth, "prefetch-depth", 3, "how many levels below a directory its first use fetches")
+	c.Flags().IntVar(&readyFd, "ready-fd", 0, "descriptor on which to report readiness (used by the background start)")
+	c.Flags().MarkHidden("ready-fd")
+	return c
+}
+
+// mountBackground starts this command again in the foreground, detached
+// in a session of its own, and waits for it to report that the file system
+// is mounted.
+func mountBackground(cmd *cobra.Command, logFile string) error {
+	const op = "mount"
+	exe, err := os.Executable()
+	if err != nil {
+		return ferry.E(op, "", ferry.KindIO, err)
+	}
+	if logFile == "" {
+		if err := os.MkdirAll(auth.Home(), 0o700); err != nil {
+			return ferry.E(op, auth.Home(), err)
+		}
+		logFile = filepath.Join(auth.Home(), "mount.log")
+	}
+	logf, err := os.OpenFile(logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return ferry.E(op, logFile, err)
+	}
+	defer logf.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		return ferry.E(op, "", ferry.KindIO, err)
+	}
+	defer r.Close()
+	child := exec.Command(exe, append(os.Args[1:], "--foreground", "--ready-fd", "3")...)
+	child.Stdout, child.Stderr = logf, logf
+	child.ExtraFiles = []*os.File{w}
+	child.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := child.Start(); err != nil {
+		w.Close()
+		return ferry.E(op, exe, ferry.KindIO, err)
+	}
+	w.Close()
+	// The child writes "ok" once mounted, or the reason it failed; if it
+	// dies first, the pipe closes with nothing said.
+	msg := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(r).ReadString('\n')
+		msg <- strings.TrimSpace(line)
+	}()
+	select {
+	case m := <-msg:
+		if m == "ok" {
+			child.Process.Release()
+			return nil
+		}
+		child.Wait()
+		if m == "" {
+			m = "the mount process exited; see " + logFile
+		}
+		return ferry.E(op, "", ferry.KindIO, m)
+	case <-time.After(mountReadyTimeout):
+		child.Process.Kill()
+		child.Wait()
+		return ferry.E(op, "", ferry.KindUnavailable, "the file system was not mounted in time; see "+logFile)
+	}
+}
+
+// mountForeground mounts and serves until unmounted or signalled.
+func mountForeground(cmd *cobra.Command, target, mountpoint string, readyFd int, opt fusefs.Options) error {
+	var ready io.WriteCloser
+	if readyFd > 0 {
+		ready = os.NewFile(uintptr(readyFd), "ready")
+		defer ready.Close()
+	}
+	fail := func(err error) error {
+		if ready != nil {
+			fmt.Fprintln(ready, strings.ReplaceAll(err.Error(), "\n", " "))
+		}
+		return err
+	}
+	t, err := ParseTarget(target)
+	if err != nil {
+		return fail(err)
+	}
+	level := new(slog.LevelVar)
+	if opt.Debug {
+		level.Set(slog.LevelDebug)
+	}
+	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+	c, err := dial(cmd, t.Addr)
+	if err != nil {
+		return fail(err)
+	}
+	defer c.Close()
+	opt.Root = t.Path
+	opt.Log = log
+	opt.FsName = "ferry:" + target
+	srv, err := fusefs.Mount(mountpoint, c, opt)
+	if err != nil {
+		return fail(err)
+	}
+	if ready != nil {
+		fmt.Fprintln(ready, "ok")
+		ready.Close()
+		ready = nil
+	}
+	log.Info("serving", "target", target, "mountpoint", srv.Mountpoint(), "pid", os.Getpid())
+	done := make(chan struct{})
+	go func() {
+		srv.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		log.Info("unmounted", "mountpoint", srv.Mountpoint())
+	case <-cmd.Context().Done():
+		log.Info("signalled: unmounting", "mountpoint", srv.Mountpoint())
+		if err := srv.Unmount(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func umountCmd() *cobra.Command {
+	var lazy bool
+	c := &cobra.Command{
+		Use:   "umount MOUNTPOINT",
+		Short: "Unmount a tree mounted with ferry mount",
+		Long: `Unmount the Ferry file system at MOUNTPOINT; its ferry mount process then
+exits. Files are stored on the server when they are closed, so nothing is
+pending once no program has a file open there.
+
+Usage:
+
+    ferry umount ~/src
+    ferry umount --lazy ~/src   # detach now, release once no longer busy
+
+Limitations: it fails with "device or resource busy" while programs use
+the mount, unless --lazy.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return umount(args[0], lazy)
+		},
+	}
+	c.Flags().BoolVarP(&lazy, "lazy", "z", false, "detach at once even if busy")
+	return c
+}
+
+// umount unmounts with umount2 when permitted (root), else with
+// fusermount3 -u, which lets a user unmount what they mounted.
+func umount(mountpoint string, lazy bool) error {
+	const op = "umount"
+	mp, err := filepath.Abs(mountpoint)
+	if err != nil {
+		return ferry.E(op, mountpoint, ferry.KindInvalid, err)
+	}
+	flags := 0
+	if lazy {
+		flags = syscall.MNT_DETACH
+	}
+	err = syscall.Unmount(mp, flags)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, syscall.EPERM) {
+		return ferry.E(op, mp, err)
+	}
+	for _, prog := range []string{"fusermount3", "fusermount"} {
+		path, lerr := exec.LookPath(prog)
+		if lerr != nil {
+			continue
+		}
+		args := []string{"-u"}
+		if lazy {
+			args = append(args, "-z")
+		}
+		out, rerr := exec.Command(path, append(args, mp)...).CombinedOutput()
+		if rerr != nil {
+			return ferry.E(op, mp, ferry.KindIO, strings.TrimSpace(string(out))+" ("+prog+" exit "+exitCode(rerr)+")")
+		}
+		return nil
+	}
+	return ferry.E(op, mp, err)
+}
+
+func exitCode(err error) string {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		return strconv.Itoa(ee.ExitCode())
+	}
+	return err.Error()
+}
