@@ -466,3 +466,131 @@ func TestPrefetch(t *testing.T) {
 		t.Errorf("negative lookups in a listed directory made %d calls", n)
 	}
 }
+
+// watching is a tree with a Watch the test drives: each watch's events
+// come from the channel the test sends on.
+type watching struct {
+	ferry.FS
+	watches chan chan ferry.Event // A new channel per Watch call.
+}
+
+func (w *watching) Watch(ctx context.Context, p string) *ferry.Stream[ferry.Event] {
+	ch := make(chan ferry.Event, 16)
+	ch <- ferry.Event{Path: p, Lost: true}
+	w.watches <- ch
+	return ferry.NewStream(ctx, func(ctx context.Context, send func(ferry.Event) error) error {
+		for {
+			select {
+			case ev, ok := <-ch:
+				if !ok {
+					return ferry.E("fake.Watch", p, ferry.KindUnavailable, "watch ended")
+				}
+				if err := send(ev); err != nil {
+					return err
+				}
+			case <-ctx.Done():
+				return nil
+			}
+		}
+	})
+}
+
+func TestWatch(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	tree, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tree.Close()
+	c := &counting{FS: tree}
+	w := &watching{FS: c, watches: make(chan chan ferry.Event, 4)}
+	writeFile(t, filepath.Join(dir, "a"), "one")
+	writeFile(t, filepath.Join(dir, "d/b"), "b")
+	// Without events nothing would ever be refreshed.
+	mnt, s := mountFS(t, w, Options{TTL: time.Hour, WatchBackoff: 10 * time.Millisecond})
+	events := <-w.watches
+	if !waitFor(5*time.Second, s.meta.leased) {
+		t.Fatal("no lease after the watch's first event")
+	}
+	if got := readFile(t, filepath.Join(mnt, "a")); got != "one" {
+		t.Fatalf("read a = %q", got)
+	}
+	// Warm: stats and opens cost no calls.
+	c.reset()
+	for i := 0; i < 5; i++ {
+		os.Stat(filepath.Join(mnt, "d/b"))
+		readFile(t, filepath.Join(mnt, "a"))
+		os.Stat(filepath.Join(mnt, "nope"))
+	}
+	if n := c.finds.Load() + c.stats.Load(); n > 1 {
+		t.Errorf("warm stats under a lease made %d metadata calls", n)
+	}
+	if n := c.gets.Load(); n > 0 {
+		t.Errorf("warm reads under a lease made %d gets", n)
+	}
+
+	// A change behind the mount's back is seen once its event arrives.
+	writeFile(t, filepath.Join(dir, "a"), "two!")
+	writeFile(t, filepath.Join(dir, "d/new"), "new")
+	if got := readFile(t, filepath.Join(mnt, "a")); got != "one" {
+		t.Logf("before the event the mount already sees %q (allowed)", got)
+	}
+	events <- ferry.Event{Path: "/a"}
+	events <- ferry.Event{Path: "/d/new"}
+	if !waitFor(2*time.Second, func() bool {
+		b, _ := os.ReadFile(filepath.Join(mnt, "a"))
+		return string(b) == "two!"
+	}) {
+		b, _ := os.ReadFile(filepath.Join(mnt, "a"))
+		t.Errorf("after the event, a = %q", b)
+	}
+	if !waitFor(2*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(mnt, "d/new"))
+		return err == nil
+	}) {
+		t.Errorf("after the event, d/new is not there")
+	}
+	ents, _ := os.ReadDir(filepath.Join(mnt, "d"))
+	if len(ents) != 2 {
+		t.Errorf("readdir after a create event: %v", ents)
+	}
+	os.Remove(filepath.Join(dir, "d/new"))
+	events <- ferry.Event{Path: "/d/new"}
+	if !waitFor(2*time.Second, func() bool {
+		_, err := os.Stat(filepath.Join(mnt, "d/new"))
+		return os.IsNotExist(err)
+	}) {
+		t.Errorf("after the remove event, d/new is still there")
+	}
+
+	// The stream ends: the lease is gone, and the watch comes back.
+	close(events)
+	select {
+	case events = <-w.watches:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the watch was not re-established")
+	}
+	if !waitFor(5*time.Second, s.meta.leased) {
+		t.Fatal("no lease after the watch came back")
+	}
+	writeFile(t, filepath.Join(dir, "a"), "three")
+	events <- ferry.Event{Path: "/", Lost: true}
+	if !waitFor(2*time.Second, func() bool {
+		b, _ := os.ReadFile(filepath.Join(mnt, "a"))
+		return string(b) == "three"
+	}) {
+		t.Errorf("after a Lost event, a is stale")
+	}
+}
+
+func waitFor(d time.Duration, cond func() bool) bool {
+	end := time.Now().Add(d)
+	for time.Now().Before(end) {
+		if cond() {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return cond()
+}
