@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/signal"
 	"os/user"
@@ -26,6 +25,7 @@ import (
 	"github.com/ferryfs/ferry/internal/netem/netemcmd"
 	"github.com/ferryfs/ferry/internal/remote"
 	"github.com/ferryfs/ferry/internal/server"
+	"github.com/ferryfs/ferry/internal/transport"
 )
 
 // Version is the version the server reports in its control file.
@@ -133,7 +133,7 @@ func serve(ctx context.Context, dir, listen string, grace time.Duration, self bo
 	if err != nil {
 		return err
 	}
-	l, err := net.Listen("tcp", listen)
+	l, err := transport.Listen(ctx, listen)
 	if err != nil {
 		return ferry.E("serve", listen, ferry.KindUnavailable, err)
 	}

@@ -11,12 +11,14 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/x509"
+	"errors"
 	"io"
 	"net"
 	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
@@ -24,6 +26,7 @@ import (
 	"github.com/ferryfs/ferry/internal/auth"
 	"github.com/ferryfs/ferry/internal/ctl"
 	"github.com/ferryfs/ferry/internal/proto"
+	"github.com/ferryfs/ferry/internal/transport"
 )
 
 // Config says how to reach and authenticate to a server.
@@ -36,16 +39,30 @@ type Config struct {
 	Token string
 	// Hosts pins the server's key.
 	Hosts *auth.KnownHosts
-	// Dial, if not nil, makes the connection (tests use it to cut links).
+	// Dial, if not nil, makes the connections (tests use it to cut links);
+	// by default they are tuned by transport.Dial.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
+	// ResumeFor is how long a Get interrupted by a broken connection keeps
+	// trying to resume where it stopped; 0 means DefaultResumeFor.
+	ResumeFor time.Duration
 }
 
+// DefaultResumeFor is how long an interrupted Get tries to resume: long
+// enough to ride out a brief outage, short enough not to hang a user.
+const DefaultResumeFor = time.Minute
+
 // Client is a ferry.FS served by a remote server.
+//
+// It keeps two connections to the server: one for bulk data (Get, Put,
+// FindGet) and one for everything else, so that a Stat or a Find issued
+// during a large transfer does not wait behind its data in the flow-control
+// windows and socket buffers it fills.
 type Client struct {
-	conn         *grpc.ClientConn
-	c            proto.FerryClient
-	addr         string
-	handshakeErr atomic.Pointer[error]
+	conn, bulkConn *grpc.ClientConn
+	c, bulk        proto.FerryClient
+	addr           string
+	resumeFor      time.Duration
+	handshakeErr   atomic.Pointer[error]
 }
 
 var (
@@ -82,18 +99,41 @@ func Dial(cfg Config) (*Client, error) {
 		// kernel's many minutes.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(proto.MaxData + (64 << 10))),
+		grpc.WithInitialWindowSize(transport.StreamWindow),
+		grpc.WithInitialConnWindowSize(transport.ConnWindow),
+		grpc.WithWriteBufferSize(transport.WriteBuffer),
+		grpc.WithReadBufferSize(transport.WriteBuffer),
+		// Reconnect quickly after an outage: gRPC's default waits up to
+		// two minutes between attempts.
+		grpc.WithConnectParams(grpc.ConnectParams{
+			Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: 3 * time.Second},
+			MinConnectTimeout: 10 * time.Second,
+		}),
 	}
 	if cfg.Token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(token(cfg.Token)))
 	}
-	if cfg.Dial != nil {
-		opts = append(opts, grpc.WithContextDialer(cfg.Dial))
+	dial := cfg.Dial
+	if dial == nil {
+		dial = transport.Dial
 	}
-	conn, err := grpc.NewClient("passthrough:///"+cfg.Addr, opts...)
-	if err != nil {
-		return nil, ferry.E(op, cfg.Addr, ferry.KindInvalid, err)
+	opts = append(opts, grpc.WithContextDialer(dial))
+	c.resumeFor = cfg.ResumeFor
+	if c.resumeFor <= 0 {
+		c.resumeFor = DefaultResumeFor
 	}
-	c.conn, c.c = conn, proto.NewFerryClient(conn)
+	var err2 error
+	c.conn, err = grpc.NewClient("passthrough:///"+cfg.Addr, opts...)
+	if err == nil {
+		c.bulkConn, err2 = grpc.NewClient("passthrough:///"+cfg.Addr, opts...)
+	}
+	if err != nil || err2 != nil {
+		if c.conn != nil {
+			c.conn.Close()
+		}
+		return nil, ferry.E(op, cfg.Addr, ferry.KindInvalid, errors.Join(err, err2))
+	}
+	c.c, c.bulk = proto.NewFerryClient(c.conn), proto.NewFerryClient(c.bulkConn)
 	return c, nil
 }
 
@@ -118,8 +158,8 @@ func (t token) GetRequestMetadata(context.Context, ...string) (map[string]string
 
 func (t token) RequireTransportSecurity() bool { return true }
 
-// Close closes the connection; calls in flight fail.
-func (c *Client) Close() error { return c.conn.Close() }
+// Close closes the connections; calls in flight fail.
+func (c *Client) Close() error { return errors.Join(c.conn.Close(), c.bulkConn.Close()) }
 
 // Addr returns the server's address.
 func (c *Client) Addr() string { return c.addr }
@@ -152,28 +192,46 @@ func (c *Client) Stat(ctx context.Context, p string) *ferry.Future[ferry.Dir] {
 }
 
 // Get implements ferry.Tree. The call starts at once; Read delivers its
-// data as it arrives.
+// data as it arrives. If the connection breaks, Read resumes the transfer
+// where it stopped once the client has reconnected, for up to ResumeFor,
+// without fetching again what arrived.
 func (c *Client) Get(ctx context.Context, p string, off, count int64) io.ReadCloser {
 	ctx, cancel := context.WithCancel(ctx)
-	st := ferry.Go(func() (grpc.ServerStreamingClient[proto.Data], error) {
-		return c.c.Get(ctx, &proto.GetReq{Path: p, Offset: off, Count: count})
-	})
-	return &reader{c: c, st: st, cancel: cancel, path: p}
+	r := &reader{c: c, ctx: ctx, cancel: cancel, path: p, off: off, left: count, stopResume: func() {}}
+	r.start(ctx)
+	return r
 }
 
 type reader struct {
 	c      *Client
-	st     *ferry.Future[grpc.ServerStreamingClient[proto.Data]]
+	ctx    context.Context
 	cancel context.CancelFunc
 	path   string
+	off    int64 // Offset of the next byte to deliver.
+	left   int64 // Bytes still wanted; < 0 to the end.
+	st     *ferry.Future[grpc.ServerStreamingClient[proto.Data]]
 	buf    []byte
 	err    error
+	resume time.Time // When resuming gives up; zero until the first break.
+	// stopResume releases the deadline of the current resumed call.
+	stopResume context.CancelFunc
+}
+
+func (r *reader) start(ctx context.Context, opts ...grpc.CallOption) {
+	req := &proto.GetReq{Path: r.path, Offset: r.off, Count: r.left}
+	r.st = ferry.Go(func() (grpc.ServerStreamingClient[proto.Data], error) {
+		return r.c.bulk.Get(ctx, req, opts...)
+	})
 }
 
 func (r *reader) Read(b []byte) (int, error) {
 	for len(r.buf) == 0 {
 		if r.err != nil {
 			return 0, r.err
+		}
+		if r.left == 0 {
+			r.err = io.EOF
+			break
 		}
 		st, err := r.st.Wait()
 		if err == nil {
@@ -185,17 +243,38 @@ func (r *reader) Read(b []byte) (int, error) {
 		}
 		if err == io.EOF {
 			r.err = io.EOF
-		} else {
-			r.err = r.c.fail("remote.Get", r.path, err)
+			break
 		}
+		r.err = r.c.fail("remote.Get", r.path, err)
+		if ferry.KindOf(r.err) == ferry.KindUnavailable && r.c.handshakeErr.Load() == nil && r.ctx.Err() == nil {
+			if r.resume.IsZero() {
+				r.resume = time.Now().Add(r.c.resumeFor)
+			}
+			if time.Now().Before(r.resume) {
+				// Wait for the reconnection, but not past the deadline.
+				rctx, cancel := context.WithDeadline(r.ctx, r.resume)
+				r.stopResume()
+				r.stopResume = cancel
+				r.err = nil
+				r.start(rctx, grpc.WaitForReady(true))
+			}
+		}
+	}
+	if r.err != nil && len(r.buf) == 0 {
+		return 0, r.err
 	}
 	n := copy(b, r.buf)
 	r.buf = r.buf[n:]
+	r.off += int64(n)
+	if r.left > 0 {
+		r.left -= int64(n)
+	}
 	return n, nil
 }
 
 func (r *reader) Close() error {
 	r.cancel()
+	r.stopResume()
 	if r.err == nil {
 		r.err = ferry.E("remote.Get", r.path, ferry.KindInvalid, "reader closed")
 	}
@@ -211,7 +290,7 @@ func (c *Client) Put(ctx context.Context, p string, d ferry.Dir, off int64, data
 		// server commits nothing.
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		st, err := c.c.Put(ctx)
+		st, err := c.bulk.Put(ctx)
 		if err != nil {
 			return nil, c.fail(op, p, err)
 		}
@@ -286,7 +365,7 @@ func (c *Client) Find(ctx context.Context, p, pred string) *ferry.Stream[ferry.E
 
 // FindGet implements ferry.Finder: one call streams the walk and the data.
 func (c *Client) FindGet(ctx context.Context, p, pred string) *ferry.Stream[ferry.Entry] {
-	return c.find(ctx, "remote.FindGet", p, pred, c.c.FindGet)
+	return c.find(ctx, "remote.FindGet", p, pred, c.bulk.FindGet)
 }
 
 type findCall func(context.Context, *proto.FindReq, ...grpc.CallOption) (grpc.ServerStreamingClient[proto.FindReply], error)

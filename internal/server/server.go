@@ -33,6 +33,7 @@ import (
 	"github.com/ferryfs/ferry/internal/auth"
 	"github.com/ferryfs/ferry/internal/ctl"
 	"github.com/ferryfs/ferry/internal/proto"
+	"github.com/ferryfs/ferry/internal/transport"
 )
 
 // Config says what a Server serves and to whom.
@@ -56,6 +57,7 @@ type Server struct {
 
 	mu    sync.Mutex
 	conns map[*conn]struct{}
+	raw   map[string]net.Conn // Accepted TCP connections by remote address.
 
 	calls    [opCount]atomic.Int64
 	errs     atomic.Int64
@@ -66,6 +68,7 @@ type Server struct {
 // conn is one client connection.
 type conn struct {
 	addr  string
+	raw   net.Conn // The TCP connection, for the kernel's measurements; may be nil.
 	since time.Time
 	calls atomic.Int64
 
@@ -96,7 +99,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	s := &Server{cfg: cfg, start: time.Now(), conns: map[*conn]struct{}{}}
+	s := &Server{cfg: cfg, start: time.Now(), conns: map[*conn]struct{}{}, raw: map[string]net.Conn{}}
 	s.fs = ctl.New("server", cfg.FS, s)
 	tlsCfg, err := auth.ServerTLS(cfg.Key)
 	if err != nil {
@@ -108,6 +111,12 @@ func New(cfg Config) (*Server, error) {
 		grpc.UnaryInterceptor(s.unaryAuth),
 		grpc.StreamInterceptor(s.streamAuth),
 		grpc.MaxRecvMsgSize(proto.MaxData+(64<<10)),
+		// Static flow-control windows far above gRPC's 64 KiB start: see
+		// transport.StreamWindow.
+		grpc.InitialWindowSize(transport.StreamWindow),
+		grpc.InitialConnWindowSize(transport.ConnWindow),
+		grpc.WriteBufferSize(transport.WriteBuffer),
+		grpc.ReadBufferSize(transport.WriteBuffer),
 		// Clients ping every 20 s to notice dead links and keep their
 		// watches (their leases) alive; gRPC's default policy would
 		// answer such pings with GOAWAY.
@@ -121,10 +130,11 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Serve accepts connections on l until ctx is done, then stops gracefully:
-// calls in flight get grace to finish before they are cut.
+// calls in flight get grace to finish before they are cut. Listeners from
+// transport.Listen give tuned sockets.
 func (s *Server) Serve(ctx context.Context, l net.Listener, grace time.Duration) error {
 	errc := make(chan error, 1)
-	go func() { errc <- s.grpc.Serve(l) }()
+	go func() { errc <- s.grpc.Serve(&trackListener{l, s}) }()
 	select {
 	case err := <-errc:
 		return err
@@ -147,7 +157,45 @@ func (s *Server) Serve(ctx context.Context, l net.Listener, grace time.Duration)
 // TagConn implements stats.Handler.
 func (s *Server) TagConn(ctx context.Context, info *stats.ConnTagInfo) context.Context {
 	c := &conn{addr: info.RemoteAddr.String(), since: time.Now()}
+	s.mu.Lock()
+	c.raw = s.raw[c.addr]
+	delete(s.raw, c.addr)
+	s.mu.Unlock()
 	return context.WithValue(ctx, connKey{}, c)
+}
+
+// trackListener remembers each accepted connection by its remote address
+// until TagConn takes it, since gRPC tells the stats handler only addresses.
+type trackListener struct {
+	net.Listener
+	s *Server
+}
+
+func (l *trackListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.s.mu.Lock()
+	l.s.raw[c.RemoteAddr().String()] = c
+	l.s.mu.Unlock()
+	return &trackedConn{Conn: c, s: l.s}, nil
+}
+
+// trackedConn forgets its entry when it closes, so connections that never
+// got as far as TagConn (a failed handshake) leave nothing behind.
+type trackedConn struct {
+	net.Conn
+	s *Server
+}
+
+func (c *trackedConn) Close() error {
+	c.s.mu.Lock()
+	if c.s.raw[c.RemoteAddr().String()] == c.Conn {
+		delete(c.s.raw, c.RemoteAddr().String())
+	}
+	c.s.mu.Unlock()
+	return c.Conn.Close()
 }
 
 // HandleConn implements stats.Handler.
@@ -256,8 +304,14 @@ func (s *Server) Status(context.Context) string {
 		if user == "" {
 			user = "-"
 		}
-		fmt.Fprintf(&b, "client: addr=%s user=%s since=%s calls=%d\n",
+		fmt.Fprintf(&b, "client: addr=%s user=%s since=%s calls=%d",
 			c.addr, user, c.since.UTC().Format(time.RFC3339), c.calls.Load())
+		if c.raw != nil {
+			if info, err := transport.ConnInfo(c.raw); err == nil {
+				fmt.Fprintf(&b, " %s", info)
+			}
+		}
+		b.WriteByte('\n')
 	}
 	for i, n := range opNames {
 		fmt.Fprintf(&b, "calls.%s: %d\n", n, s.calls[i].Load())

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -217,22 +218,23 @@ func TestConnectionCutMidPut(t *testing.T) {
 	stillServes(t, s)
 }
 
-func TestConnectionCutMidGet(t *testing.T) {
-	s := servertest.Start(t, "")
-	if err := os.WriteFile(filepath.Join(s.Dir, "f"), bytes.Repeat([]byte("x"), 8<<20), 0o644); err != nil {
-		t.Fatal(err)
-	}
+// cutClient dials the server with connections that the test can cut all
+// at once.
+func cutClient(t *testing.T, s *servertest.Server, resumeFor time.Duration) (*remote.Client, func()) {
 	key := newKey(t)
 	s.Auth.Authorize(auth.Fingerprint(key.Public().(ed25519.PublicKey)), "u")
-	var conn atomic.Pointer[net.Conn]
+	var mu sync.Mutex
+	var conns []net.Conn
 	c, err := remote.Dial(remote.Config{
-		Addr: s.Addr, Key: key,
+		Addr: s.Addr, Key: key, ResumeFor: resumeFor,
 		Hosts: &auth.KnownHosts{File: filepath.Join(t.TempDir(), "kh")},
 		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
 			var d net.Dialer
 			nc, err := d.DialContext(ctx, "tcp", addr)
 			if err == nil {
-				conn.Store(&nc)
+				mu.Lock()
+				conns = append(conns, nc)
+				mu.Unlock()
 			}
 			return nc, err
 		},
@@ -240,16 +242,70 @@ func TestConnectionCutMidGet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return c, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, nc := range conns {
+			nc.Close()
+		}
+		conns = nil
+	}
+}
+
+// TestGetResumesAfterCut: a download survives a broken connection; it
+// resumes where it stopped, and what arrived is delivered once.
+func TestGetResumesAfterCut(t *testing.T) {
+	s := servertest.Start(t, "")
+	want := make([]byte, 8<<20)
+	for i := range want {
+		want[i] = byte(i * 7 / 5)
+	}
+	if err := os.WriteFile(filepath.Join(s.Dir, "f"), want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c, cut := cutClient(t, s, time.Minute)
+	before := s.Srv.Calls()["get"]
+	r := c.Get(ctx(t), "/f", 100, -1)
+	defer r.Close()
+	got := make([]byte, 1<<20)
+	if _, err := io.ReadFull(r, got); err != nil {
+		t.Fatal(err)
+	}
+	cut()
+	rest, err := io.ReadAll(r)
+	if err != nil {
+		t.Fatalf("read after the cut: %v", err)
+	}
+	got = append(got, rest...)
+	if !bytes.Equal(got, want[100:]) {
+		t.Errorf("resumed download: %d bytes, want %d, equal=%v", len(got), len(want)-100, bytes.Equal(got, want[100:]))
+	}
+	if n := s.Srv.Calls()["get"] - before; n != 2 {
+		t.Errorf("the server answered %d gets, want 2 (the first and the resumed one)", n)
+	}
+}
+
+// TestGetGivesUpWhenServerGone: with the server gone for good, an
+// interrupted download fails once ResumeFor has passed; it does not hang.
+func TestGetGivesUpWhenServerGone(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f"), bytes.Repeat([]byte("x"), 8<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	s := servertest.Start(t, dir)
+	c, cut := cutClient(t, s, 500*time.Millisecond)
 	r := c.Get(ctx(t), "/f", 0, -1)
 	defer r.Close()
 	if _, err := io.ReadFull(r, make([]byte, 1<<20)); err != nil {
 		t.Fatal(err)
 	}
-	(*conn.Load()).Close()
-	_, err = io.ReadAll(r)
-	wantKind(t, "read after the connection was cut", err, ferry.KindUnavailable)
-	stillServes(t, s)
+	s.Stop()
+	cut()
+	_, err := io.ReadAll(r)
+	if k := ferry.KindOf(err); k != ferry.KindUnavailable && k != ferry.KindCanceled {
+		t.Errorf("read with the server gone: %v (kind %q), want unavailable or canceled", err, k)
+	}
 }
 
 func TestControlFile(t *testing.T) {

@@ -6,8 +6,8 @@ import (
 	"context"
 	"crypto/ed25519"
 	"log/slog"
-	"net"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +15,7 @@ import (
 	"github.com/ferryfs/ferry/internal/local"
 	"github.com/ferryfs/ferry/internal/remote"
 	"github.com/ferryfs/ferry/internal/server"
+	"github.com/ferryfs/ferry/internal/transport"
 )
 
 // Server is a running test server.
@@ -25,6 +26,9 @@ type Server struct {
 	Key  ed25519.PrivateKey
 	Auth *auth.Authorizer
 	Srv  *server.Server
+	// Stop stops the server before the test ends; it may be called more
+	// than once.
+	Stop func()
 }
 
 // Start serves dir (a new temporary directory if "") until the test ends.
@@ -53,7 +57,7 @@ func Start(t testing.TB, dir string) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	l, err := transport.Listen(context.Background(), "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,12 +67,16 @@ func Start(t testing.TB, dir string) *Server {
 		srv.Serve(ctx, l, time.Second)
 		close(done)
 	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		tree.Close()
-	})
-	return &Server{Addr: l.Addr().String(), Dir: dir, Home: home, Key: key, Auth: az, Srv: srv}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			<-done
+			tree.Close()
+		})
+	}
+	t.Cleanup(stop)
+	return &Server{Addr: l.Addr().String(), Dir: dir, Home: home, Key: key, Auth: az, Srv: srv, Stop: stop}
 }
 
 // Client makes a client key in a temporary home, admits it as user and
