@@ -46,7 +46,13 @@ type Config struct {
 	// control file's "debug on|off" changes.
 	Log   *slog.Logger
 	Level *slog.LevelVar
+	// ReadAheadBudget is the memory all Gets may hold read ahead of their
+	// connections; 0 means DefaultReadAheadBudget.
+	ReadAheadBudget int64
 }
+
+// DefaultReadAheadBudget is the server's read-ahead memory by default.
+const DefaultReadAheadBudget = 256 << 20
 
 // Server serves one ferry.FS.
 type Server struct {
@@ -61,6 +67,10 @@ type Server struct {
 
 	calls    [opCount]atomic.Int64
 	errs     atomic.Int64
+	budget   *budget
+	// cancelledReads counts read-aheads stopped by a cancelled stream or
+	// a broken connection.
+	cancelledReads atomic.Int64
 	bytesIn  atomic.Int64
 	bytesOut atomic.Int64
 }
@@ -71,6 +81,8 @@ type conn struct {
 	raw   net.Conn // The TCP connection, for the kernel's measurements; may be nil.
 	since time.Time
 	calls atomic.Int64
+	// readAhead is the bytes read ahead for this connection's streams.
+	readAhead atomic.Int64
 
 	mu   sync.Mutex
 	user string // Set by the first call that authenticated.
@@ -99,7 +111,10 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
-	s := &Server{cfg: cfg, start: time.Now(), conns: map[*conn]struct{}{}, raw: map[string]net.Conn{}}
+	if cfg.ReadAheadBudget <= 0 {
+		cfg.ReadAheadBudget = DefaultReadAheadBudget
+	}
+	s := &Server{cfg: cfg, start: time.Now(), conns: map[*conn]struct{}{}, raw: map[string]net.Conn{}, budget: newBudget(cfg.ReadAheadBudget)}
 	s.fs = ctl.New("server", cfg.FS, s)
 	tlsCfg, err := auth.ServerTLS(cfg.Key)
 	if err != nil {
@@ -306,6 +321,7 @@ func (s *Server) Status(context.Context) string {
 		}
 		fmt.Fprintf(&b, "client: addr=%s user=%s since=%s calls=%d",
 			c.addr, user, c.since.UTC().Format(time.RFC3339), c.calls.Load())
+		fmt.Fprintf(&b, " readahead=%d", c.readAhead.Load())
 		if c.raw != nil {
 			if info, err := transport.ConnInfo(c.raw); err == nil {
 				fmt.Fprintf(&b, " %s", info)
@@ -317,6 +333,10 @@ func (s *Server) Status(context.Context) string {
 		fmt.Fprintf(&b, "calls.%s: %d\n", n, s.calls[i].Load())
 	}
 	fmt.Fprintf(&b, "errors: %d\n", s.errs.Load())
+	s.budget.mu.Lock()
+	fmt.Fprintf(&b, "readahead.bytes: %d of %d\n", s.budget.used, s.budget.total)
+	s.budget.mu.Unlock()
+	fmt.Fprintf(&b, "readahead.cancelled: %d\n", s.cancelledReads.Load())
 	fmt.Fprintf(&b, "bytes.in: %d\nbytes.out: %d\n", s.bytesIn.Load(), s.bytesOut.Load())
 	return b.String()
 }
@@ -329,6 +349,14 @@ func (s *Server) Calls() map[string]int64 {
 		m[n] = s.calls[i].Load()
 	}
 	return m
+}
+
+// ReadAhead returns the bytes held read ahead now and how many read-aheads
+// were stopped by cancelled streams or broken connections.
+func (s *Server) ReadAhead() (held, cancelled int64) {
+	s.budget.mu.Lock()
+	defer s.budget.mu.Unlock()
+	return s.budget.used, s.cancelledReads.Load()
 }
 
 // Command implements ctl.Controller.
@@ -372,21 +400,31 @@ func (h *handler) Stat(ctx context.Context, r *proto.PathReq) (*proto.DirReply, 
 }
 
 func (h *handler) Get(r *proto.GetReq, st grpc.ServerStreamingServer[proto.Data]) error {
-	rd := h.s.fs.Get(st.Context(), r.Path, r.Offset, r.Count)
+	ctx, cancel := context.WithCancel(st.Context())
+	defer cancel()
+	rd := h.s.fs.Get(ctx, r.Path, r.Offset, r.Count)
 	defer rd.Close()
+	c, _ := ctx.Value(connKey{}).(*conn)
+	ra := startReadAhead(ctx, rd, c, h.s.budget, &h.s.cancelledReads)
+	defer func() {
+		cancel() // Stops the reader if the send failed.
+		ra.Stop()
+	}()
 	for {
-		buf := make([]byte, proto.MaxData)
-		n, err := io.ReadFull(rd, buf)
-		if n > 0 {
-			if serr := st.Send(&proto.Data{Data: buf[:n]}); serr != nil {
-				return h.done(opGet, serr)
+		p, ok := ra.Next()
+		if !ok {
+			return h.done(opGet, ferry.E("server.Get", r.Path, ferry.KindCanceled, ctx.Err()))
+		}
+		if len(p.data) > 0 {
+			if err := st.Send(&proto.Data{Data: p.data}); err != nil {
+				return h.done(opGet, err)
 			}
 		}
-		if err == io.EOF || err == io.ErrUnexpectedEOF {
+		if p.err == io.EOF {
 			return h.done(opGet, nil)
 		}
-		if err != nil {
-			return h.done(opGet, err)
+		if p.err != nil {
+			return h.done(opGet, p.err)
 		}
 	}
 }

@@ -350,3 +350,29 @@ func TestControlFile(t *testing.T) {
 		}
 	}
 }
+
+// TestCancelledGetFreesReadAhead: closing a download early stops the
+// server's read-ahead for it at once and gives its memory back.
+func TestCancelledGetFreesReadAhead(t *testing.T) {
+	s := servertest.Start(t, "")
+	if err := os.WriteFile(filepath.Join(s.Dir, "f"), bytes.Repeat([]byte("r"), 64<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := s.Client(t, "u")
+	r := c.Get(ctx(t), "/f", 0, -1)
+	if _, err := io.ReadFull(r, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		held, cancelled := s.Srv.ReadAhead()
+		if held == 0 && cancelled >= 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after closing the reader the server holds %d bytes read ahead, %d cancelled", held, cancelled)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

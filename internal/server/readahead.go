@@ -1,0 +1,208 @@
+package server
+
+import (
+	"context"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ferryfs/ferry/internal/proto"
+	"github.com/ferryfs/ferry/internal/transport"
+)
+
+// Read-ahead, after TPF (Lim and Park, 2007): the server reads ahead of each
+// Get by what its connection carries, not by a fixed amount. A stream keeps
+// about readAheadRTTs round trips of the connection's measured delivery rate
+// ready in memory, so that the disk is never what the link waits for; a
+// 1 Mbit/s client pins a few KiB, a 1 Gbit/s one some MiB. All streams share
+// one budget, each capped at an equal share of it while others want memory.
+// A stream that is cancelled, or whose connection breaks, stops its reader
+// at once and frees what it held.
+const (
+	readAheadRTTs = 4
+	// minReadAhead keeps one message ready even before any measurement.
+	minReadAhead = proto.MaxData
+	// maxReadAhead bounds one stream whatever its connection.
+	maxReadAhead = 64 << 20
+)
+
+// budget is memory shared by the read-ahead of all streams.
+type budget struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	total   int64
+	used    int64
+	streams int // Streams holding or waiting for memory.
+}
+
+func newBudget(total int64) *budget {
+	b := &budget{total: total}
+	b.cond = sync.NewCond(&b.mu)
+	return b
+}
+
+// share is the most one stream may hold now.
+func (b *budget) share() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.total / int64(max(b.streams, 1))
+}
+
+// acquire waits until n bytes are free or ctx is done.
+func (b *budget) acquire(ctx context.Context, n int64) bool {
+	stop := context.AfterFunc(ctx, func() {
+		b.mu.Lock()
+		b.cond.Broadcast()
+		b.mu.Unlock()
+	})
+	defer stop()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for b.used+n > b.total && b.used > 0 {
+		if ctx.Err() != nil {
+			return false
+		}
+		b.cond.Wait()
+	}
+	if ctx.Err() != nil {
+		return false
+	}
+	b.used += n
+	return true
+}
+
+func (b *budget) release(n int64) {
+	b.mu.Lock()
+	b.used -= n
+	b.cond.Broadcast()
+	b.mu.Unlock()
+}
+
+func (b *budget) join(d int) {
+	b.mu.Lock()
+	b.streams += d
+	b.mu.Unlock()
+}
+
+// readAhead reads rd ahead of the sender into a queue whose depth follows
+// the connection c (nil: no measurements) and the budget. Next returns the
+// pieces in order; the reader goroutine stops when ctx is done.
+type readAhead struct {
+	q       chan piece
+	space   chan struct{} // Signalled when the sender takes a piece.
+	b       *budget
+	c       *conn
+	held    atomic.Int64 // Bytes read ahead and not yet sent.
+	depth   atomic.Int64 // The current target depth in bytes.
+	cancels *atomic.Int64
+	done    chan struct{}
+}
+
+// remeasure is how often a stream re-reads its connection's measurements.
+const remeasure = 100 * time.Millisecond
+
+type piece struct {
+	data []byte
+	err  error
+}
+
+func startReadAhead(ctx context.Context, rd io.Reader, c *conn, b *budget, cancels *atomic.Int64) *readAhead {
+	ra := &readAhead{
+		q: make(chan piece, maxReadAhead/proto.MaxData), space: make(chan struct{}, 1),
+		b: b, c: c, cancels: cancels, done: make(chan struct{}),
+	}
+	ra.depth.Store(minReadAhead)
+	b.join(1)
+	go func() {
+		defer close(ra.done)
+		defer close(ra.q)
+		var next time.Time
+		measure := func() {
+			if c != nil && c.raw != nil && time.Now().After(next) {
+				ra.depth.Store(targetDepth(c, b))
+				next = time.Now().Add(remeasure)
+			}
+		}
+		for {
+			measure()
+			// Wait while the queue is as deep as the connection warrants.
+			for ra.held.Load() >= ra.depth.Load() {
+				select {
+				case <-ctx.Done():
+					ra.cancels.Add(1)
+					return
+				case <-ra.space:
+				case <-time.After(remeasure):
+				}
+				measure()
+			}
+			if !b.acquire(ctx, proto.MaxData) {
+				ra.cancels.Add(1)
+				return
+			}
+			buf := make([]byte, proto.MaxData)
+			n, err := io.ReadFull(rd, buf)
+			if err == io.ErrUnexpectedEOF {
+				err = io.EOF
+			}
+			ra.hold(proto.MaxData)
+			select {
+			case ra.q <- piece{buf[:n], err}:
+			case <-ctx.Done():
+				ra.hold(-proto.MaxData)
+				b.release(proto.MaxData)
+				ra.cancels.Add(1)
+				return
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	return ra
+}
+
+// targetDepth is what a stream on c should keep ready: readAheadRTTs round
+// trips at the measured delivery rate, within the stream's share.
+func targetDepth(c *conn, b *budget) int64 {
+	info, err := transport.ConnInfo(c.raw)
+	if err != nil || info.DeliveryRate == 0 {
+		return minReadAhead
+	}
+	want := int64(float64(info.DeliveryRate) * info.RTT.Seconds() * readAheadRTTs)
+	return min(max(want, minReadAhead), maxReadAhead, max(b.share(), minReadAhead))
+}
+
+// Next returns the next piece; ok is false after the last.
+func (ra *readAhead) Next() (piece, bool) {
+	p, ok := <-ra.q
+	if ok {
+		ra.hold(-proto.MaxData)
+		ra.b.release(proto.MaxData)
+		select {
+		case ra.space <- struct{}{}:
+		default:
+		}
+	}
+	return p, ok
+}
+
+// hold counts n more bytes held, for the stream and its connection.
+func (ra *readAhead) hold(n int64) {
+	ra.held.Add(n)
+	if ra.c != nil {
+		ra.c.readAhead.Add(n)
+	}
+}
+
+// Stop waits for the reader to end (its context must be done or the data
+// consumed) and frees what is still queued.
+func (ra *readAhead) Stop() {
+	<-ra.done
+	for range ra.q {
+		ra.hold(-proto.MaxData)
+		ra.b.release(proto.MaxData)
+	}
+	ra.b.join(-1)
+}
