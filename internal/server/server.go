@@ -65,14 +65,14 @@ type Server struct {
 	conns map[*conn]struct{}
 	raw   map[string]net.Conn // Accepted TCP connections by remote address.
 
-	calls    [opCount]atomic.Int64
-	errs     atomic.Int64
-	budget   *budget
+	calls  [opCount]atomic.Int64
+	errs   atomic.Int64
+	budget *budget
 	// cancelledReads counts read-aheads stopped by a cancelled stream or
 	// a broken connection.
 	cancelledReads atomic.Int64
-	bytesIn  atomic.Int64
-	bytesOut atomic.Int64
+	bytesIn        atomic.Int64
+	bytesOut       atomic.Int64
 }
 
 // conn is one client connection.
