@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -35,16 +37,18 @@ func TestMain(m *testing.M) {
 
 // env is one user's ferry world: a FERRY_HOME and a running server.
 type env struct {
-	t    *testing.T
-	home string
-	dir  string // The served directory.
-	host string // HOST:PORT of the server.
+	t       *testing.T
+	home    string
+	dir     string // The served directory.
+	host    string // HOST:PORT of the server.
+	metrics string // HOST:PORT of its metrics, if it serves them.
 }
 
-// start runs ferry serve on a new temporary tree and waits for its address.
-func start(t *testing.T) *env {
+// start runs ferry serve on a new temporary tree, with extra flags, and
+// waits for its address.
+func start(t *testing.T, flags ...string) *env {
 	e := &env{t: t, home: t.TempDir(), dir: t.TempDir()}
-	cmd := exec.Command(ferryBin, "serve", e.dir, "--listen", "127.0.0.1:0", "--grace", "2s")
+	cmd := exec.Command(ferryBin, append([]string{"serve", e.dir, "--listen", "127.0.0.1:0", "--grace", "2s"}, flags...)...)
 	cmd.Env = e.environ()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -75,12 +79,16 @@ func start(t *testing.T) *env {
 		}
 	})
 	re := regexp.MustCompile(`serving .* on (\S+)`)
+	reMetrics := regexp.MustCompile(`metrics on http://(\S+)/metrics`)
 	timeout := time.After(20 * time.Second)
 	for e.host == "" {
 		select {
 		case l := <-lines:
 			if m := re.FindStringSubmatch(l); m != nil {
 				e.host = m[1]
+			}
+			if m := reMetrics.FindStringSubmatch(l); m != nil {
+				e.metrics = m[1]
 			}
 		case <-timeout:
 			t.Fatal("ferry serve printed no address")
@@ -317,6 +325,25 @@ func TestEndToEndKeysAndTokens(t *testing.T) {
 	_, errOut = other.run(false, "ls", other.at("/"))
 	if !strings.Contains(errOut, "key changed") {
 		t.Errorf("a changed server key: %q", errOut)
+	}
+}
+
+func TestMetricsEndpoint(t *testing.T) {
+	e := start(t, "--metrics", "127.0.0.1:0")
+	if e.metrics == "" {
+		t.Fatal("ferry serve --metrics printed no metrics address")
+	}
+	e.run(true, "ls", e.at("/"))
+	resp, err := http.Get("http://" + e.metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	for _, want := range []string{`ferry_calls_total{op="find"} 1`, "ferry_readahead_bytes"} {
+		if !strings.Contains(string(b), want) {
+			t.Errorf("metrics lack %q:\n%s", want, b)
+		}
 	}
 }
 

@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"os/user"
@@ -17,6 +19,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
 	"github.com/ferryfs/ferry"
@@ -73,7 +77,7 @@ Keys and lists live in $FERRY_HOME (default ~/.config/ferry).`,
 }
 
 func serveCmd() *cobra.Command {
-	var listen string
+	var listen, metrics string
 	var grace time.Duration
 	var noSelf bool
 	c := &cobra.Command{
@@ -90,20 +94,25 @@ machine work together out of the box (--no-self turns that off).
 
 It stops gracefully on SIGINT or SIGTERM: calls in flight get --grace to end.
 
+With --metrics ADDR it also serves Prometheus metrics over plain HTTP at
+ADDR/metrics: calls, bytes, read-ahead, and each connection's round trip,
+delivery rate, congestion controller and retransmissions.
+
 Limitations: all admitted users have the server process's rights on DIR;
 a real file named Ctl at the top of DIR is shadowed by the control file.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return serve(cmd.Context(), args[0], listen, grace, !noSelf, cmd.ErrOrStderr())
+			return serve(cmd.Context(), args[0], listen, metrics, grace, !noSelf, cmd.ErrOrStderr())
 		},
 	}
 	c.Flags().StringVar(&listen, "listen", ":"+DefaultPort, "address to listen on")
 	c.Flags().DurationVar(&grace, "grace", 10*time.Second, "how long calls in flight may take to finish on stop")
 	c.Flags().BoolVar(&noSelf, "no-self", false, "do not admit the client key of the user running the server")
+	c.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics over HTTP on this address (off if empty)")
 	return c
 }
 
-func serve(ctx context.Context, dir, listen string, grace time.Duration, self bool, stderr io.Writer) error {
+func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration, self bool, stderr io.Writer) error {
 	home := auth.Home()
 	key, created, err := auth.LoadOrCreateKey(filepath.Join(home, auth.ServerKeyFile))
 	if err != nil {
@@ -140,6 +149,21 @@ func serve(ctx context.Context, dir, listen string, grace time.Duration, self bo
 	what := "server key"
 	if created {
 		what = "new server key"
+	}
+	if metrics != "" {
+		ml, err := net.Listen("tcp", metrics)
+		if err != nil {
+			l.Close()
+			return ferry.E("serve", metrics, ferry.KindUnavailable, err)
+		}
+		reg := prometheus.NewRegistry()
+		reg.MustRegister(srv.Collector())
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go hs.Serve(ml)
+		defer hs.Close()
+		fmt.Fprintf(stderr, "ferry: metrics on http://%s/metrics\n", ml.Addr())
 	}
 	fmt.Fprintf(stderr, "ferry: serving %s on %s\nferry: %s %s\n", dir, l.Addr(), what, auth.Fingerprint(key.Public().(ed25519.PublicKey)))
 	err = srv.Serve(ctx, l, grace)

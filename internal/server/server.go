@@ -297,13 +297,8 @@ func (s *Server) streamAuth(srv any, ss grpc.ServerStream, _ *grpc.StreamServerI
 	return h(srv, ss)
 }
 
-// Status implements ctl.Controller.
-func (s *Server) Status(context.Context) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "version: %s\n", s.cfg.Version)
-	fmt.Fprintf(&b, "uptime: %s\n", time.Since(s.start).Round(time.Second))
-	debug := s.cfg.Level != nil && s.cfg.Level.Level() <= slog.LevelDebug
-	fmt.Fprintf(&b, "debug: %v\n", debug)
+// connections returns the open connections, oldest first.
+func (s *Server) connections() []*conn {
 	s.mu.Lock()
 	cs := make([]*conn, 0, len(s.conns))
 	for c := range s.conns {
@@ -311,6 +306,17 @@ func (s *Server) Status(context.Context) string {
 	}
 	s.mu.Unlock()
 	sort.Slice(cs, func(i, j int) bool { return cs[i].since.Before(cs[j].since) })
+	return cs
+}
+
+// Status implements ctl.Controller.
+func (s *Server) Status(context.Context) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "version: %s\n", s.cfg.Version)
+	fmt.Fprintf(&b, "uptime: %s\n", time.Since(s.start).Round(time.Second))
+	debug := s.cfg.Level != nil && s.cfg.Level.Level() <= slog.LevelDebug
+	fmt.Fprintf(&b, "debug: %v\n", debug)
+	cs := s.connections()
 	fmt.Fprintf(&b, "clients: %d\n", len(cs))
 	for _, c := range cs {
 		c.mu.Lock()

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/auth"
 	"github.com/ferryfs/ferry/internal/remote"
@@ -374,5 +376,43 @@ func TestCancelledGetFreesReadAhead(t *testing.T) {
 			t.Fatalf("after closing the reader the server holds %d bytes read ahead, %d cancelled", held, cancelled)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestMetrics(t *testing.T) {
+	s := servertest.Start(t, "")
+	c := s.Client(t, "metrics-user")
+	for range 3 {
+		if _, err := c.Stat(ctx(t), "/").Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.Srv.Collector())
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, f := range fams {
+		for _, m := range f.Metric {
+			key := f.GetName()
+			for _, l := range m.Label {
+				key += "," + l.GetName() + "=" + l.GetValue()
+			}
+			got[key] = m.String()
+		}
+	}
+	if v := got["ferry_calls_total,op=stat"]; !strings.Contains(v, "value:3") {
+		t.Errorf("ferry_calls_total{op=stat} = %q, want 3", v)
+	}
+	found := false
+	for k := range got {
+		if strings.HasPrefix(k, "ferry_conn_info,addr=") && strings.Contains(k, "user=metrics-user") && strings.Contains(k, "congestion=") {
+			found = true
+		}
+	}
+	if !found {
+		t.Errorf("no ferry_conn_info for the client among %d series", len(got))
 	}
 }

@@ -1,0 +1,68 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ferryfs/ferry/internal/transport"
+)
+
+// Collector returns a Prometheus collector of the server's counters and of
+// each connection's kernel measurements, read when scraped.
+func (s *Server) Collector() prometheus.Collector { return collector{s} }
+
+type collector struct{ s *Server }
+
+var (
+	connLabels  = []string{"addr", "user"}
+	descCalls   = prometheus.NewDesc("ferry_calls_total", "Calls answered, by operation.", []string{"op"}, nil)
+	descErrors  = prometheus.NewDesc("ferry_errors_total", "Calls that failed.", nil, nil)
+	descBytes   = prometheus.NewDesc("ferry_payload_bytes_total", "Payload bytes of all calls, by direction.", []string{"dir"}, nil)
+	descRAHeld  = prometheus.NewDesc("ferry_readahead_bytes", "Bytes read ahead of all connections.", nil, nil)
+	descRACanc  = prometheus.NewDesc("ferry_readahead_cancelled_total", "Read-aheads stopped by a cancelled stream or a broken connection.", nil, nil)
+	descConnRA  = prometheus.NewDesc("ferry_conn_readahead_bytes", "Bytes read ahead for a connection.", connLabels, nil)
+	descConnRTT = prometheus.NewDesc("ferry_conn_rtt_seconds", "Smoothed round trip of a connection.", connLabels, nil)
+	descConnBW  = prometheus.NewDesc("ferry_conn_delivery_rate_bytes", "Recent delivery rate of a connection, bytes per second.", connLabels, nil)
+	descConnTx  = prometheus.NewDesc("ferry_conn_sent_bytes_total", "Bytes a connection sent, retransmissions included.", connLabels, nil)
+	descConnRx  = prometheus.NewDesc("ferry_conn_received_bytes_total", "Bytes a connection received.", connLabels, nil)
+	descConnRe  = prometheus.NewDesc("ferry_conn_retransmits_total", "Segments a connection retransmitted.", connLabels, nil)
+	descConnCC  = prometheus.NewDesc("ferry_conn_info", "A connection's congestion controller, as a label.", append(connLabels, "congestion"), nil)
+)
+
+func (collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descCalls, descErrors, descBytes, descRAHeld, descRACanc,
+		descConnRA, descConnRTT, descConnBW, descConnTx, descConnRx, descConnRe, descConnCC} {
+		ch <- d
+	}
+}
+
+func (c collector) Collect(ch chan<- prometheus.Metric) {
+	s := c.s
+	for i, n := range opNames {
+		ch <- prometheus.MustNewConstMetric(descCalls, prometheus.CounterValue, float64(s.calls[i].Load()), n)
+	}
+	ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(s.errs.Load()))
+	ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(s.bytesIn.Load()), "in")
+	ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(s.bytesOut.Load()), "out")
+	held, cancelled := s.ReadAhead()
+	ch <- prometheus.MustNewConstMetric(descRAHeld, prometheus.GaugeValue, float64(held))
+	ch <- prometheus.MustNewConstMetric(descRACanc, prometheus.CounterValue, float64(cancelled))
+	for _, cn := range s.connections() {
+		cn.mu.Lock()
+		labels := []string{cn.addr, cn.user}
+		cn.mu.Unlock()
+		ch <- prometheus.MustNewConstMetric(descConnRA, prometheus.GaugeValue, float64(cn.readAhead.Load()), labels...)
+		if cn.raw == nil {
+			continue
+		}
+		info, err := transport.ConnInfo(cn.raw)
+		if err != nil {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(descConnRTT, prometheus.GaugeValue, info.RTT.Seconds(), labels...)
+		ch <- prometheus.MustNewConstMetric(descConnBW, prometheus.GaugeValue, float64(info.DeliveryRate), labels...)
+		ch <- prometheus.MustNewConstMetric(descConnTx, prometheus.CounterValue, float64(info.BytesSent), labels...)
+		ch <- prometheus.MustNewConstMetric(descConnRx, prometheus.CounterValue, float64(info.BytesRecv), labels...)
+		ch <- prometheus.MustNewConstMetric(descConnRe, prometheus.CounterValue, float64(info.Retrans), labels...)
+		ch <- prometheus.MustNewConstMetric(descConnCC, prometheus.GaugeValue, 1, append(labels, info.Congestion)...)
+	}
+}
