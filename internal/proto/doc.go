@@ -13,6 +13,12 @@
 //     with or without data; later PutMsgs carry data only. Closing the
 //     stream commits; the reply is the resulting Dir. A stream that breaks
 //     before it is closed commits nothing for a whole-file Put.
+//     A whole-file Put may name an upload (an id the client chose): the
+//     server then stages the data per user outside the tree, keeps it if
+//     the stream breaks, and commits it when the stream closes. After a
+//     break the client asks PutStatus(upload) how much arrived (or whether
+//     the upload was committed, with its entry) and sends only the rest in
+//     a new Put with the same upload and resume_at.
 //   - Move, Remove, RemoveAll and Wstat are single requests.
 //   - Find(FindReq{path, pred}) streams one FindReply per matching entry; an
 //     entry that could not be read comes as a FindReply with dir (its path)

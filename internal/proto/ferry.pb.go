@@ -368,11 +368,16 @@ func (x *Data) GetData() []byte {
 // PutMsg: the first message of a Put carries path, offset and dir; the
 // following ones carry data only.
 type PutMsg struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Offset        int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"` // -1 (ferry.Whole): replace the whole file atomically.
-	Dir           *Dir                   `protobuf:"bytes,3,opt,name=dir,proto3" json:"dir,omitempty"`
-	Data          []byte                 `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Path   string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Offset int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"` // -1 (ferry.Whole): replace the whole file atomically.
+	Dir    *Dir                   `protobuf:"bytes,3,opt,name=dir,proto3" json:"dir,omitempty"`
+	Data   []byte                 `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	// upload, for a whole-file put, names a resumable upload: the server
+	// keeps what arrived if the stream breaks, and a later put with the same
+	// upload and resume_at set to what PutStatus reported sends the rest.
+	Upload        string `protobuf:"bytes,5,opt,name=upload,proto3" json:"upload,omitempty"`
+	ResumeAt      int64  `protobuf:"varint,6,opt,name=resume_at,json=resumeAt,proto3" json:"resume_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -435,6 +440,118 @@ func (x *PutMsg) GetData() []byte {
 	return nil
 }
 
+func (x *PutMsg) GetUpload() string {
+	if x != nil {
+		return x.Upload
+	}
+	return ""
+}
+
+func (x *PutMsg) GetResumeAt() int64 {
+	if x != nil {
+		return x.ResumeAt
+	}
+	return 0
+}
+
+type UploadReq struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Upload        string                 `protobuf:"bytes,1,opt,name=upload,proto3" json:"upload,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadReq) Reset() {
+	*x = UploadReq{}
+	mi := &file_ferry_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadReq) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadReq) ProtoMessage() {}
+
+func (x *UploadReq) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadReq.ProtoReflect.Descriptor instead.
+func (*UploadReq) Descriptor() ([]byte, []int) {
+	return file_ferry_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *UploadReq) GetUpload() string {
+	if x != nil {
+		return x.Upload
+	}
+	return ""
+}
+
+// UploadReply says how many bytes of an upload the server holds, or, if
+// the upload was committed, the resulting entry.
+type UploadReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Have          int64                  `protobuf:"varint,1,opt,name=have,proto3" json:"have,omitempty"`
+	Committed     *Dir                   `protobuf:"bytes,2,opt,name=committed,proto3" json:"committed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadReply) Reset() {
+	*x = UploadReply{}
+	mi := &file_ferry_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadReply) ProtoMessage() {}
+
+func (x *UploadReply) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadReply.ProtoReflect.Descriptor instead.
+func (*UploadReply) Descriptor() ([]byte, []int) {
+	return file_ferry_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *UploadReply) GetHave() int64 {
+	if x != nil {
+		return x.Have
+	}
+	return 0
+}
+
+func (x *UploadReply) GetCommitted() *Dir {
+	if x != nil {
+		return x.Committed
+	}
+	return nil
+}
+
 type MoveReq struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	From          string                 `protobuf:"bytes,1,opt,name=from,proto3" json:"from,omitempty"`
@@ -445,7 +562,7 @@ type MoveReq struct {
 
 func (x *MoveReq) Reset() {
 	*x = MoveReq{}
-	mi := &file_ferry_proto_msgTypes[8]
+	mi := &file_ferry_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -457,7 +574,7 @@ func (x *MoveReq) String() string {
 func (*MoveReq) ProtoMessage() {}
 
 func (x *MoveReq) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[8]
+	mi := &file_ferry_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -470,7 +587,7 @@ func (x *MoveReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveReq.ProtoReflect.Descriptor instead.
 func (*MoveReq) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{8}
+	return file_ferry_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *MoveReq) GetFrom() string {
@@ -497,7 +614,7 @@ type WstatReq struct {
 
 func (x *WstatReq) Reset() {
 	*x = WstatReq{}
-	mi := &file_ferry_proto_msgTypes[9]
+	mi := &file_ferry_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -509,7 +626,7 @@ func (x *WstatReq) String() string {
 func (*WstatReq) ProtoMessage() {}
 
 func (x *WstatReq) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[9]
+	mi := &file_ferry_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -522,7 +639,7 @@ func (x *WstatReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WstatReq.ProtoReflect.Descriptor instead.
 func (*WstatReq) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{9}
+	return file_ferry_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WstatReq) GetPath() string {
@@ -549,7 +666,7 @@ type FindReq struct {
 
 func (x *FindReq) Reset() {
 	*x = FindReq{}
-	mi := &file_ferry_proto_msgTypes[10]
+	mi := &file_ferry_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -561,7 +678,7 @@ func (x *FindReq) String() string {
 func (*FindReq) ProtoMessage() {}
 
 func (x *FindReq) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[10]
+	mi := &file_ferry_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -574,7 +691,7 @@ func (x *FindReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindReq.ProtoReflect.Descriptor instead.
 func (*FindReq) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{10}
+	return file_ferry_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *FindReq) GetPath() string {
@@ -604,7 +721,7 @@ type FindReply struct {
 
 func (x *FindReply) Reset() {
 	*x = FindReply{}
-	mi := &file_ferry_proto_msgTypes[11]
+	mi := &file_ferry_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -616,7 +733,7 @@ func (x *FindReply) String() string {
 func (*FindReply) ProtoMessage() {}
 
 func (x *FindReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[11]
+	mi := &file_ferry_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -629,7 +746,7 @@ func (x *FindReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FindReply.ProtoReflect.Descriptor instead.
 func (*FindReply) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{11}
+	return file_ferry_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *FindReply) GetDir() *Dir {
@@ -664,7 +781,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_ferry_proto_msgTypes[12]
+	mi := &file_ferry_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -676,7 +793,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[12]
+	mi := &file_ferry_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -689,7 +806,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{12}
+	return file_ferry_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WatchEvent) GetPath() string {
@@ -732,12 +849,19 @@ const file_ferry_proto_rawDesc = "" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x14\n" +
 	"\x05count\x18\x03 \x01(\x03R\x05count\"\x1a\n" +
 	"\x04Data\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"i\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\x9e\x01\n" +
 	"\x06PutMsg\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x1f\n" +
 	"\x03dir\x18\x03 \x01(\v2\r.ferry.v1.DirR\x03dir\x12\x12\n" +
-	"\x04data\x18\x04 \x01(\fR\x04data\"-\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\x12\x16\n" +
+	"\x06upload\x18\x05 \x01(\tR\x06upload\x12\x1b\n" +
+	"\tresume_at\x18\x06 \x01(\x03R\bresumeAt\"#\n" +
+	"\tUploadReq\x12\x16\n" +
+	"\x06upload\x18\x01 \x01(\tR\x06upload\"N\n" +
+	"\vUploadReply\x12\x12\n" +
+	"\x04have\x18\x01 \x01(\x03R\x04have\x12+\n" +
+	"\tcommitted\x18\x02 \x01(\v2\r.ferry.v1.DirR\tcommitted\"-\n" +
 	"\aMoveReq\x12\x12\n" +
 	"\x04from\x18\x01 \x01(\tR\x04from\x12\x0e\n" +
 	"\x02to\x18\x02 \x01(\tR\x02to\"?\n" +
@@ -754,7 +878,7 @@ const file_ferry_proto_rawDesc = "" +
 	"\n" +
 	"WatchEvent\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
-	"\x04lost\x18\x02 \x01(\bR\x04lost2\xea\x03\n" +
+	"\x04lost\x18\x02 \x01(\bR\x04lost2\xa3\x04\n" +
 	"\x05Ferry\x12-\n" +
 	"\x04Stat\x12\x11.ferry.v1.PathReq\x1a\x12.ferry.v1.DirReply\x12)\n" +
 	"\x03Get\x12\x10.ferry.v1.GetReq\x1a\x0e.ferry.v1.Data0\x01\x12-\n" +
@@ -765,7 +889,8 @@ const file_ferry_proto_rawDesc = "" +
 	"\x05Wstat\x12\x12.ferry.v1.WstatReq\x1a\x12.ferry.v1.DirReply\x120\n" +
 	"\x04Find\x12\x11.ferry.v1.FindReq\x1a\x13.ferry.v1.FindReply0\x01\x123\n" +
 	"\aFindGet\x12\x11.ferry.v1.FindReq\x1a\x13.ferry.v1.FindReply0\x01\x122\n" +
-	"\x05Watch\x12\x11.ferry.v1.PathReq\x1a\x14.ferry.v1.WatchEvent0\x01B)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
+	"\x05Watch\x12\x11.ferry.v1.PathReq\x1a\x14.ferry.v1.WatchEvent0\x01\x127\n" +
+	"\tPutStatus\x12\x13.ferry.v1.UploadReq\x1a\x15.ferry.v1.UploadReplyB)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
 
 var (
 	file_ferry_proto_rawDescOnce sync.Once
@@ -779,55 +904,60 @@ func file_ferry_proto_rawDescGZIP() []byte {
 	return file_ferry_proto_rawDescData
 }
 
-var file_ferry_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_ferry_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_ferry_proto_goTypes = []any{
-	(*Dir)(nil),        // 0: ferry.v1.Dir
-	(*Error)(nil),      // 1: ferry.v1.Error
-	(*Empty)(nil),      // 2: ferry.v1.Empty
-	(*PathReq)(nil),    // 3: ferry.v1.PathReq
-	(*DirReply)(nil),   // 4: ferry.v1.DirReply
-	(*GetReq)(nil),     // 5: ferry.v1.GetReq
-	(*Data)(nil),       // 6: ferry.v1.Data
-	(*PutMsg)(nil),     // 7: ferry.v1.PutMsg
-	(*MoveReq)(nil),    // 8: ferry.v1.MoveReq
-	(*WstatReq)(nil),   // 9: ferry.v1.WstatReq
-	(*FindReq)(nil),    // 10: ferry.v1.FindReq
-	(*FindReply)(nil),  // 11: ferry.v1.FindReply
-	(*WatchEvent)(nil), // 12: ferry.v1.WatchEvent
-	nil,                // 13: ferry.v1.Dir.AttrsEntry
+	(*Dir)(nil),         // 0: ferry.v1.Dir
+	(*Error)(nil),       // 1: ferry.v1.Error
+	(*Empty)(nil),       // 2: ferry.v1.Empty
+	(*PathReq)(nil),     // 3: ferry.v1.PathReq
+	(*DirReply)(nil),    // 4: ferry.v1.DirReply
+	(*GetReq)(nil),      // 5: ferry.v1.GetReq
+	(*Data)(nil),        // 6: ferry.v1.Data
+	(*PutMsg)(nil),      // 7: ferry.v1.PutMsg
+	(*UploadReq)(nil),   // 8: ferry.v1.UploadReq
+	(*UploadReply)(nil), // 9: ferry.v1.UploadReply
+	(*MoveReq)(nil),     // 10: ferry.v1.MoveReq
+	(*WstatReq)(nil),    // 11: ferry.v1.WstatReq
+	(*FindReq)(nil),     // 12: ferry.v1.FindReq
+	(*FindReply)(nil),   // 13: ferry.v1.FindReply
+	(*WatchEvent)(nil),  // 14: ferry.v1.WatchEvent
+	nil,                 // 15: ferry.v1.Dir.AttrsEntry
 }
 var file_ferry_proto_depIdxs = []int32{
-	13, // 0: ferry.v1.Dir.attrs:type_name -> ferry.v1.Dir.AttrsEntry
+	15, // 0: ferry.v1.Dir.attrs:type_name -> ferry.v1.Dir.AttrsEntry
 	0,  // 1: ferry.v1.DirReply.dir:type_name -> ferry.v1.Dir
 	0,  // 2: ferry.v1.PutMsg.dir:type_name -> ferry.v1.Dir
-	0,  // 3: ferry.v1.WstatReq.dir:type_name -> ferry.v1.Dir
-	0,  // 4: ferry.v1.FindReply.dir:type_name -> ferry.v1.Dir
-	1,  // 5: ferry.v1.FindReply.err:type_name -> ferry.v1.Error
-	3,  // 6: ferry.v1.Ferry.Stat:input_type -> ferry.v1.PathReq
-	5,  // 7: ferry.v1.Ferry.Get:input_type -> ferry.v1.GetReq
-	7,  // 8: ferry.v1.Ferry.Put:input_type -> ferry.v1.PutMsg
-	8,  // 9: ferry.v1.Ferry.Move:input_type -> ferry.v1.MoveReq
-	3,  // 10: ferry.v1.Ferry.Remove:input_type -> ferry.v1.PathReq
-	3,  // 11: ferry.v1.Ferry.RemoveAll:input_type -> ferry.v1.PathReq
-	9,  // 12: ferry.v1.Ferry.Wstat:input_type -> ferry.v1.WstatReq
-	10, // 13: ferry.v1.Ferry.Find:input_type -> ferry.v1.FindReq
-	10, // 14: ferry.v1.Ferry.FindGet:input_type -> ferry.v1.FindReq
-	3,  // 15: ferry.v1.Ferry.Watch:input_type -> ferry.v1.PathReq
-	4,  // 16: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
-	6,  // 17: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
-	4,  // 18: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
-	4,  // 19: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
-	2,  // 20: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
-	2,  // 21: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
-	4,  // 22: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
-	11, // 23: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
-	11, // 24: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
-	12, // 25: ferry.v1.Ferry.Watch:output_type -> ferry.v1.WatchEvent
-	16, // [16:26] is the sub-list for method output_type
-	6,  // [6:16] is the sub-list for method input_type
-	6,  // [6:6] is the sub-list for extension type_name
-	6,  // [6:6] is the sub-list for extension extendee
-	0,  // [0:6] is the sub-list for field type_name
+	0,  // 3: ferry.v1.UploadReply.committed:type_name -> ferry.v1.Dir
+	0,  // 4: ferry.v1.WstatReq.dir:type_name -> ferry.v1.Dir
+	0,  // 5: ferry.v1.FindReply.dir:type_name -> ferry.v1.Dir
+	1,  // 6: ferry.v1.FindReply.err:type_name -> ferry.v1.Error
+	3,  // 7: ferry.v1.Ferry.Stat:input_type -> ferry.v1.PathReq
+	5,  // 8: ferry.v1.Ferry.Get:input_type -> ferry.v1.GetReq
+	7,  // 9: ferry.v1.Ferry.Put:input_type -> ferry.v1.PutMsg
+	10, // 10: ferry.v1.Ferry.Move:input_type -> ferry.v1.MoveReq
+	3,  // 11: ferry.v1.Ferry.Remove:input_type -> ferry.v1.PathReq
+	3,  // 12: ferry.v1.Ferry.RemoveAll:input_type -> ferry.v1.PathReq
+	11, // 13: ferry.v1.Ferry.Wstat:input_type -> ferry.v1.WstatReq
+	12, // 14: ferry.v1.Ferry.Find:input_type -> ferry.v1.FindReq
+	12, // 15: ferry.v1.Ferry.FindGet:input_type -> ferry.v1.FindReq
+	3,  // 16: ferry.v1.Ferry.Watch:input_type -> ferry.v1.PathReq
+	8,  // 17: ferry.v1.Ferry.PutStatus:input_type -> ferry.v1.UploadReq
+	4,  // 18: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
+	6,  // 19: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
+	4,  // 20: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
+	4,  // 21: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
+	2,  // 22: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
+	2,  // 23: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
+	4,  // 24: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
+	13, // 25: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
+	13, // 26: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
+	14, // 27: ferry.v1.Ferry.Watch:output_type -> ferry.v1.WatchEvent
+	9,  // 28: ferry.v1.Ferry.PutStatus:output_type -> ferry.v1.UploadReply
+	18, // [18:29] is the sub-list for method output_type
+	7,  // [7:18] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_ferry_proto_init() }
@@ -841,7 +971,7 @@ func file_ferry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_proto_rawDesc), len(file_ferry_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

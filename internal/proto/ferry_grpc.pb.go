@@ -31,6 +31,7 @@ const (
 	Ferry_Find_FullMethodName      = "/ferry.v1.Ferry/Find"
 	Ferry_FindGet_FullMethodName   = "/ferry.v1.Ferry/FindGet"
 	Ferry_Watch_FullMethodName     = "/ferry.v1.Ferry/Watch"
+	Ferry_PutStatus_FullMethodName = "/ferry.v1.Ferry/PutStatus"
 )
 
 // FerryClient is the client API for Ferry service.
@@ -49,6 +50,7 @@ type FerryClient interface {
 	Find(ctx context.Context, in *FindReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FindReply], error)
 	FindGet(ctx context.Context, in *FindReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FindReply], error)
 	Watch(ctx context.Context, in *PathReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
+	PutStatus(ctx context.Context, in *UploadReq, opts ...grpc.CallOption) (*UploadReply, error)
 }
 
 type ferryClient struct {
@@ -198,6 +200,16 @@ func (c *ferryClient) Watch(ctx context.Context, in *PathReq, opts ...grpc.CallO
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Ferry_WatchClient = grpc.ServerStreamingClient[WatchEvent]
 
+func (c *ferryClient) PutStatus(ctx context.Context, in *UploadReq, opts ...grpc.CallOption) (*UploadReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(UploadReply)
+	err := c.cc.Invoke(ctx, Ferry_PutStatus_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // FerryServer is the server API for Ferry service.
 // All implementations must embed UnimplementedFerryServer
 // for forward compatibility.
@@ -214,6 +226,7 @@ type FerryServer interface {
 	Find(*FindReq, grpc.ServerStreamingServer[FindReply]) error
 	FindGet(*FindReq, grpc.ServerStreamingServer[FindReply]) error
 	Watch(*PathReq, grpc.ServerStreamingServer[WatchEvent]) error
+	PutStatus(context.Context, *UploadReq) (*UploadReply, error)
 	mustEmbedUnimplementedFerryServer()
 }
 
@@ -253,6 +266,9 @@ func (UnimplementedFerryServer) FindGet(*FindReq, grpc.ServerStreamingServer[Fin
 }
 func (UnimplementedFerryServer) Watch(*PathReq, grpc.ServerStreamingServer[WatchEvent]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedFerryServer) PutStatus(context.Context, *UploadReq) (*UploadReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method PutStatus not implemented")
 }
 func (UnimplementedFerryServer) mustEmbedUnimplementedFerryServer() {}
 func (UnimplementedFerryServer) testEmbeddedByValue()               {}
@@ -416,6 +432,24 @@ func _Ferry_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Ferry_WatchServer = grpc.ServerStreamingServer[WatchEvent]
 
+func _Ferry_PutStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(UploadReq)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FerryServer).PutStatus(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Ferry_PutStatus_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FerryServer).PutStatus(ctx, req.(*UploadReq))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Ferry_ServiceDesc is the grpc.ServiceDesc for Ferry service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -442,6 +476,10 @@ var Ferry_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Wstat",
 			Handler:    _Ferry_Wstat_Handler,
+		},
+		{
+			MethodName: "PutStatus",
+			Handler:    _Ferry_PutStatus_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
