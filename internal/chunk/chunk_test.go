@@ -125,7 +125,7 @@ func changed(t *testing.T, a, b []byte) (n int, size int) {
 // only the chunks near it: chunks before the edit are untouched, and on
 // average the boundaries resynchronise within a chunk or two after it.
 func TestLocality(t *testing.T) {
-	a := random(4, 4<<20)
+	a := random(4, 1<<20)
 	have := map[Hash]bool{}
 	for _, r := range cuts(t, bytes.NewReader(a), Default) {
 		have[r.Hash] = true
@@ -143,7 +143,7 @@ func TestLocality(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(7, 7))
 	for _, e := range edits {
-		const tries = 40
+		const tries = 30
 		total := 0
 		for k := 0; k < tries; k++ {
 			at := rng.IntN(len(a) - 6000)
