@@ -10,7 +10,9 @@ package remote
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/rand"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"io"
 	"net"
@@ -282,52 +284,112 @@ func (r *reader) Close() error {
 }
 
 // Put implements ferry.Tree. The data is streamed in the same call as the
-// path and attributes; the call commits when data reaches its end.
+// path and attributes; the call commits when data reaches its end. A
+// whole-file Put of at least ResumableSize bytes from an io.ReadSeeker is
+// resumable: if the connection breaks, it resumes where the server's copy
+// stopped once the client has reconnected, for up to ResumeFor.
 func (c *Client) Put(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) *ferry.Future[ferry.Dir] {
-	const op = "remote.Put"
 	return ferry.Go(func() (ferry.Dir, error) {
-		// The cancel abandons the stream if reading data fails, so the
-		// server commits nothing.
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		st, err := c.bulk.Put(ctx)
-		if err != nil {
-			return nil, c.fail(op, p, err)
-		}
-		m := &proto.PutMsg{Path: p, Offset: off, Dir: proto.FromDir(d)}
-		if d == nil {
-			m.Dir = &proto.Dir{}
-		}
-		if data != nil {
-			buf := make([]byte, proto.MaxData)
-			for {
-				n, rerr := io.ReadFull(data, buf)
-				if n > 0 {
-					m.Data = buf[:n]
-					if err := st.Send(m); err != nil {
-						break // The server's reply says why.
-					}
-					m = &proto.PutMsg{}
+		if rs, ok := data.(io.ReadSeeker); ok && off == ferry.Whole {
+			if size, err := rs.Seek(0, io.SeekEnd); err == nil && size >= ResumableSize {
+				if _, err := rs.Seek(0, io.SeekStart); err != nil {
+					return nil, ferry.E("remote.Put", p, err)
 				}
-				if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
-					break
-				}
-				if rerr != nil {
-					return nil, ferry.E(op, p, rerr)
-				}
+				return c.putResumable(ctx, p, d, rs)
+			} else if _, err := rs.Seek(0, io.SeekStart); err != nil {
+				return nil, ferry.E("remote.Put", p, err)
 			}
 		}
-		if m.Path != "" {
-			if err := st.Send(m); err != nil && err != io.EOF {
-				return nil, c.fail(op, p, err)
-			}
-		}
-		r, err := st.CloseAndRecv()
-		if err != nil {
-			return nil, c.fail(op, p, err)
-		}
-		return proto.ToDir(r.Dir), nil
+		return c.putStream(ctx, p, d, off, data, "", 0)
 	})
+}
+
+// ResumableSize is the least size of a resumable Put. The server stages a
+// resumable upload and then copies it into the tree; below this size sending
+// the file again costs less than that copy.
+const ResumableSize = 4 << 20
+
+// putResumable puts rs as the upload of a new id, and after each break asks
+// the server how much it holds and sends the rest.
+func (c *Client) putResumable(ctx context.Context, p string, d ferry.Dir, rs io.ReadSeeker) (ferry.Dir, error) {
+	const op = "remote.Put"
+	var idb [16]byte
+	rand.Read(idb[:])
+	id := hex.EncodeToString(idb[:])
+	var at int64
+	var deadline time.Time
+	var opts []grpc.CallOption
+	for {
+		dir, err := c.putStream(ctx, p, d, ferry.Whole, rs, id, at, opts...)
+		if err == nil || ferry.KindOf(err) != ferry.KindUnavailable || c.handshakeErr.Load() != nil || ctx.Err() != nil {
+			return dir, err
+		}
+		if deadline.IsZero() {
+			deadline = time.Now().Add(c.resumeFor)
+		}
+		if time.Now().After(deadline) {
+			return nil, err
+		}
+		sctx, cancel := context.WithDeadline(ctx, deadline)
+		r, serr := c.c.PutStatus(sctx, &proto.UploadReq{Upload: id}, grpc.WaitForReady(true))
+		cancel()
+		if serr != nil {
+			return nil, err
+		}
+		if r.Committed != nil {
+			return proto.ToDir(r.Committed), nil // Only the reply was lost.
+		}
+		if at, serr = rs.Seek(r.Have, io.SeekStart); serr != nil {
+			return nil, ferry.E(op, p, serr)
+		}
+		opts = []grpc.CallOption{grpc.WaitForReady(true)}
+	}
+}
+
+// putStream sends one Put stream: path, attributes, upload and data.
+func (c *Client) putStream(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader, upload string, resumeAt int64, opts ...grpc.CallOption) (ferry.Dir, error) {
+	const op = "remote.Put"
+	// The cancel abandons the stream if reading data fails, so the
+	// server commits nothing.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := c.bulk.Put(ctx, opts...)
+	if err != nil {
+		return nil, c.fail(op, p, err)
+	}
+	m := &proto.PutMsg{Path: p, Offset: off, Dir: proto.FromDir(d), Upload: upload, ResumeAt: resumeAt}
+	if d == nil {
+		m.Dir = &proto.Dir{}
+	}
+	if data != nil {
+		buf := make([]byte, proto.MaxData)
+		for {
+			n, rerr := io.ReadFull(data, buf)
+			if n > 0 {
+				m.Data = buf[:n]
+				if err := st.Send(m); err != nil {
+					break // The server's reply says why.
+				}
+				m = &proto.PutMsg{}
+			}
+			if rerr == io.EOF || rerr == io.ErrUnexpectedEOF {
+				break
+			}
+			if rerr != nil {
+				return nil, ferry.E(op, p, rerr)
+			}
+		}
+	}
+	if m.Path != "" {
+		if err := st.Send(m); err != nil && err != io.EOF {
+			return nil, c.fail(op, p, err)
+		}
+	}
+	r, err := st.CloseAndRecv()
+	if err != nil {
+		return nil, c.fail(op, p, err)
+	}
+	return proto.ToDir(r.Dir), nil
 }
 
 // Move implements ferry.Tree.

@@ -16,6 +16,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -49,6 +50,10 @@ type Config struct {
 	// ReadAheadBudget is the memory all Gets may hold read ahead of their
 	// connections; 0 means DefaultReadAheadBudget.
 	ReadAheadBudget int64
+	// StagingDir holds resumable uploads until they are committed; it must
+	// be outside the served tree. If empty, the server makes a temporary
+	// one and removes it when Serve returns.
+	StagingDir string
 }
 
 // DefaultReadAheadBudget is the server's read-ahead memory by default.
@@ -68,6 +73,9 @@ type Server struct {
 	calls  [opCount]atomic.Int64
 	errs   atomic.Int64
 	budget *budget
+	// uploads are the resumable uploads in progress.
+	uploads    *uploads
+	ownStaging bool
 	// cancelledReads counts read-aheads stopped by a cancelled stream or
 	// a broken connection.
 	cancelledReads atomic.Int64
@@ -101,10 +109,11 @@ const (
 	opFind
 	opFindGet
 	opWatch
+	opPutStatus
 	opCount
 )
 
-var opNames = [opCount]string{"stat", "get", "put", "move", "remove", "removeall", "wstat", "find", "findget", "watch"}
+var opNames = [opCount]string{"stat", "get", "put", "move", "remove", "removeall", "wstat", "find", "findget", "watch", "putstatus"}
 
 // New returns a server for cfg.
 func New(cfg Config) (*Server, error) {
@@ -115,6 +124,16 @@ func New(cfg Config) (*Server, error) {
 		cfg.ReadAheadBudget = DefaultReadAheadBudget
 	}
 	s := &Server{cfg: cfg, start: time.Now(), conns: map[*conn]struct{}{}, raw: map[string]net.Conn{}, budget: newBudget(cfg.ReadAheadBudget)}
+	if cfg.StagingDir == "" {
+		dir, err := os.MkdirTemp("", "ferry-uploads-")
+		if err != nil {
+			return nil, ferry.E("server.New", "", ferry.KindIO, err)
+		}
+		s.cfg.StagingDir, s.ownStaging = dir, true
+	} else if err := os.MkdirAll(cfg.StagingDir, 0o700); err != nil {
+		return nil, ferry.E("server.New", cfg.StagingDir, ferry.KindIO, err)
+	}
+	s.uploads = newUploads(s.cfg.StagingDir)
 	s.fs = ctl.New("server", cfg.FS, s)
 	tlsCfg, err := auth.ServerTLS(cfg.Key)
 	if err != nil {
@@ -162,6 +181,9 @@ func (s *Server) Serve(ctx context.Context, l net.Listener, grace time.Duration)
 	case <-time.After(grace):
 		s.grpc.Stop()
 		<-done
+	}
+	if s.ownStaging {
+		os.RemoveAll(s.cfg.StagingDir)
 	}
 	return nil
 }
@@ -343,6 +365,9 @@ func (s *Server) Status(context.Context) string {
 	fmt.Fprintf(&b, "readahead.bytes: %d of %d\n", s.budget.used, s.budget.total)
 	s.budget.mu.Unlock()
 	fmt.Fprintf(&b, "readahead.cancelled: %d\n", s.cancelledReads.Load())
+	s.uploads.mu.Lock()
+	fmt.Fprintf(&b, "uploads.active: %d\nuploads.resumed: %d\n", len(s.uploads.active), s.uploads.resumed)
+	s.uploads.mu.Unlock()
 	fmt.Fprintf(&b, "bytes.in: %d\nbytes.out: %d\n", s.bytesIn.Load(), s.bytesOut.Load())
 	return b.String()
 }
@@ -447,6 +472,9 @@ func (h *handler) Put(st grpc.ClientStreamingServer[proto.PutMsg, proto.DirReply
 	}
 	if err != nil {
 		return h.done(opPut, err)
+	}
+	if first.Upload != "" && first.Offset == ferry.Whole {
+		return h.putUpload(first, st)
 	}
 	// The cancel makes the tree abandon the put if the stream breaks: a
 	// whole-file put then leaves the old content.

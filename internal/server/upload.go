@@ -1,0 +1,249 @@
+package server
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/proto"
+)
+
+// Resumable uploads. A whole-file Put that names an upload is staged in a
+// file of its own outside the served tree, per user, so that when its stream
+// breaks what arrived is kept: the client asks PutStatus how much that is and
+// sends only the rest. When the stream closes, the staged file is put into
+// the tree atomically and the result is remembered a while, in case the
+// reply was what the break lost.
+const (
+	// uploadIdle is how long a broken upload is kept for its client.
+	uploadIdle = time.Hour
+	// uploadDoneFor is how long the result of a committed upload is kept.
+	uploadDoneFor = 10 * time.Minute
+)
+
+var uploadID = regexp.MustCompile(`^[A-Za-z0-9_-]{8,64}$`)
+
+type uploads struct {
+	dir    string
+	mu     sync.Mutex
+	active map[string]*upload
+	done   map[string]doneUpload
+	// resumed counts puts that resumed a broken upload.
+	resumed int64
+}
+
+type upload struct {
+	file    string
+	size    int64 // Bytes staged.
+	touched time.Time
+	// cancel stops the stream that is writing it; a resuming stream takes
+	// over from a stream the server has not yet seen break.
+	cancel context.CancelFunc
+	free   chan struct{} // Closed when no stream writes it.
+}
+
+type doneUpload struct {
+	dir ferry.Dir
+	at  time.Time
+}
+
+func newUploads(dir string) *uploads {
+	return &uploads{dir: dir, active: map[string]*upload{}, done: map[string]doneUpload{}}
+}
+
+// expire removes uploads left idle and results kept long enough. Called
+// with u.mu held.
+func (u *uploads) expire(now time.Time) {
+	for k, up := range u.active {
+		if up.cancel == nil && now.Sub(up.touched) > uploadIdle {
+			os.Remove(up.file)
+			delete(u.active, k)
+		}
+	}
+	for k, d := range u.done {
+		if now.Sub(d.at) > uploadDoneFor {
+			delete(u.done, k)
+		}
+	}
+}
+
+// take makes the calling stream the writer of the upload key, creating it if
+// new, and truncates what is staged to at. It fails with KindInvalid if at
+// is beyond what the server holds.
+func (u *uploads) take(ctx context.Context, key string, at int64, cancel context.CancelFunc) (*upload, *os.File, error) {
+	const op = "server.Put"
+	for {
+		u.mu.Lock()
+		u.expire(time.Now())
+		up := u.active[key]
+		if up == nil {
+			f, err := os.CreateTemp(u.dir, "upload-")
+			if err != nil {
+				u.mu.Unlock()
+				return nil, nil, ferry.E(op, "", ferry.KindIO, err)
+			}
+			up = &upload{file: f.Name()}
+			f.Close()
+			u.active[key] = up
+		}
+		if up.cancel != nil {
+			// An older stream still writes it: stop it, wait, retry.
+			up.cancel()
+			free := up.free
+			u.mu.Unlock()
+			select {
+			case <-free:
+				continue
+			case <-ctx.Done():
+				return nil, nil, ferry.E(op, "", ferry.KindCanceled, ctx.Err())
+			}
+		}
+		if at < 0 || at > up.size {
+			u.mu.Unlock()
+			return nil, nil, ferry.E(op, "", ferry.KindInvalid, "resume beyond what the server holds")
+		}
+		if at > 0 {
+			u.resumed++
+		}
+		up.cancel, up.free, up.touched = cancel, make(chan struct{}), time.Now()
+		u.mu.Unlock()
+		f, err := os.OpenFile(up.file, os.O_WRONLY, 0)
+		if err == nil {
+			err = f.Truncate(at)
+		}
+		if err != nil {
+			u.release(key, up, at)
+			return nil, nil, ferry.E(op, "", ferry.KindIO, err)
+		}
+		up.size = at
+		return up, f, nil
+	}
+}
+
+// release ends the calling stream's hold on the upload, recording size.
+func (u *uploads) release(key string, up *upload, size int64) {
+	u.mu.Lock()
+	up.size, up.touched, up.cancel = size, time.Now(), nil
+	close(up.free)
+	u.mu.Unlock()
+}
+
+// commit records the result of the upload key and removes its staging.
+func (u *uploads) commit(key string, up *upload, d ferry.Dir) {
+	u.mu.Lock()
+	delete(u.active, key)
+	u.done[key] = doneUpload{d, time.Now()}
+	close(up.free)
+	u.mu.Unlock()
+	os.Remove(up.file)
+}
+
+// status reports an upload: bytes held, or its committed entry.
+func (u *uploads) status(key string) (int64, ferry.Dir) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if d, ok := u.done[key]; ok {
+		return 0, d.dir
+	}
+	if up, ok := u.active[key]; ok {
+		return up.size, nil
+	}
+	return 0, nil
+}
+
+// uploadKey scopes an upload id to the user of ctx's connection, so no one
+// can resume, or learn of, another user's upload.
+func (s *Server) uploadKey(ctx context.Context, id string) (string, error) {
+	if !uploadID.MatchString(id) {
+		return "", ferry.E("server.Put", "", ferry.KindInvalid, "malformed upload id")
+	}
+	user := ""
+	if c, _ := ctx.Value(connKey{}).(*conn); c != nil {
+		c.mu.Lock()
+		user = c.user
+		c.mu.Unlock()
+	}
+	return filepath.Join(user, id), nil
+}
+
+// putUpload serves a Put that names an upload.
+func (h *handler) putUpload(first *proto.PutMsg, st grpc.ClientStreamingServer[proto.PutMsg, proto.DirReply]) error {
+	const op = "server.Put"
+	key, err := h.s.uploadKey(st.Context(), first.Upload)
+	if err != nil {
+		return h.done(opPut, err)
+	}
+	ctx, cancel := context.WithCancel(st.Context())
+	defer cancel()
+	up, f, err := h.s.uploads.take(ctx, key, first.ResumeAt, cancel)
+	if err != nil {
+		return h.done(opPut, err)
+	}
+	size := first.ResumeAt
+	data := first.Data
+	for {
+		if len(data) > 0 {
+			n, err := f.WriteAt(data, size)
+			size += int64(n)
+			if err != nil {
+				f.Close()
+				h.s.uploads.release(key, up, size)
+				return h.done(opPut, ferry.E(op, first.Path, ferry.KindIO, err))
+			}
+		}
+		m, err := st.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			// The stream broke: keep what arrived for a resume.
+			f.Close()
+			h.s.uploads.release(key, up, size)
+			return h.done(opPut, err)
+		}
+		data = m.Data
+	}
+	if err := f.Close(); err != nil {
+		h.s.uploads.release(key, up, size)
+		return h.done(opPut, ferry.E(op, first.Path, ferry.KindIO, err))
+	}
+	staged, err := os.Open(up.file)
+	if err != nil {
+		h.s.uploads.release(key, up, size)
+		return h.done(opPut, ferry.E(op, first.Path, ferry.KindIO, err))
+	}
+	d, err := h.s.fs.Put(ctx, first.Path, proto.ToDir(first.Dir), ferry.Whole, staged).Wait()
+	staged.Close()
+	if err != nil {
+		// The tree refused it (permission, no parent, a full disk): the
+		// data cannot help a retry, so drop it.
+		h.s.uploads.commit(key, up, nil)
+		h.s.uploads.forget(key)
+		return h.done(opPut, err)
+	}
+	h.s.uploads.commit(key, up, d)
+	return h.done(opPut, st.SendAndClose(&proto.DirReply{Dir: proto.FromDir(d)}))
+}
+
+// forget drops the record of the upload key.
+func (u *uploads) forget(key string) {
+	u.mu.Lock()
+	delete(u.done, key)
+	u.mu.Unlock()
+}
+
+func (h *handler) PutStatus(ctx context.Context, r *proto.UploadReq) (*proto.UploadReply, error) {
+	key, err := h.s.uploadKey(ctx, r.Upload)
+	if err != nil {
+		return nil, h.done(opPutStatus, err)
+	}
+	have, d := h.s.uploads.status(key)
+	return &proto.UploadReply{Have: have, Committed: proto.FromDir(d)}, h.done(opPutStatus, nil)
+}
