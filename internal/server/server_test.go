@@ -185,20 +185,10 @@ func TestConnectionCutMidPut(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(s.Dir, "f"), []byte(old), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	key := newKey(t)
-	s.Auth.Authorize(auth.Fingerprint(key.Public().(ed25519.PublicKey)), "u")
-	c, err := remote.Dial(remote.Config{
-		Addr: s.Addr, Key: key,
-		Hosts: &auth.KnownHosts{File: filepath.Join(t.TempDir(), "kh")},
-		Dial:  cuttingDialer(2 << 20),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialAdmitted(t, s, cuttingDialer(2<<20), 0)
 	// A reader that cannot seek cannot resume.
 	data := struct{ io.Reader }{bytes.NewReader(bytes.Repeat([]byte("new"), 3<<20))}
-	_, err = c.Put(ctx(t), "/f", nil, ferry.Whole, data).Wait()
+	_, err := c.Put(ctx(t), "/f", nil, ferry.Whole, data).Wait()
 	if err == nil {
 		t.Fatal("a put over a connection cut midway succeeded")
 	}
@@ -229,17 +219,7 @@ func TestPutResumesAfterCuts(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(s.Dir, "f"), []byte("old"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	key := newKey(t)
-	s.Auth.Authorize(auth.Fingerprint(key.Public().(ed25519.PublicKey)), "u")
-	c, err := remote.Dial(remote.Config{
-		Addr: s.Addr, Key: key,
-		Hosts: &auth.KnownHosts{File: filepath.Join(t.TempDir(), "kh")},
-		Dial:  cuttingDialer(2 << 20),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := dialAdmitted(t, s, cuttingDialer(2<<20), 0)
 	want := make([]byte, 9<<20)
 	for i := range want {
 		want[i] = byte(i*13 + i>>12)
@@ -276,31 +256,38 @@ func readCtl(t *testing.T, c *remote.Client) string {
 	return string(b)
 }
 
-// cutClient dials the server with connections that the test can cut all
-// at once.
-func cutClient(t *testing.T, s *servertest.Server, resumeFor time.Duration) (*remote.Client, func()) {
+// dialAdmitted returns a client with a new admitted key whose connections
+// dial makes, closed when the test ends.
+func dialAdmitted(t *testing.T, s *servertest.Server, dial func(context.Context, string) (net.Conn, error), resumeFor time.Duration) *remote.Client {
+	t.Helper()
 	key := newKey(t)
 	s.Auth.Authorize(auth.Fingerprint(key.Public().(ed25519.PublicKey)), "u")
-	var mu sync.Mutex
-	var conns []net.Conn
 	c, err := remote.Dial(remote.Config{
-		Addr: s.Addr, Key: key, ResumeFor: resumeFor,
+		Addr: s.Addr, Key: key, ResumeFor: resumeFor, Dial: dial,
 		Hosts: &auth.KnownHosts{File: filepath.Join(t.TempDir(), "kh")},
-		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
-			var d net.Dialer
-			nc, err := d.DialContext(ctx, "tcp", addr)
-			if err == nil {
-				mu.Lock()
-				conns = append(conns, nc)
-				mu.Unlock()
-			}
-			return nc, err
-		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// cutClient dials the server with connections that the test can cut all
+// at once.
+func cutClient(t *testing.T, s *servertest.Server, resumeFor time.Duration) (*remote.Client, func()) {
+	var mu sync.Mutex
+	var conns []net.Conn
+	c := dialAdmitted(t, s, func(ctx context.Context, addr string) (net.Conn, error) {
+		var d net.Dialer
+		nc, err := d.DialContext(ctx, "tcp", addr)
+		if err == nil {
+			mu.Lock()
+			conns = append(conns, nc)
+			mu.Unlock()
+		}
+		return nc, err
+	}, resumeFor)
 	return c, func() {
 		mu.Lock()
 		defer mu.Unlock()
