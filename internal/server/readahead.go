@@ -156,6 +156,9 @@ func startReadAhead(ctx context.Context, rd io.Reader, c *conn, b *budget, cance
 				return
 			}
 			if err != nil {
+				if err != io.EOF && ctx.Err() != nil {
+					ra.cancels.Add(1) // The read failed because the stream ended.
+				}
 				return
 			}
 		}

@@ -44,9 +44,13 @@ type upload struct {
 	size    int64 // Bytes staged.
 	touched time.Time
 	// cancel stops the stream that is writing it; a resuming stream takes
-	// over from a stream the server has not yet seen break.
+	// over from a stream the server has not yet seen break. nil when no
+	// stream holds it.
 	cancel context.CancelFunc
-	free   chan struct{} // Closed when no stream writes it.
+	// committing is set once all data arrived: the stream then puts the
+	// file into the tree and must not be stopped.
+	committing bool
+	free       chan struct{} // Closed when the holding stream lets go.
 }
 
 type doneUpload struct {
@@ -74,57 +78,80 @@ func (u *uploads) expire(now time.Time) {
 	}
 }
 
-// take makes the calling stream the writer of the upload key, creating it if
-// new, and truncates what is staged to at. It fails with KindInvalid if at
-// is beyond what the server holds.
-func (u *uploads) take(ctx context.Context, key string, at int64, cancel context.CancelFunc) (*upload, *os.File, error) {
-	const op = "server.Put"
+// settled locks u and returns once no stream holds the upload key: a stream
+// still receiving is stopped (the client has moved on from it, though the
+// server may not yet have seen its connection break), and one committing is
+// waited for. It returns with u.mu held unless it fails.
+func (u *uploads) settled(ctx context.Context, key string) error {
 	for {
 		u.mu.Lock()
-		u.expire(time.Now())
 		up := u.active[key]
-		if up == nil {
-			f, err := os.CreateTemp(u.dir, "upload-")
-			if err != nil {
-				u.mu.Unlock()
-				return nil, nil, ferry.E(op, "", ferry.KindIO, err)
-			}
-			up = &upload{file: f.Name()}
-			f.Close()
-			u.active[key] = up
+		if up == nil || up.cancel == nil {
+			return nil
 		}
-		if up.cancel != nil {
-			// An older stream still writes it: stop it, wait, retry.
+		if !up.committing {
 			up.cancel()
-			free := up.free
-			u.mu.Unlock()
-			select {
-			case <-free:
-				continue
-			case <-ctx.Done():
-				return nil, nil, ferry.E(op, "", ferry.KindCanceled, ctx.Err())
-			}
 		}
-		if at < 0 || at > up.size {
-			u.mu.Unlock()
-			return nil, nil, ferry.E(op, "", ferry.KindInvalid, "resume beyond what the server holds")
-		}
-		if at > 0 {
-			u.resumed++
-		}
-		up.cancel, up.free, up.touched = cancel, make(chan struct{}), time.Now()
+		free := up.free
 		u.mu.Unlock()
-		f, err := os.OpenFile(up.file, os.O_WRONLY, 0)
-		if err == nil {
-			err = f.Truncate(at)
+		select {
+		case <-free:
+		case <-ctx.Done():
+			return ferry.E("server.Put", "", ferry.KindCanceled, ctx.Err())
 		}
+	}
+}
+
+// take makes the calling stream the writer of the upload key, creating it if
+// new, and truncates what is staged to at. It fails with KindInvalid if at
+// is beyond what the server holds, and with KindExist if the upload was
+// committed already.
+func (u *uploads) take(ctx context.Context, key string, at int64, cancel context.CancelFunc) (*upload, *os.File, error) {
+	const op = "server.Put"
+	if err := u.settled(ctx, key); err != nil {
+		return nil, nil, err
+	}
+	u.expire(time.Now())
+	if _, ok := u.done[key]; ok {
+		u.mu.Unlock()
+		return nil, nil, ferry.E(op, "", ferry.KindExist, "the upload was committed already")
+	}
+	up := u.active[key]
+	if up == nil {
+		f, err := os.CreateTemp(u.dir, "upload-")
 		if err != nil {
-			u.release(key, up, at)
+			u.mu.Unlock()
 			return nil, nil, ferry.E(op, "", ferry.KindIO, err)
 		}
-		up.size = at
-		return up, f, nil
+		up = &upload{file: f.Name()}
+		f.Close()
+		u.active[key] = up
 	}
+	if at < 0 || at > up.size {
+		u.mu.Unlock()
+		return nil, nil, ferry.E(op, "", ferry.KindInvalid, "resume beyond what the server holds")
+	}
+	if at > 0 {
+		u.resumed++
+	}
+	up.cancel, up.free, up.touched, up.size = cancel, make(chan struct{}), time.Now(), at
+	u.mu.Unlock()
+	f, err := os.OpenFile(up.file, os.O_WRONLY, 0)
+	if err == nil {
+		err = f.Truncate(at)
+	}
+	if err != nil {
+		u.release(key, up, at)
+		return nil, nil, ferry.E(op, "", ferry.KindIO, err)
+	}
+	return up, f, nil
+}
+
+// committing marks the upload as complete and being put into the tree.
+func (u *uploads) committing(up *upload, size int64) {
+	u.mu.Lock()
+	up.committing, up.size = true, size
+	u.mu.Unlock()
 }
 
 // release ends the calling stream's hold on the upload, recording size.
@@ -145,17 +172,19 @@ func (u *uploads) commit(key string, up *upload, d ferry.Dir) {
 	os.Remove(up.file)
 }
 
-// status reports an upload: bytes held, or its committed entry.
-func (u *uploads) status(key string) (int64, ferry.Dir) {
-	u.mu.Lock()
+// status reports an upload once settled: bytes held, or its committed entry.
+func (u *uploads) status(ctx context.Context, key string) (int64, ferry.Dir, error) {
+	if err := u.settled(ctx, key); err != nil {
+		return 0, nil, err
+	}
 	defer u.mu.Unlock()
 	if d, ok := u.done[key]; ok {
-		return 0, d.dir
+		return 0, d.dir, nil
 	}
 	if up, ok := u.active[key]; ok {
-		return up.size, nil
+		return up.size, nil, nil
 	}
-	return 0, nil
+	return 0, nil, nil
 }
 
 // uploadKey scopes an upload id to the user of ctx's connection, so no one
@@ -214,6 +243,11 @@ func (h *handler) putUpload(first *proto.PutMsg, st grpc.ClientStreamingServer[p
 		h.s.uploads.release(key, up, size)
 		return h.done(opPut, ferry.E(op, first.Path, ferry.KindIO, err))
 	}
+	// All data arrived: commit even if the client's connection breaks now,
+	// so that its PutStatus finds the result.
+	h.s.uploads.committing(up, size)
+	ctx, cancelCommit := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Minute)
+	defer cancelCommit()
 	staged, err := os.Open(up.file)
 	if err != nil {
 		h.s.uploads.release(key, up, size)
@@ -244,6 +278,9 @@ func (h *handler) PutStatus(ctx context.Context, r *proto.UploadReq) (*proto.Upl
 	if err != nil {
 		return nil, h.done(opPutStatus, err)
 	}
-	have, d := h.s.uploads.status(key)
+	have, d, err := h.s.uploads.status(ctx, key)
+	if err != nil {
+		return nil, h.done(opPutStatus, err)
+	}
 	return &proto.UploadReply{Have: have, Committed: proto.FromDir(d)}, h.done(opPutStatus, nil)
 }
