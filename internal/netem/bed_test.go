@@ -30,10 +30,10 @@ import (
 // the race detector) delays the emulator and the test's own goroutines, so
 // it can only make packets later and transfers slower. A result that is
 // early or too fast is therefore a bug and fails at once; one that is late
-// or slow is measured again, up to three times, and fails only if it never
-// comes within tolerance.
+// or slow is measured again, up to four times in all, and fails only if it
+// never comes within tolerance.
 
-// tries is how many times a measurement that came out late is repeated.
+// tries is the most times a measurement is made.
 const tries = 4
 
 // retry runs measure until it reports no lateness or tries runs are spent,
@@ -123,8 +123,8 @@ func TestRoundTrip(t *testing.T) {
 				if med > want+10*time.Millisecond {
 					late = append(late, fmt.Sprintf("median round trip %v, want %v within 10ms", med, want))
 				}
-				if connect > want+20*time.Millisecond {
-					late = append(late, fmt.Sprintf("connect took %v, want %v within 20ms", connect, want))
+				if connect > want+50*time.Millisecond {
+					late = append(late, fmt.Sprintf("connect took %v, want %v within 50ms", connect, want))
 				}
 				return late
 			})
