@@ -148,7 +148,7 @@ func (r *report) write(ctx context.Context, plots bool) error {
 		for _, c := range conds {
 			for _, s := range systems {
 				x, ok := r.cells[cellKey{w.name, s, c}]
-				if ok && x.err == nil && s != "ferry" && (best[c] == 0 || x.median < best[c]) {
+				if ok && x.err == nil && !isFerry(s) && (best[c] == 0 || x.median < best[c]) {
 					best[c] = x.median
 				}
 			}
@@ -192,6 +192,14 @@ func (r *report) write(ctx context.Context, plots bool) error {
 		p("\nBytes on the wire, client → server / server → client, MB:\n\n")
 		header("system")
 		for _, s := range systems {
+			measured := false
+			for _, c := range conds {
+				x, ok := r.cells[cellKey{w.name, s, c}]
+				measured = measured || ok && x.err == nil
+			}
+			if !measured {
+				continue
+			}
 			p("| %s |", s)
 			for _, c := range conds {
 				x, ok := r.cells[cellKey{w.name, s, c}]
@@ -208,6 +216,9 @@ func (r *report) write(ctx context.Context, plots bool) error {
 			p("\n![%s: time against round trip](%s)\n", w.name, rel)
 		}
 		p("\n")
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
 	}
 	return os.WriteFile(o.out, []byte(b.String()), 0o644)
 }

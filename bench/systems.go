@@ -24,14 +24,14 @@ type workload struct {
 
 // workloads are run in this order. "ceiling" (iperf3) is measured apart.
 var workloads = []workload{
-	{"get-file", "Copy the big file from the server", "Downloads the big file into an empty local directory: `scp`, `rsync -a`, `cp` out of a fresh sshfs mount, `ferry get`."},
-	{"put-file", "Copy the big file to the server", "Uploads the big file into an empty server directory: `scp`, `rsync -a`, `cp` into a fresh sshfs mount, `ferry put`."},
-	{"read-file", "Read the big file sequentially", "Reads the big file to /dev/null: `cat` through a fresh sshfs mount, `ssh host cat`, `ferry cat`."},
-	{"get-tree", "Copy the source tree from the server", "Downloads the tree into an empty local directory: `scp -r`, `rsync -a`, `cp -r` out of a fresh sshfs mount, `ferry get`."},
-	{"put-tree", "Copy the source tree to the server", "Uploads the tree into an empty server directory: `scp -r`, `rsync -a`, `cp -r` into a fresh sshfs mount, `ferry put`."},
-	{"find", "Walk the tree: find", "Lists every name in the tree: `find` on a fresh sshfs mount, `rsync -r --list-only`, `ssh host find`, `ferry find`."},
-	{"ls-lR", "Walk the tree with attributes: ls -lR", "Lists every entry with its attributes: `ls -lR` on a fresh sshfs mount, `ssh host ls -lR`, `ferry find -l`."},
-	{"grep-r", "Search the tree: grep -r, cold", "Reads every file of the tree looking for a string that is not there: `grep -r` on a fresh sshfs mount, `ssh host grep -r` (runs on the server); Ferry needs `ferry mount`."},
+	{"get-file", "Copy the big file from the server", "Downloads the big file into an empty local directory: `scp`, `rsync -a`, `cp` out of a fresh sshfs or Ferry mount, `ferry get`."},
+	{"put-file", "Copy the big file to the server", "Uploads the big file into an empty server directory: `scp`, `rsync -a`, `cp` into a fresh sshfs or Ferry mount, `ferry put`."},
+	{"read-file", "Read the big file sequentially", "Reads the big file to /dev/null: `cat` through a fresh sshfs or Ferry mount, `ssh host cat`, `ferry cat`."},
+	{"get-tree", "Copy the source tree from the server", "Downloads the tree into an empty local directory: `scp -r`, `rsync -a`, `cp -r` out of a fresh sshfs or Ferry mount, `ferry get`."},
+	{"put-tree", "Copy the source tree to the server", "Uploads the tree into an empty server directory: `scp -r`, `rsync -a`, `cp -r` into a fresh sshfs or Ferry mount, `ferry put`."},
+	{"find", "Walk the tree: find", "Lists every name in the tree: `find` on a fresh sshfs or Ferry mount, `rsync -r --list-only`, `ssh host find`, `ferry find`."},
+	{"ls-lR", "Walk the tree with attributes: ls -lR", "Lists every entry with its attributes: `ls -lR` on a fresh sshfs or Ferry mount, `ssh host ls -lR`, `ferry find -l`."},
+	{"grep-r", "Search the tree: grep -r, cold", "Reads every file of the tree looking for a string that is not there: `grep -r` on a fresh sshfs or Ferry mount, and `ssh host grep -r`, which runs on the server and so moves no file data."},
 }
 
 // grepFor is a string no source file contains, so grep reads everything.
@@ -73,10 +73,17 @@ type system interface {
 }
 
 func allSystems(h *harness) []system {
-	return []system{sshSystem{"scp"}, sshSystem{"rsync"}, sshSystem{"ssh"}, &sshfs{}, &ferry{h: h}}
+	b := &ferryBuild{h: h}
+	return []system{sshSystem{"scp"}, sshSystem{"rsync"}, sshSystem{"ssh"}, &sshfs{}, &ferry{b: b}, &ferryMount{b: b}}
 }
 
-func systemNames() []string { return []string{"scp", "rsync", "ssh", "sshfs", "ferry"} }
+// systemNames are the systems in the order of the report's rows. Every
+// system whose name starts with "ferry" is Ferry; the others are peers.
+func systemNames() []string {
+	return []string{"scp", "rsync", "ssh", "sshfs", "ferry", "ferry-mount"}
+}
+
+func isFerry(system string) bool { return strings.HasPrefix(system, "ferry") }
 
 // sshSystem is scp, rsync or plain ssh commands, all through the harness's
 // sshd and client configuration. They keep no state between runs.
@@ -154,7 +161,11 @@ func (s *sshfs) teardown(e *env) {
 	}
 }
 
-func (s *sshfs) script(w workload, e *env) (string, error) {
+func (s *sshfs) script(w workload, e *env) (string, error) { return mountScript(w, e) }
+
+// mountScript returns the commands of workload w on a file system mounted
+// at e.mnt, the server's tree.
+func mountScript(w workload, e *env) (string, error) {
 	m := e.mnt
 	switch w.name {
 	case "get-file":
@@ -203,44 +214,45 @@ func unmount(dir string) {
 // ferryPort is the port ferry serve listens on in the server namespace.
 const ferryPort = 7077
 
-// ferry is Ferry's native client against `ferry serve`. The binary is built
-// once from ./cmd/ferry; a workload whose subcommand the binary lacks is
-// "not yet available".
-type ferry struct {
+// ferryBuild is the ferry binary, built once per run from ./cmd/ferry, and
+// the subcommands it has.
+type ferryBuild struct {
 	h    *harness
 	once sync.Once
 	bin  string
-	cmds map[string]bool // the binary's subcommands
-	err  error           // why Ferry cannot run at all
-
-	serve *exec.Cmd
+	cmds map[string]bool
+	err  error // why Ferry cannot run at all
 }
 
-func (f *ferry) name() string { return "ferry" }
-
-// needs is the subcommand each workload uses.
-var ferryNeeds = map[string]string{
-	"get-file": "get", "put-file": "put", "read-file": "cat",
-	"get-tree": "get", "put-tree": "put",
-	"find": "find", "ls-lR": "find", "grep-r": "mount",
-}
-
-// build builds the binary and reads its subcommands from its help.
-func (f *ferry) build(ctx context.Context) {
-	f.once.Do(func() {
-		f.bin = filepath.Join(f.h.work, "bin", "ferry")
-		cmd := exec.CommandContext(ctx, "go", "build", "-o", f.bin, "./cmd/ferry")
-		cmd.Dir = f.h.o.root
+// get builds the binary the first time and reads its subcommands from its
+// help.
+func (b *ferryBuild) get(ctx context.Context) error {
+	b.once.Do(func() {
+		b.bin = filepath.Join(b.h.work, "bin", "ferry")
+		cmd := exec.CommandContext(ctx, "go", "build", "-o", b.bin, "./cmd/ferry")
+		cmd.Dir = b.h.o.root
 		if out, err := cmd.CombinedOutput(); err != nil {
-			f.err = fmt.Errorf("%w: go build ./cmd/ferry failed: %s", errUnavailable, firstLine(string(out)))
+			b.err = fmt.Errorf("%w: go build ./cmd/ferry failed: %s", errUnavailable, firstLine(string(out)))
 			return
 		}
-		help, _ := exec.CommandContext(ctx, f.bin, "--help").CombinedOutput()
-		f.cmds = subcommands(string(help))
-		if !f.cmds["serve"] {
-			f.err = fmt.Errorf("%w: the ferry binary has no serve subcommand", errUnavailable)
+		help, _ := exec.CommandContext(ctx, b.bin, "--help").CombinedOutput()
+		b.cmds = subcommands(string(help))
+		if !b.cmds["serve"] {
+			b.err = fmt.Errorf("%w: the ferry binary has no serve subcommand", errUnavailable)
 		}
 	})
+	return b.err
+}
+
+// need returns an error wrapping errUnavailable if the binary lacks cmd.
+func (b *ferryBuild) need(cmd string) error {
+	if b.err != nil {
+		return b.err
+	}
+	if b.cmds != nil && !b.cmds[cmd] {
+		return fmt.Errorf("%w: needs `ferry %s`", errUnavailable, cmd)
+	}
+	return nil
 }
 
 // subcommands parses the "Available Commands:" section of a cobra help text.
@@ -263,16 +275,16 @@ func subcommands(help string) map[string]bool {
 	return m
 }
 
-func (f *ferry) setup(ctx context.Context, e *env) error {
-	f.build(ctx)
-	if f.err != nil {
-		return f.err
-	}
+// ferryServer runs `ferry serve` over the server's tree in the server
+// namespace; both Ferry systems use one.
+type ferryServer struct{ cmd *exec.Cmd }
+
+func (s *ferryServer) start(ctx context.Context, e *env, bin string) error {
 	addr := netip.AddrPortFrom(e.srvAddr, ferryPort)
-	f.serve = e.command(context.Background(), e.bed.ServerNS, f.bin, "serve", e.srv, "--listen", addr.String())
-	f.serve.Stdout, f.serve.Stderr = e.log, e.log
-	if err := f.serve.Start(); err != nil {
-		f.serve = nil
+	s.cmd = e.command(context.Background(), e.bed.ServerNS, bin, "serve", e.srv, "--listen", addr.String())
+	s.cmd.Stdout, s.cmd.Stderr = e.log, e.log
+	if err := s.cmd.Start(); err != nil {
+		s.cmd = nil
 		return fmt.Errorf("ferry serve: %w", err)
 	}
 	if err := waitPort(ctx, e, addr); err != nil {
@@ -281,55 +293,141 @@ func (f *ferry) setup(ctx context.Context, e *env) error {
 	return nil
 }
 
-func (f *ferry) reset(ctx context.Context, e *env) error { return nil }
-
-func (f *ferry) teardown(e *env) {
-	if f.serve != nil {
-		f.serve.Process.Signal(os.Interrupt)
-		done := make(chan struct{})
-		go func() { f.serve.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			f.serve.Cancel()
-			<-done
-		}
-		f.serve = nil
+// stop stops the server gracefully, or kills it after 15 seconds.
+func (s *ferryServer) stop() {
+	if s.cmd == nil {
+		return
 	}
+	s.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(15 * time.Second):
+		s.cmd.Cancel()
+		<-done
+	}
+	s.cmd = nil
 }
+
+// remote returns the quoted remote path HOST:PORT:p of e's server.
+func remote(e *env, p string) string {
+	return q(fmt.Sprintf("%v:%d:%s", e.srvAddr, ferryPort, p))
+}
+
+// ferry is Ferry's native client against `ferry serve`: each workload maps
+// to one command (get, put, cat, find). A workload whose subcommand the
+// binary lacks is "not yet available".
+type ferry struct {
+	b   *ferryBuild
+	srv ferryServer
+}
+
+func (f *ferry) name() string { return "ferry" }
+
+// ferryNeeds is the subcommand each workload of the native client uses.
+var ferryNeeds = map[string]string{
+	"get-file": "get", "put-file": "put", "read-file": "cat",
+	"get-tree": "get", "put-tree": "put",
+	"find": "find", "ls-lR": "find",
+}
+
+func (f *ferry) setup(ctx context.Context, e *env) error {
+	if err := f.b.get(ctx); err != nil {
+		return err
+	}
+	return f.srv.start(ctx, e, f.b.bin)
+}
+
+func (f *ferry) reset(ctx context.Context, e *env) error { return nil }
+func (f *ferry) teardown(e *env)                         { f.srv.stop() }
 
 func (f *ferry) script(w workload, e *env) (string, error) {
 	need, ok := ferryNeeds[w.name]
 	if !ok {
 		return "", nil
 	}
-	if f.err != nil {
-		return "", f.err
+	if err := f.b.need(need); err != nil {
+		return "", err
 	}
-	if f.cmds != nil && !f.cmds[need] {
-		return "", fmt.Errorf("%w: needs `ferry %s`", errUnavailable, need)
-	}
-	r := func(p string) string { return q(fmt.Sprintf("%v:%d:%s", e.srvAddr, ferryPort, p)) }
-	bin := q(f.bin)
+	bin := q(f.b.bin)
 	switch w.name {
 	case "get-file":
-		return fmt.Sprintf("%s get %s %s", bin, r("/"+bigName), q(e.out)), nil
+		return fmt.Sprintf("%s get %s %s", bin, remote(e, "/"+bigName), q(e.out)), nil
 	case "put-file":
-		return fmt.Sprintf("%s put %s %s", bin, q(filepath.Join(e.src, bigName)), r("/in")), nil
+		return fmt.Sprintf("%s put %s %s", bin, q(filepath.Join(e.src, bigName)), remote(e, "/in")), nil
 	case "read-file":
-		return fmt.Sprintf("%s cat %s >/dev/null", bin, r("/"+bigName)), nil
+		return fmt.Sprintf("%s cat %s >/dev/null", bin, remote(e, "/"+bigName)), nil
 	case "get-tree":
-		return fmt.Sprintf("%s get %s %s", bin, r("/"+treeName), q(e.out)), nil
+		return fmt.Sprintf("%s get %s %s", bin, remote(e, "/"+treeName), q(e.out)), nil
 	case "put-tree":
-		return fmt.Sprintf("%s put %s %s", bin, q(filepath.Join(e.src, treeName)), r("/in")), nil
+		return fmt.Sprintf("%s put %s %s", bin, q(filepath.Join(e.src, treeName)), remote(e, "/in")), nil
 	case "find":
-		return fmt.Sprintf("%s find %s >/dev/null", bin, r("/"+treeName)), nil
+		return fmt.Sprintf("%s find %s >/dev/null", bin, remote(e, "/"+treeName)), nil
 	case "ls-lR":
-		return fmt.Sprintf("%s find -l %s >/dev/null", bin, r("/"+treeName)), nil
-	case "grep-r":
-		return "", fmt.Errorf("%w: needs `ferry mount`", errUnavailable) // filled in when mount lands
+		return fmt.Sprintf("%s find -l %s >/dev/null", bin, remote(e, "/"+treeName)), nil
 	}
 	return "", nil
+}
+
+// ferryMount is Ferry through its FUSE adaptor: `ferry mount` of the
+// server's tree, afresh before every run, and the same commands as on the
+// sshfs mount. Until the binary has a mount subcommand its rows are "not
+// yet available".
+type ferryMount struct {
+	b       *ferryBuild
+	srv     ferryServer
+	mounted bool
+}
+
+func (f *ferryMount) name() string { return "ferry-mount" }
+
+func (f *ferryMount) setup(ctx context.Context, e *env) error {
+	if err := f.b.get(ctx); err != nil {
+		return err
+	}
+	if err := f.b.need("mount"); err != nil {
+		return err
+	}
+	return f.srv.start(ctx, e, f.b.bin)
+}
+
+func (f *ferryMount) reset(ctx context.Context, e *env) error {
+	f.unmount(e)
+	// ferry mount starts itself again in the background and returns once
+	// the file system is up; the daemon stays in the client namespace.
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := e.command(ctx, e.bed.ClientNS, f.b.bin, "mount", fmt.Sprintf("%v:%d:/", e.srvAddr, ferryPort), e.mnt)
+	cmd.Stdout, cmd.Stderr = e.log, e.log
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("ferry mount: %w", err)
+	}
+	f.mounted = true
+	return nil
+}
+
+func (f *ferryMount) unmount(e *env) {
+	if f.mounted || isMounted(e.mnt) {
+		unmount(e.mnt)
+		f.mounted = false
+	}
+}
+
+func (f *ferryMount) teardown(e *env) {
+	f.unmount(e)
+	f.srv.stop()
+}
+
+func (f *ferryMount) script(w workload, e *env) (string, error) {
+	if err := f.b.need("mount"); err != nil {
+		// Say so in every row a mount would fill.
+		if sc, _ := mountScript(w, e); sc != "" {
+			return "", err
+		}
+		return "", nil
+	}
+	return mountScript(w, e)
 }
 
 func firstLine(s string) string {
