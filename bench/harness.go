@@ -47,7 +47,6 @@ type harness struct {
 	work    string
 	data    *dataset
 	keys    *sshKeys
-	cleanup *cleanups
 	systems []system
 }
 

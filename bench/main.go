@@ -258,8 +258,13 @@ func run() error {
 	} else {
 		defer os.RemoveAll(work)
 	}
-	var cleanup cleanups
-	defer cleanup.run()
+	// Systems unmount what they mount; this is the safety net, and it runs
+	// before the work directory, which holds the mount point, is removed.
+	defer func() {
+		if mnt := filepath.Join(work, "mnt"); isMounted(mnt) {
+			unmount(mnt)
+		}
+	}()
 
 	d, err := prepareData(ctx, o, work)
 	if err != nil {
@@ -269,7 +274,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	h := &harness{o: o, work: work, data: d, keys: keys, cleanup: &cleanup}
+	h := &harness{o: o, work: work, data: d, keys: keys}
 	h.systems = allSystems(h)
 
 	rep := &report{opts: o, data: d, started: time.Now(), loadStart: loadavg()}
@@ -288,17 +293,4 @@ func run() error {
 	}
 	log.Printf("report written to %s", o.out)
 	return nil
-}
-
-// cleanups is a stack of functions run in reverse order, at the end of the
-// program or when an error or a signal cuts it short.
-type cleanups struct{ fns []func() }
-
-func (c *cleanups) add(f func()) { c.fns = append(c.fns, f) }
-
-func (c *cleanups) run() {
-	for i := len(c.fns) - 1; i >= 0; i-- {
-		c.fns[i]()
-	}
-	c.fns = nil
 }

@@ -92,7 +92,7 @@ func (r *report) write(ctx context.Context, plots bool) error {
 		float64(o.rate)/1e6, netem.DefaultMinQueue/1000, r.cc)
 	p("- **Data:** a %d MiB file made of the files of %s concatenated (real data: sources and binaries); a copy of `%s` as the tree (%d files in %d directories, %.1f MB).\n",
 		r.data.bigSize>>20, r.data.bigFrom, r.data.treeFrom, r.data.treeFiles, r.data.treeDirs, float64(r.data.treeBytes)/1e6)
-	p("- **Method:** wall time of the client command, the median of %d run(s), each into an empty destination and, for sshfs, from a fresh mount (cold cache). In parentheses: the ratio to the best peer in the column (the fastest system other than Ferry). Bytes on the wire are whole IP packets counted by the emulator, for the median run.\n\n", o.runs)
+	p("- **Method:** wall time of the client command, the median of %d run(s), each into an empty destination and, for the mounts, from a fresh mount (cold cache). In parentheses: the ratio to the best peer in the column (the fastest system other than Ferry's). Bytes on the wire are whole IP packets counted by the emulator, for the median run.\n\n", o.runs)
 
 	conds := o.conds
 	header := func(first string) {
