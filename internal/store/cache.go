@@ -1,0 +1,196 @@
+package store
+
+import (
+	"encoding/binary"
+	"sync"
+	"sync/atomic"
+
+	"github.com/cockroachdb/pebble/v2"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/chunk"
+)
+
+// Cache is the client's persistent content-addressed chunk cache, bounded in
+// bytes. It is safe for concurrent use.
+//
+// Keys: 'd'+hash holds the chunk's bytes; 'a'+hash holds its last use (a
+// sequence number) and length; 'u'+use+hash orders chunks by last use for
+// eviction.
+type Cache struct {
+	db  *pebble.DB
+	max int64
+
+	mu    sync.Mutex
+	seq   uint64
+	bytes int64
+	n     int64
+
+	hits, misses, corrupt atomic.Int64
+}
+
+// CacheStats reports a Cache's size and hit rate.
+type CacheStats struct {
+	Bytes, Chunks, MaxBytes int64
+	Hits, Misses            int64
+	Corrupt                 int64 // Corrupt counts entries dropped because their bytes did not match their hash.
+}
+
+// OpenCache opens the cache in dir ("" for one in memory) holding at most
+// maxBytes of chunk data.
+func OpenCache(dir string, maxBytes int64) (*Cache, error) {
+	const op = "store.OpenCache"
+	db, err := open(op, dir)
+	if err != nil {
+		return nil, err
+	}
+	c := &Cache{db: db, max: maxBytes}
+	err = scan(db, []byte{'a'}, func(_, v []byte) bool {
+		if len(v) == 12 {
+			c.seq = max(c.seq, binary.BigEndian.Uint64(v))
+			c.bytes += int64(binary.BigEndian.Uint32(v[8:]))
+			c.n++
+		}
+		return true
+	})
+	if err != nil {
+		db.Close()
+		return nil, ferry.E(op, dir, ferry.KindIO, err)
+	}
+	return c, nil
+}
+
+// Close closes the cache.
+func (c *Cache) Close() error { return c.db.Close() }
+
+func key(tag byte, h chunk.Hash) []byte { return append([]byte{tag}, h[:]...) }
+
+// Has reports whether the cache holds the chunk, without reading or checking
+// it: Get may still miss.
+func (c *Cache) Has(h chunk.Hash) bool {
+	_, ok, _ := get(c.db, key('a', h))
+	return ok
+}
+
+// Get returns the chunk's bytes, which the caller owns, after checking that
+// they hash to h. A corrupt entry is dropped and reported as a miss. Get
+// counts as a use for eviction.
+func (c *Cache) Get(h chunk.Hash) ([]byte, bool) {
+	data, ok, err := get(c.db, key('d', h))
+	if err != nil || !ok {
+		c.misses.Add(1)
+		return nil, false
+	}
+	if chunk.Sum(data) != h {
+		c.corrupt.Add(1)
+		c.misses.Add(1)
+		c.drop(h)
+		return nil, false
+	}
+	c.hits.Add(1)
+	c.touch(h, len(data))
+	return data, true
+}
+
+// touch makes h the most recently used chunk.
+func (c *Cache) touch(h chunk.Hash, n int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old, ok, err := get(c.db, key('a', h))
+	if err != nil || !ok || len(old) != 12 {
+		return
+	}
+	b := c.db.NewBatch()
+	b.Delete(append(u64([]byte{'u'}, binary.BigEndian.Uint64(old)), h[:]...), nil)
+	c.seq++
+	b.Set(append(u64([]byte{'u'}, c.seq), h[:]...), nil, nil)
+	b.Set(key('a', h), binary.BigEndian.AppendUint32(u64(nil, c.seq), uint32(n)), nil)
+	b.Commit(noSync)
+}
+
+// Put adds a chunk. It refuses (KindInvalid) bytes that do not hash to h, so
+// the cache never holds what it cannot serve. Adding a chunk that is there
+// counts as a use. The oldest chunks are evicted to stay within the bound.
+func (c *Cache) Put(h chunk.Hash, data []byte) error {
+	const op = "store.Cache.Put"
+	if chunk.Sum(data) != h {
+		return ferry.E(op, h.String(), ferry.KindInvalid, "bytes do not match the hash")
+	}
+	if int64(len(data)) > c.max {
+		return nil
+	}
+	if c.Has(h) {
+		c.touch(h, len(data))
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if _, ok, _ := get(c.db, key('a', h)); ok {
+		return nil // Added meanwhile.
+	}
+	b := c.db.NewBatch()
+	c.seq++
+	b.Set(key('d', h), data, nil)
+	b.Set(append(u64([]byte{'u'}, c.seq), h[:]...), nil, nil)
+	b.Set(key('a', h), binary.BigEndian.AppendUint32(u64(nil, c.seq), uint32(len(data))), nil)
+	if err := b.Commit(noSync); err != nil {
+		return ferry.E(op, h.String(), ferry.KindIO, err)
+	}
+	c.bytes += int64(len(data))
+	c.n++
+	return c.evict()
+}
+
+// evict drops the least recently used chunks until the cache fits its
+// bound. c.mu is held.
+func (c *Cache) evict() error {
+	if c.bytes <= c.max {
+		return nil
+	}
+	b := c.db.NewBatch()
+	err := scan(c.db, []byte{'u'}, func(k, _ []byte) bool {
+		if c.bytes <= c.max {
+			return false
+		}
+		h, _ := chunk.FromBytes(k[9:])
+		if a, ok, _ := get(c.db, key('a', h)); ok && len(a) == 12 {
+			c.bytes -= int64(binary.BigEndian.Uint32(a[8:]))
+			c.n--
+		}
+		b.Delete(append([]byte(nil), k...), nil)
+		b.Delete(key('a', h), nil)
+		b.Delete(key('d', h), nil)
+		return true
+	})
+	if err == nil {
+		err = b.Commit(noSync)
+	}
+	if err != nil {
+		return ferry.E("store.Cache.evict", "", ferry.KindIO, err)
+	}
+	return nil
+}
+
+// drop removes a chunk.
+func (c *Cache) drop(h chunk.Hash) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, ok, _ := get(c.db, key('a', h))
+	b := c.db.NewBatch()
+	if ok && len(a) == 12 {
+		b.Delete(append(u64([]byte{'u'}, binary.BigEndian.Uint64(a)), h[:]...), nil)
+		c.bytes -= int64(binary.BigEndian.Uint32(a[8:]))
+		c.n--
+	}
+	b.Delete(key('a', h), nil)
+	b.Delete(key('d', h), nil)
+	b.Commit(noSync)
+}
+
+// Stats reports the cache's size and hit counts since it was opened.
+func (c *Cache) Stats() CacheStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return CacheStats{Bytes: c.bytes, Chunks: c.n, MaxBytes: c.max,
+		Hits: c.hits.Load(), Misses: c.misses.Load(), Corrupt: c.corrupt.Load()}
+}

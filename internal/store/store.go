@@ -1,0 +1,95 @@
+// Package store keeps Ferry's chunk indexes in pebble: the server's Index
+// (chunk hash to the places in the served files where those bytes lie) and
+// the client's Cache (chunk hash to the bytes themselves).
+//
+// Neither is trusted. Every chunk read through either is hashed again before
+// it is returned; a mismatch drops the entry and reports a miss. So a stale
+// index (a file changed behind the server's back, a crash between a write
+// and its index update, a flipped bit on disk) costs bandwidth, never
+// correctness, and both are written without fsync.
+//
+// Both are bounded: the Index by its number of chunk entries, the Cache by
+// its bytes; each evicts the least recently used files or chunks beyond its
+// bound.
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/vfs"
+
+	"github.com/ferryfs/ferry"
+)
+
+// quiet drops pebble's informational logs; errors reach the caller anyway.
+type quiet struct{}
+
+func (quiet) Infof(string, ...any)  {}
+func (quiet) Errorf(string, ...any) {}
+func (quiet) Fatalf(format string, args ...any) {
+	panic(errors.New("pebble: fatal: " + format))
+}
+
+// open opens (creating if needed) the pebble database in dir, or an
+// in-memory one if dir is "".
+func open(op, dir string) (*pebble.DB, error) {
+	opts := &pebble.Options{Logger: quiet{}, CacheSize: 8 << 20}
+	if dir == "" {
+		opts.FS = vfs.NewMem()
+	}
+	db, err := pebble.Open(dir, opts)
+	if err != nil {
+		return nil, ferry.E(op, dir, ferry.KindIO, err)
+	}
+	return db, nil
+}
+
+// noSync is how both stores write: losing the last writes in a crash only
+// costs bandwidth.
+var noSync = pebble.NoSync
+
+// u64 appends v big-endian, so keys sort by number.
+func u64(b []byte, v uint64) []byte { return binary.BigEndian.AppendUint64(b, v) }
+
+// prefixEnd returns the first key after every key starting with p.
+func prefixEnd(p []byte) []byte {
+	end := append([]byte(nil), p...)
+	for i := len(end) - 1; i >= 0; i-- {
+		end[i]++
+		if end[i] != 0 {
+			return end[:i+1]
+		}
+	}
+	return nil
+}
+
+// scan calls fn for each key and value with the prefix p, in order, until fn
+// returns false. Key and value are valid only during the call.
+func scan(db *pebble.DB, p []byte, fn func(k, v []byte) bool) error {
+	it, err := db.NewIter(&pebble.IterOptions{LowerBound: p, UpperBound: prefixEnd(p)})
+	if err != nil {
+		return err
+	}
+	for ok := it.First(); ok; ok = it.Next() {
+		if !fn(it.Key(), it.Value()) {
+			break
+		}
+	}
+	return it.Close()
+}
+
+// get returns a copy of the value at k, or nil and false.
+func get(db *pebble.DB, k []byte) ([]byte, bool, error) {
+	v, closer, err := db.Get(k)
+	if err == pebble.ErrNotFound {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	out := append([]byte(nil), v...)
+	closer.Close()
+	return out, true, nil
+}
