@@ -27,6 +27,33 @@
 //   - Watch(PathReq) streams a WatchEvent for each change at or below the
 //     path, starting with a lost event once the watch is in place; the open
 //     stream is the client's lease on what it caches of that subtree.
+//   - Chunks (internal/chunk: FastCDC, 2/8/64 KiB, BLAKE3) send only what
+//     the other side lacks. Both sides must cut alike, so requests carry
+//     chunk_version and a server of another scheme refuses with
+//     KindInvalid (the client then falls back to Get and Put).
+//   - ChunkList(ChunkListReq{path}) streams ChunkListReplys: the first holds
+//     the file's Dir, each a ChunkRefs piece (up to MaxRefs hashes and
+//     sizes) of its chunk list, in file order.
+//   - ReadChunks is a bidirectional stream: the client sends ChunkReqs
+//     (path in the first, the file it reads; hashes back to back) as it
+//     decides what it lacks, without waiting; the server answers each hash
+//     in order with a ChunkData holding the bytes, re-hashed from a file the
+//     client may read, or missing. A read costs about two round trips plus
+//     the missing bytes: the client starts requesting while the list still
+//     arrives.
+//   - PutChunked replaces a file atomically. The client sends a first
+//     ChunkPutMsg with path, dir, size and the start of the chunk list, more
+//     list pieces, and, interleaved, the bytes of chunks it knows the server
+//     lacks (optimistic data, each after its ref); list_end ends both. The
+//     server then fills every chunk it can from its index (re-hashed), and
+//     answers with need: the list indexes still missing, and need_end. The
+//     client sends those chunks (each distinct hash once) and closes. When
+//     every chunk arrived and matched its hash, the server syncs the
+//     temporary file, renames it over path and replies with the Dir. A
+//     chunk whose bytes do not match its hash, or that was never listed,
+//     fails the call with KindInvalid; a broken stream leaves the old file.
+//     With optimistic data for all new chunks a write costs one round trip
+//     plus the missing bytes; without, two.
 //
 // A call that fails returns a gRPC status whose code follows the error's
 // kind and whose single detail is an Error message with the ferry.Kind
@@ -38,3 +65,7 @@ package proto
 // below gRPC's 4 MiB message limit and large enough that per-message costs
 // vanish.
 const MaxData = 256 << 10
+
+// MaxRefs is the most chunk refs one ChunkRefs carries (about 36 KB), and
+// the most hashes one ChunkReq asks for.
+const MaxRefs = 1024

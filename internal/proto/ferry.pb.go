@@ -823,6 +823,451 @@ func (x *WatchEvent) GetLost() bool {
 	return false
 }
 
+// ChunkListReq asks for the chunk list of the file at path, cut with the
+// chunking scheme chunk_version (internal/chunk.Version).
+type ChunkListReq struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	ChunkVersion  int32                  `protobuf:"varint,2,opt,name=chunk_version,json=chunkVersion,proto3" json:"chunk_version,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkListReq) Reset() {
+	*x = ChunkListReq{}
+	mi := &file_ferry_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkListReq) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkListReq) ProtoMessage() {}
+
+func (x *ChunkListReq) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkListReq.ProtoReflect.Descriptor instead.
+func (*ChunkListReq) Descriptor() ([]byte, []int) {
+	return file_ferry_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ChunkListReq) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ChunkListReq) GetChunkVersion() int32 {
+	if x != nil {
+		return x.ChunkVersion
+	}
+	return 0
+}
+
+// ChunkRefs is a piece of a chunk list: hashes holds the 32-byte hashes of
+// consecutive chunks back to back, sizes their lengths.
+type ChunkRefs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hashes        []byte                 `protobuf:"bytes,1,opt,name=hashes,proto3" json:"hashes,omitempty"`
+	Sizes         []uint32               `protobuf:"varint,2,rep,packed,name=sizes,proto3" json:"sizes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkRefs) Reset() {
+	*x = ChunkRefs{}
+	mi := &file_ferry_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkRefs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkRefs) ProtoMessage() {}
+
+func (x *ChunkRefs) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkRefs.ProtoReflect.Descriptor instead.
+func (*ChunkRefs) Descriptor() ([]byte, []int) {
+	return file_ferry_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *ChunkRefs) GetHashes() []byte {
+	if x != nil {
+		return x.Hashes
+	}
+	return nil
+}
+
+func (x *ChunkRefs) GetSizes() []uint32 {
+	if x != nil {
+		return x.Sizes
+	}
+	return nil
+}
+
+// ChunkListReply: the first one carries the file's entry; each carries the
+// next piece of its chunk list.
+type ChunkListReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dir           *Dir                   `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	Refs          *ChunkRefs             `protobuf:"bytes,2,opt,name=refs,proto3" json:"refs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkListReply) Reset() {
+	*x = ChunkListReply{}
+	mi := &file_ferry_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkListReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkListReply) ProtoMessage() {}
+
+func (x *ChunkListReply) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkListReply.ProtoReflect.Descriptor instead.
+func (*ChunkListReply) Descriptor() ([]byte, []int) {
+	return file_ferry_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *ChunkListReply) GetDir() *Dir {
+	if x != nil {
+		return x.Dir
+	}
+	return nil
+}
+
+func (x *ChunkListReply) GetRefs() *ChunkRefs {
+	if x != nil {
+		return x.Refs
+	}
+	return nil
+}
+
+// ChunkReq asks for chunks by hash; path (in the first ChunkReq) names the
+// file the client is reading, where the server looks first.
+type ChunkReq struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Hashes        []byte                 `protobuf:"bytes,2,opt,name=hashes,proto3" json:"hashes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkReq) Reset() {
+	*x = ChunkReq{}
+	mi := &file_ferry_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkReq) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkReq) ProtoMessage() {}
+
+func (x *ChunkReq) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkReq.ProtoReflect.Descriptor instead.
+func (*ChunkReq) Descriptor() ([]byte, []int) {
+	return file_ferry_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *ChunkReq) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ChunkReq) GetHashes() []byte {
+	if x != nil {
+		return x.Hashes
+	}
+	return nil
+}
+
+// ChunkData answers one requested hash, in request order: its bytes, or
+// missing if the server no longer holds them.
+type ChunkData struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hash          []byte                 `protobuf:"bytes,1,opt,name=hash,proto3" json:"hash,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Missing       bool                   `protobuf:"varint,3,opt,name=missing,proto3" json:"missing,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkData) Reset() {
+	*x = ChunkData{}
+	mi := &file_ferry_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkData) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkData) ProtoMessage() {}
+
+func (x *ChunkData) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkData.ProtoReflect.Descriptor instead.
+func (*ChunkData) Descriptor() ([]byte, []int) {
+	return file_ferry_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ChunkData) GetHash() []byte {
+	if x != nil {
+		return x.Hash
+	}
+	return nil
+}
+
+func (x *ChunkData) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ChunkData) GetMissing() bool {
+	if x != nil {
+		return x.Missing
+	}
+	return false
+}
+
+// ChunkPutMsg: the first carries path, dir, size and chunk_version; any may
+// carry the next piece of the chunk list (refs) or one chunk's bytes (hash,
+// data) for a chunk already listed; the one with list_end ends the list and
+// the client's unasked (optimistic) data.
+type ChunkPutMsg struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Dir           *Dir                   `protobuf:"bytes,2,opt,name=dir,proto3" json:"dir,omitempty"`
+	Size          int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	ChunkVersion  int32                  `protobuf:"varint,4,opt,name=chunk_version,json=chunkVersion,proto3" json:"chunk_version,omitempty"`
+	Refs          *ChunkRefs             `protobuf:"bytes,5,opt,name=refs,proto3" json:"refs,omitempty"`
+	ListEnd       bool                   `protobuf:"varint,6,opt,name=list_end,json=listEnd,proto3" json:"list_end,omitempty"`
+	Hash          []byte                 `protobuf:"bytes,7,opt,name=hash,proto3" json:"hash,omitempty"`
+	Data          []byte                 `protobuf:"bytes,8,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkPutMsg) Reset() {
+	*x = ChunkPutMsg{}
+	mi := &file_ferry_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkPutMsg) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkPutMsg) ProtoMessage() {}
+
+func (x *ChunkPutMsg) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkPutMsg.ProtoReflect.Descriptor instead.
+func (*ChunkPutMsg) Descriptor() ([]byte, []int) {
+	return file_ferry_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *ChunkPutMsg) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ChunkPutMsg) GetDir() *Dir {
+	if x != nil {
+		return x.Dir
+	}
+	return nil
+}
+
+func (x *ChunkPutMsg) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *ChunkPutMsg) GetChunkVersion() int32 {
+	if x != nil {
+		return x.ChunkVersion
+	}
+	return 0
+}
+
+func (x *ChunkPutMsg) GetRefs() *ChunkRefs {
+	if x != nil {
+		return x.Refs
+	}
+	return nil
+}
+
+func (x *ChunkPutMsg) GetListEnd() bool {
+	if x != nil {
+		return x.ListEnd
+	}
+	return false
+}
+
+func (x *ChunkPutMsg) GetHash() []byte {
+	if x != nil {
+		return x.Hash
+	}
+	return nil
+}
+
+func (x *ChunkPutMsg) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// ChunkPutReply: need lists (as indexes into the chunk list) chunks the
+// server still lacks, need_end says the client has been told all it must
+// send, and dir, in the last reply, is the committed entry.
+type ChunkPutReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Need          []uint32               `protobuf:"varint,1,rep,packed,name=need,proto3" json:"need,omitempty"`
+	NeedEnd       bool                   `protobuf:"varint,2,opt,name=need_end,json=needEnd,proto3" json:"need_end,omitempty"`
+	Dir           *Dir                   `protobuf:"bytes,3,opt,name=dir,proto3" json:"dir,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkPutReply) Reset() {
+	*x = ChunkPutReply{}
+	mi := &file_ferry_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkPutReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkPutReply) ProtoMessage() {}
+
+func (x *ChunkPutReply) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkPutReply.ProtoReflect.Descriptor instead.
+func (*ChunkPutReply) Descriptor() ([]byte, []int) {
+	return file_ferry_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ChunkPutReply) GetNeed() []uint32 {
+	if x != nil {
+		return x.Need
+	}
+	return nil
+}
+
+func (x *ChunkPutReply) GetNeedEnd() bool {
+	if x != nil {
+		return x.NeedEnd
+	}
+	return false
+}
+
+func (x *ChunkPutReply) GetDir() *Dir {
+	if x != nil {
+		return x.Dir
+	}
+	return nil
+}
+
 var File_ferry_proto protoreflect.FileDescriptor
 
 const file_ferry_proto_rawDesc = "" +
@@ -878,7 +1323,36 @@ const file_ferry_proto_rawDesc = "" +
 	"\n" +
 	"WatchEvent\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
-	"\x04lost\x18\x02 \x01(\bR\x04lost2\xa3\x04\n" +
+	"\x04lost\x18\x02 \x01(\bR\x04lost\"G\n" +
+	"\fChunkListReq\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12#\n" +
+	"\rchunk_version\x18\x02 \x01(\x05R\fchunkVersion\"9\n" +
+	"\tChunkRefs\x12\x16\n" +
+	"\x06hashes\x18\x01 \x01(\fR\x06hashes\x12\x14\n" +
+	"\x05sizes\x18\x02 \x03(\rR\x05sizes\"Z\n" +
+	"\x0eChunkListReply\x12\x1f\n" +
+	"\x03dir\x18\x01 \x01(\v2\r.ferry.v1.DirR\x03dir\x12'\n" +
+	"\x04refs\x18\x02 \x01(\v2\x13.ferry.v1.ChunkRefsR\x04refs\"6\n" +
+	"\bChunkReq\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
+	"\x06hashes\x18\x02 \x01(\fR\x06hashes\"M\n" +
+	"\tChunkData\x12\x12\n" +
+	"\x04hash\x18\x01 \x01(\fR\x04hash\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\x12\x18\n" +
+	"\amissing\x18\x03 \x01(\bR\amissing\"\xe7\x01\n" +
+	"\vChunkPutMsg\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1f\n" +
+	"\x03dir\x18\x02 \x01(\v2\r.ferry.v1.DirR\x03dir\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12#\n" +
+	"\rchunk_version\x18\x04 \x01(\x05R\fchunkVersion\x12'\n" +
+	"\x04refs\x18\x05 \x01(\v2\x13.ferry.v1.ChunkRefsR\x04refs\x12\x19\n" +
+	"\blist_end\x18\x06 \x01(\bR\alistEnd\x12\x12\n" +
+	"\x04hash\x18\a \x01(\fR\x04hash\x12\x12\n" +
+	"\x04data\x18\b \x01(\fR\x04data\"_\n" +
+	"\rChunkPutReply\x12\x12\n" +
+	"\x04need\x18\x01 \x03(\rR\x04need\x12\x19\n" +
+	"\bneed_end\x18\x02 \x01(\bR\aneedEnd\x12\x1f\n" +
+	"\x03dir\x18\x03 \x01(\v2\r.ferry.v1.DirR\x03dir2\xe1\x05\n" +
 	"\x05Ferry\x12-\n" +
 	"\x04Stat\x12\x11.ferry.v1.PathReq\x1a\x12.ferry.v1.DirReply\x12)\n" +
 	"\x03Get\x12\x10.ferry.v1.GetReq\x1a\x0e.ferry.v1.Data0\x01\x12-\n" +
@@ -890,7 +1364,12 @@ const file_ferry_proto_rawDesc = "" +
 	"\x04Find\x12\x11.ferry.v1.FindReq\x1a\x13.ferry.v1.FindReply0\x01\x123\n" +
 	"\aFindGet\x12\x11.ferry.v1.FindReq\x1a\x13.ferry.v1.FindReply0\x01\x122\n" +
 	"\x05Watch\x12\x11.ferry.v1.PathReq\x1a\x14.ferry.v1.WatchEvent0\x01\x127\n" +
-	"\tPutStatus\x12\x13.ferry.v1.UploadReq\x1a\x15.ferry.v1.UploadReplyB)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
+	"\tPutStatus\x12\x13.ferry.v1.UploadReq\x1a\x15.ferry.v1.UploadReply\x12?\n" +
+	"\tChunkList\x12\x16.ferry.v1.ChunkListReq\x1a\x18.ferry.v1.ChunkListReply0\x01\x129\n" +
+	"\n" +
+	"ReadChunks\x12\x12.ferry.v1.ChunkReq\x1a\x13.ferry.v1.ChunkData(\x010\x01\x12@\n" +
+	"\n" +
+	"PutChunked\x12\x15.ferry.v1.ChunkPutMsg\x1a\x17.ferry.v1.ChunkPutReply(\x010\x01B)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
 
 var (
 	file_ferry_proto_rawDescOnce sync.Once
@@ -904,60 +1383,78 @@ func file_ferry_proto_rawDescGZIP() []byte {
 	return file_ferry_proto_rawDescData
 }
 
-var file_ferry_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_ferry_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_ferry_proto_goTypes = []any{
-	(*Dir)(nil),         // 0: ferry.v1.Dir
-	(*Error)(nil),       // 1: ferry.v1.Error
-	(*Empty)(nil),       // 2: ferry.v1.Empty
-	(*PathReq)(nil),     // 3: ferry.v1.PathReq
-	(*DirReply)(nil),    // 4: ferry.v1.DirReply
-	(*GetReq)(nil),      // 5: ferry.v1.GetReq
-	(*Data)(nil),        // 6: ferry.v1.Data
-	(*PutMsg)(nil),      // 7: ferry.v1.PutMsg
-	(*UploadReq)(nil),   // 8: ferry.v1.UploadReq
-	(*UploadReply)(nil), // 9: ferry.v1.UploadReply
-	(*MoveReq)(nil),     // 10: ferry.v1.MoveReq
-	(*WstatReq)(nil),    // 11: ferry.v1.WstatReq
-	(*FindReq)(nil),     // 12: ferry.v1.FindReq
-	(*FindReply)(nil),   // 13: ferry.v1.FindReply
-	(*WatchEvent)(nil),  // 14: ferry.v1.WatchEvent
-	nil,                 // 15: ferry.v1.Dir.AttrsEntry
+	(*Dir)(nil),            // 0: ferry.v1.Dir
+	(*Error)(nil),          // 1: ferry.v1.Error
+	(*Empty)(nil),          // 2: ferry.v1.Empty
+	(*PathReq)(nil),        // 3: ferry.v1.PathReq
+	(*DirReply)(nil),       // 4: ferry.v1.DirReply
+	(*GetReq)(nil),         // 5: ferry.v1.GetReq
+	(*Data)(nil),           // 6: ferry.v1.Data
+	(*PutMsg)(nil),         // 7: ferry.v1.PutMsg
+	(*UploadReq)(nil),      // 8: ferry.v1.UploadReq
+	(*UploadReply)(nil),    // 9: ferry.v1.UploadReply
+	(*MoveReq)(nil),        // 10: ferry.v1.MoveReq
+	(*WstatReq)(nil),       // 11: ferry.v1.WstatReq
+	(*FindReq)(nil),        // 12: ferry.v1.FindReq
+	(*FindReply)(nil),      // 13: ferry.v1.FindReply
+	(*WatchEvent)(nil),     // 14: ferry.v1.WatchEvent
+	(*ChunkListReq)(nil),   // 15: ferry.v1.ChunkListReq
+	(*ChunkRefs)(nil),      // 16: ferry.v1.ChunkRefs
+	(*ChunkListReply)(nil), // 17: ferry.v1.ChunkListReply
+	(*ChunkReq)(nil),       // 18: ferry.v1.ChunkReq
+	(*ChunkData)(nil),      // 19: ferry.v1.ChunkData
+	(*ChunkPutMsg)(nil),    // 20: ferry.v1.ChunkPutMsg
+	(*ChunkPutReply)(nil),  // 21: ferry.v1.ChunkPutReply
+	nil,                    // 22: ferry.v1.Dir.AttrsEntry
 }
 var file_ferry_proto_depIdxs = []int32{
-	15, // 0: ferry.v1.Dir.attrs:type_name -> ferry.v1.Dir.AttrsEntry
+	22, // 0: ferry.v1.Dir.attrs:type_name -> ferry.v1.Dir.AttrsEntry
 	0,  // 1: ferry.v1.DirReply.dir:type_name -> ferry.v1.Dir
 	0,  // 2: ferry.v1.PutMsg.dir:type_name -> ferry.v1.Dir
 	0,  // 3: ferry.v1.UploadReply.committed:type_name -> ferry.v1.Dir
 	0,  // 4: ferry.v1.WstatReq.dir:type_name -> ferry.v1.Dir
 	0,  // 5: ferry.v1.FindReply.dir:type_name -> ferry.v1.Dir
 	1,  // 6: ferry.v1.FindReply.err:type_name -> ferry.v1.Error
-	3,  // 7: ferry.v1.Ferry.Stat:input_type -> ferry.v1.PathReq
-	5,  // 8: ferry.v1.Ferry.Get:input_type -> ferry.v1.GetReq
-	7,  // 9: ferry.v1.Ferry.Put:input_type -> ferry.v1.PutMsg
-	10, // 10: ferry.v1.Ferry.Move:input_type -> ferry.v1.MoveReq
-	3,  // 11: ferry.v1.Ferry.Remove:input_type -> ferry.v1.PathReq
-	3,  // 12: ferry.v1.Ferry.RemoveAll:input_type -> ferry.v1.PathReq
-	11, // 13: ferry.v1.Ferry.Wstat:input_type -> ferry.v1.WstatReq
-	12, // 14: ferry.v1.Ferry.Find:input_type -> ferry.v1.FindReq
-	12, // 15: ferry.v1.Ferry.FindGet:input_type -> ferry.v1.FindReq
-	3,  // 16: ferry.v1.Ferry.Watch:input_type -> ferry.v1.PathReq
-	8,  // 17: ferry.v1.Ferry.PutStatus:input_type -> ferry.v1.UploadReq
-	4,  // 18: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
-	6,  // 19: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
-	4,  // 20: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
-	4,  // 21: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
-	2,  // 22: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
-	2,  // 23: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
-	4,  // 24: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
-	13, // 25: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
-	13, // 26: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
-	14, // 27: ferry.v1.Ferry.Watch:output_type -> ferry.v1.WatchEvent
-	9,  // 28: ferry.v1.Ferry.PutStatus:output_type -> ferry.v1.UploadReply
-	18, // [18:29] is the sub-list for method output_type
-	7,  // [7:18] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	0,  // 7: ferry.v1.ChunkListReply.dir:type_name -> ferry.v1.Dir
+	16, // 8: ferry.v1.ChunkListReply.refs:type_name -> ferry.v1.ChunkRefs
+	0,  // 9: ferry.v1.ChunkPutMsg.dir:type_name -> ferry.v1.Dir
+	16, // 10: ferry.v1.ChunkPutMsg.refs:type_name -> ferry.v1.ChunkRefs
+	0,  // 11: ferry.v1.ChunkPutReply.dir:type_name -> ferry.v1.Dir
+	3,  // 12: ferry.v1.Ferry.Stat:input_type -> ferry.v1.PathReq
+	5,  // 13: ferry.v1.Ferry.Get:input_type -> ferry.v1.GetReq
+	7,  // 14: ferry.v1.Ferry.Put:input_type -> ferry.v1.PutMsg
+	10, // 15: ferry.v1.Ferry.Move:input_type -> ferry.v1.MoveReq
+	3,  // 16: ferry.v1.Ferry.Remove:input_type -> ferry.v1.PathReq
+	3,  // 17: ferry.v1.Ferry.RemoveAll:input_type -> ferry.v1.PathReq
+	11, // 18: ferry.v1.Ferry.Wstat:input_type -> ferry.v1.WstatReq
+	12, // 19: ferry.v1.Ferry.Find:input_type -> ferry.v1.FindReq
+	12, // 20: ferry.v1.Ferry.FindGet:input_type -> ferry.v1.FindReq
+	3,  // 21: ferry.v1.Ferry.Watch:input_type -> ferry.v1.PathReq
+	8,  // 22: ferry.v1.Ferry.PutStatus:input_type -> ferry.v1.UploadReq
+	15, // 23: ferry.v1.Ferry.ChunkList:input_type -> ferry.v1.ChunkListReq
+	18, // 24: ferry.v1.Ferry.ReadChunks:input_type -> ferry.v1.ChunkReq
+	20, // 25: ferry.v1.Ferry.PutChunked:input_type -> ferry.v1.ChunkPutMsg
+	4,  // 26: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
+	6,  // 27: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
+	4,  // 28: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
+	4,  // 29: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
+	2,  // 30: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
+	2,  // 31: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
+	4,  // 32: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
+	13, // 33: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
+	13, // 34: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
+	14, // 35: ferry.v1.Ferry.Watch:output_type -> ferry.v1.WatchEvent
+	9,  // 36: ferry.v1.Ferry.PutStatus:output_type -> ferry.v1.UploadReply
+	17, // 37: ferry.v1.Ferry.ChunkList:output_type -> ferry.v1.ChunkListReply
+	19, // 38: ferry.v1.Ferry.ReadChunks:output_type -> ferry.v1.ChunkData
+	21, // 39: ferry.v1.Ferry.PutChunked:output_type -> ferry.v1.ChunkPutReply
+	26, // [26:40] is the sub-list for method output_type
+	12, // [12:26] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_ferry_proto_init() }
@@ -971,7 +1468,7 @@ func file_ferry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_proto_rawDesc), len(file_ferry_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

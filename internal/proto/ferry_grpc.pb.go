@@ -21,17 +21,20 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Ferry_Stat_FullMethodName      = "/ferry.v1.Ferry/Stat"
-	Ferry_Get_FullMethodName       = "/ferry.v1.Ferry/Get"
-	Ferry_Put_FullMethodName       = "/ferry.v1.Ferry/Put"
-	Ferry_Move_FullMethodName      = "/ferry.v1.Ferry/Move"
-	Ferry_Remove_FullMethodName    = "/ferry.v1.Ferry/Remove"
-	Ferry_RemoveAll_FullMethodName = "/ferry.v1.Ferry/RemoveAll"
-	Ferry_Wstat_FullMethodName     = "/ferry.v1.Ferry/Wstat"
-	Ferry_Find_FullMethodName      = "/ferry.v1.Ferry/Find"
-	Ferry_FindGet_FullMethodName   = "/ferry.v1.Ferry/FindGet"
-	Ferry_Watch_FullMethodName     = "/ferry.v1.Ferry/Watch"
-	Ferry_PutStatus_FullMethodName = "/ferry.v1.Ferry/PutStatus"
+	Ferry_Stat_FullMethodName       = "/ferry.v1.Ferry/Stat"
+	Ferry_Get_FullMethodName        = "/ferry.v1.Ferry/Get"
+	Ferry_Put_FullMethodName        = "/ferry.v1.Ferry/Put"
+	Ferry_Move_FullMethodName       = "/ferry.v1.Ferry/Move"
+	Ferry_Remove_FullMethodName     = "/ferry.v1.Ferry/Remove"
+	Ferry_RemoveAll_FullMethodName  = "/ferry.v1.Ferry/RemoveAll"
+	Ferry_Wstat_FullMethodName      = "/ferry.v1.Ferry/Wstat"
+	Ferry_Find_FullMethodName       = "/ferry.v1.Ferry/Find"
+	Ferry_FindGet_FullMethodName    = "/ferry.v1.Ferry/FindGet"
+	Ferry_Watch_FullMethodName      = "/ferry.v1.Ferry/Watch"
+	Ferry_PutStatus_FullMethodName  = "/ferry.v1.Ferry/PutStatus"
+	Ferry_ChunkList_FullMethodName  = "/ferry.v1.Ferry/ChunkList"
+	Ferry_ReadChunks_FullMethodName = "/ferry.v1.Ferry/ReadChunks"
+	Ferry_PutChunked_FullMethodName = "/ferry.v1.Ferry/PutChunked"
 )
 
 // FerryClient is the client API for Ferry service.
@@ -51,6 +54,10 @@ type FerryClient interface {
 	FindGet(ctx context.Context, in *FindReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FindReply], error)
 	Watch(ctx context.Context, in *PathReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
 	PutStatus(ctx context.Context, in *UploadReq, opts ...grpc.CallOption) (*UploadReply, error)
+	// Content-defined chunks: see doc.go.
+	ChunkList(ctx context.Context, in *ChunkListReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ChunkListReply], error)
+	ReadChunks(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ChunkReq, ChunkData], error)
+	PutChunked(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ChunkPutMsg, ChunkPutReply], error)
 }
 
 type ferryClient struct {
@@ -210,6 +217,51 @@ func (c *ferryClient) PutStatus(ctx context.Context, in *UploadReq, opts ...grpc
 	return out, nil
 }
 
+func (c *ferryClient) ChunkList(ctx context.Context, in *ChunkListReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ChunkListReply], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Ferry_ServiceDesc.Streams[5], Ferry_ChunkList_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ChunkListReq, ChunkListReply]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Ferry_ChunkListClient = grpc.ServerStreamingClient[ChunkListReply]
+
+func (c *ferryClient) ReadChunks(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ChunkReq, ChunkData], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Ferry_ServiceDesc.Streams[6], Ferry_ReadChunks_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ChunkReq, ChunkData]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Ferry_ReadChunksClient = grpc.BidiStreamingClient[ChunkReq, ChunkData]
+
+func (c *ferryClient) PutChunked(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ChunkPutMsg, ChunkPutReply], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Ferry_ServiceDesc.Streams[7], Ferry_PutChunked_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ChunkPutMsg, ChunkPutReply]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Ferry_PutChunkedClient = grpc.BidiStreamingClient[ChunkPutMsg, ChunkPutReply]
+
 // FerryServer is the server API for Ferry service.
 // All implementations must embed UnimplementedFerryServer
 // for forward compatibility.
@@ -227,6 +279,10 @@ type FerryServer interface {
 	FindGet(*FindReq, grpc.ServerStreamingServer[FindReply]) error
 	Watch(*PathReq, grpc.ServerStreamingServer[WatchEvent]) error
 	PutStatus(context.Context, *UploadReq) (*UploadReply, error)
+	// Content-defined chunks: see doc.go.
+	ChunkList(*ChunkListReq, grpc.ServerStreamingServer[ChunkListReply]) error
+	ReadChunks(grpc.BidiStreamingServer[ChunkReq, ChunkData]) error
+	PutChunked(grpc.BidiStreamingServer[ChunkPutMsg, ChunkPutReply]) error
 	mustEmbedUnimplementedFerryServer()
 }
 
@@ -269,6 +325,15 @@ func (UnimplementedFerryServer) Watch(*PathReq, grpc.ServerStreamingServer[Watch
 }
 func (UnimplementedFerryServer) PutStatus(context.Context, *UploadReq) (*UploadReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method PutStatus not implemented")
+}
+func (UnimplementedFerryServer) ChunkList(*ChunkListReq, grpc.ServerStreamingServer[ChunkListReply]) error {
+	return status.Error(codes.Unimplemented, "method ChunkList not implemented")
+}
+func (UnimplementedFerryServer) ReadChunks(grpc.BidiStreamingServer[ChunkReq, ChunkData]) error {
+	return status.Error(codes.Unimplemented, "method ReadChunks not implemented")
+}
+func (UnimplementedFerryServer) PutChunked(grpc.BidiStreamingServer[ChunkPutMsg, ChunkPutReply]) error {
+	return status.Error(codes.Unimplemented, "method PutChunked not implemented")
 }
 func (UnimplementedFerryServer) mustEmbedUnimplementedFerryServer() {}
 func (UnimplementedFerryServer) testEmbeddedByValue()               {}
@@ -450,6 +515,31 @@ func _Ferry_PutStatus_Handler(srv interface{}, ctx context.Context, dec func(int
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Ferry_ChunkList_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ChunkListReq)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(FerryServer).ChunkList(m, &grpc.GenericServerStream[ChunkListReq, ChunkListReply]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Ferry_ChunkListServer = grpc.ServerStreamingServer[ChunkListReply]
+
+func _Ferry_ReadChunks_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(FerryServer).ReadChunks(&grpc.GenericServerStream[ChunkReq, ChunkData]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Ferry_ReadChunksServer = grpc.BidiStreamingServer[ChunkReq, ChunkData]
+
+func _Ferry_PutChunked_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(FerryServer).PutChunked(&grpc.GenericServerStream[ChunkPutMsg, ChunkPutReply]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Ferry_PutChunkedServer = grpc.BidiStreamingServer[ChunkPutMsg, ChunkPutReply]
+
 // Ferry_ServiceDesc is the grpc.ServiceDesc for Ferry service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -507,6 +597,23 @@ var Ferry_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Watch",
 			Handler:       _Ferry_Watch_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "ChunkList",
+			Handler:       _Ferry_ChunkList_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "ReadChunks",
+			Handler:       _Ferry_ReadChunks_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "PutChunked",
+			Handler:       _Ferry_PutChunked_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "ferry.proto",
