@@ -110,10 +110,13 @@ const (
 	opFindGet
 	opWatch
 	opPutStatus
+	opChunkList
+	opReadChunks
+	opPutChunked
 	opCount
 )
 
-var opNames = [opCount]string{"stat", "get", "put", "move", "remove", "removeall", "wstat", "find", "findget", "watch", "putstatus"}
+var opNames = [opCount]string{"stat", "get", "put", "move", "remove", "removeall", "wstat", "find", "findget", "watch", "putstatus", "chunklist", "readchunks", "putchunked"}
 
 // New returns a server for cfg.
 func New(cfg Config) (*Server, error) {

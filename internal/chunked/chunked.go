@@ -1,0 +1,367 @@
+// Package chunked serves a local tree by content-defined chunks: it lists a
+// file's chunks from a chunk index (internal/store) kept over the tree,
+// reads chunks back through the index, and assembles uploaded files from the
+// chunks the server already holds plus those the client sends, committing
+// atomically. internal/server exposes it on the wire; internal/remote is
+// the client end.
+//
+// Security: the server serves one tree to every authenticated user, and each
+// of them may read every file of it (Get). The index holds only chunks of
+// files in the tree (never temporary or staging files), and every answer
+// about a chunk comes from reading it back from such a file, so a client
+// learns nothing through chunk queries that it could not read with Get.
+// When per-user permissions arrive, Tree.Allowed must scope ReadChunk and
+// the put's index lookups to the files the user may read.
+package chunked
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"os"
+	"path"
+	"sync"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/chunk"
+	"github.com/ferryfs/ferry/internal/local"
+	"github.com/ferryfs/ferry/internal/store"
+)
+
+// Tree is a local tree that also serves and accepts files by chunks.
+type Tree struct {
+	*local.Tree
+	root  *os.Root
+	index *store.Index
+	// Allowed, if not nil, says which files chunks may be read from on
+	// behalf of a caller; nil allows the whole tree.
+	Allowed func(path string) bool
+}
+
+var (
+	_ ferry.FS      = (*Tree)(nil)
+	_ ferry.Watcher = (*Tree)(nil)
+)
+
+// New returns a Tree over t with a chunk index in indexDir ("" keeps it in
+// memory) of at most maxChunks entries.
+func New(t *local.Tree, indexDir string, maxChunks int64) (*Tree, error) {
+	root, err := os.OpenRoot(t.Dir())
+	if err != nil {
+		return nil, ferry.E("chunked.New", t.Dir(), err)
+	}
+	x, err := store.OpenIndex(indexDir, store.RootFiles{Root: root}, chunk.Default, maxChunks)
+	if err != nil {
+		root.Close()
+		return nil, err
+	}
+	return &Tree{Tree: t, root: root, index: x}, nil
+}
+
+// Close closes the index and the tree.
+func (t *Tree) Close() error {
+	err := t.index.Close()
+	t.root.Close()
+	if cerr := t.Tree.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// Index returns the chunk index, for its statistics and rebuilds.
+func (t *Tree) Index() *store.Index { return t.index }
+
+func (t *Tree) clean(ctx context.Context, op, p string) (string, error) {
+	if err := ctx.Err(); err != nil {
+		return "", ferry.E(op, p, ferry.KindCanceled, err)
+	}
+	p, err := ferry.CleanPath(p)
+	if err != nil {
+		return "", err
+	}
+	if p == ferry.CtlPath {
+		return "", ferry.E(op, p, ferry.KindInvalid, "the control file has no chunks")
+	}
+	return p, nil
+}
+
+// ChunkList calls dir with the entry of the regular file at path, then fn
+// with each of its chunks in order. The file is indexed as a side effect if
+// it changed since it was last indexed.
+func (t *Tree) ChunkList(ctx context.Context, p string, dir func(ferry.Dir) error, fn func(chunk.Ref) error) error {
+	const op = "chunked.ChunkList"
+	p, err := t.clean(ctx, op, p)
+	if err != nil {
+		return err
+	}
+	d, err := t.Stat(ctx, p).Wait()
+	if err != nil {
+		return err
+	}
+	if d.Type() != ferry.TypeFile {
+		return ferry.E(op, p, ferry.KindIsDir, "not a regular file")
+	}
+	if err := dir(d); err != nil {
+		return err
+	}
+	return t.index.Chunks(ctx, p, fn)
+}
+
+// ReadChunk returns the bytes of chunk h, in buf if it is large enough,
+// read from a file of the tree and checked against h, looking in the file
+// prefer first. It fails with KindNotExist if the tree no longer holds it.
+func (t *Tree) ReadChunk(ctx context.Context, h chunk.Hash, prefer string, buf []byte) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, ferry.E("chunked.ReadChunk", h.String(), ferry.KindCanceled, err)
+	}
+	b, err := t.index.ReadChunk(h, buf, prefer, t.Allowed)
+	if errors.Is(err, store.ErrMiss) {
+		return nil, ferry.E("chunked.ReadChunk", h.String(), ferry.KindNotExist, "chunk not held")
+	}
+	return b, err
+}
+
+// Rebuild forgets the index and indexes every regular file below path
+// again, for when the index is lost or suspect. It reports files it could
+// not read in the returned count and goes on.
+func (t *Tree) Rebuild(ctx context.Context) (files, failed int, err error) {
+	if err := t.index.Reset(); err != nil {
+		return 0, 0, err
+	}
+	s := t.Find(ctx, "/", "type=f")
+	for e := range s.All() {
+		if e.Err != nil {
+			failed++
+			continue
+		}
+		if err := t.index.Chunks(ctx, e.Dir.Path(), func(chunk.Ref) error { return nil }); err != nil {
+			if ctx.Err() != nil {
+				s.Close()
+				return files, failed, ferry.E("chunked.Rebuild", "/", ferry.KindCanceled, ctx.Err())
+			}
+			failed++
+			continue
+		}
+		files++
+	}
+	return files, failed, s.Err()
+}
+
+// Put is an upload in progress: a temporary file beside its target that
+// fills up with chunks from the client and from the index, and replaces the
+// target only when every chunk is there and verified.
+type Put struct {
+	t    *Tree
+	ctx  context.Context
+	path string
+	d    ferry.Dir
+	size int64
+	tmp  string
+	f    *os.File
+
+	refs   []chunk.Ref
+	off    int64                // End of the list so far.
+	where  map[chunk.Hash][]int // Indexes of each hash in refs.
+	filled []bool
+	left   int // Chunks not yet filled.
+	ended  bool
+	old    sync.WaitGroup // Indexing the version being replaced.
+	buf    []byte
+	done   bool
+}
+
+// BeginPut starts replacing the file at path with size bytes and the
+// attributes in d (mode, mtime, uid, gid; the replaced file's mode if d
+// has none). The caller must end it with Commit or Abort.
+func (t *Tree) BeginPut(ctx context.Context, p string, d ferry.Dir, size int64) (*Put, error) {
+	const op = "chunked.BeginPut"
+	p, err := t.clean(ctx, op, p)
+	if err != nil {
+		return nil, err
+	}
+	if p == "/" || d.Type() != ferry.TypeFile {
+		return nil, ferry.E(op, p, ferry.KindInvalid, "chunked puts make regular files only")
+	}
+	if size < 0 {
+		return nil, ferry.E(op, p, ferry.KindInvalid, "negative size")
+	}
+	var rnd [8]byte
+	rand.Read(rnd[:])
+	tmp := path.Join(path.Dir(p), local.TempPrefix+path.Base(p)+"-"+hex.EncodeToString(rnd[:]))
+	f, err := t.root.OpenFile(tmp[1:], os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return nil, ferry.E(op, p, err)
+	}
+	if err := f.Truncate(size); err != nil {
+		f.Close()
+		t.root.Remove(tmp[1:])
+		return nil, ferry.E(op, p, ferry.KindIO, err)
+	}
+	u := &Put{t: t, ctx: ctx, path: p, d: d, size: size, tmp: tmp, f: f, where: map[chunk.Hash][]int{}}
+	// The version being replaced most likely holds most chunks: index it
+	// (if it changed since it was indexed) while the list arrives.
+	u.old.Add(1)
+	go func() {
+		defer u.old.Done()
+		t.index.Chunks(ctx, p, func(chunk.Ref) error { return nil })
+	}()
+	return u, nil
+}
+
+// AddRefs appends the next chunks of the new content's list, each at most
+// chunk.MaxSize bytes, together at most the put's size.
+func (u *Put) AddRefs(hashes []chunk.Hash, sizes []int) error {
+	const op = "chunked.Put"
+	if u.ended {
+		return ferry.E(op, u.path, ferry.KindInvalid, "chunk list after its end")
+	}
+	if len(hashes) != len(sizes) {
+		return ferry.E(op, u.path, ferry.KindInvalid, "as many hashes as sizes needed")
+	}
+	for i, h := range hashes {
+		n := sizes[i]
+		if n <= 0 || n > chunk.MaxSize || u.off+int64(n) > u.size {
+			return ferry.E(op, u.path, ferry.KindInvalid, "chunk list does not fit the size")
+		}
+		u.where[h] = append(u.where[h], len(u.refs))
+		u.refs = append(u.refs, chunk.Ref{Hash: h, Off: u.off, Len: n})
+		u.filled = append(u.filled, false)
+		u.left++
+		u.off += int64(n)
+	}
+	return nil
+}
+
+// Write supplies the bytes of a listed chunk. Bytes that do not hash to h,
+// or a hash not in the list, fail with KindInvalid.
+func (u *Put) Write(h chunk.Hash, data []byte) error {
+	const op = "chunked.Put"
+	at, ok := u.where[h]
+	if !ok {
+		return ferry.E(op, u.path, ferry.KindInvalid, "chunk "+h.String()+" is not in the list")
+	}
+	if len(data) != u.refs[at[0]].Len || chunk.Sum(data) != h {
+		return ferry.E(op, u.path, ferry.KindInvalid, "chunk "+h.String()+": bytes do not match the hash")
+	}
+	return u.fill(h, data)
+}
+
+// fill writes data at every unfilled place of h.
+func (u *Put) fill(h chunk.Hash, data []byte) error {
+	for _, i := range u.where[h] {
+		if u.filled[i] {
+			continue
+		}
+		if _, err := u.f.WriteAt(data, u.refs[i].Off); err != nil {
+			return ferry.E("chunked.Put", u.path, ferry.KindIO, err)
+		}
+		u.filled[i] = true
+		u.left--
+	}
+	return nil
+}
+
+// EndList ends the list: it must cover the size exactly. It then fills
+// every chunk still missing that the index holds (read back and checked)
+// and returns the index in the list of one place of each chunk that is
+// still missing, in list order.
+func (u *Put) EndList() ([]int, error) {
+	const op = "chunked.Put"
+	if u.ended {
+		return nil, ferry.E(op, u.path, ferry.KindInvalid, "chunk list ended twice")
+	}
+	u.ended = true
+	if u.off != u.size {
+		return nil, ferry.E(op, u.path, ferry.KindInvalid, "chunk list does not cover the size")
+	}
+	u.old.Wait()
+	var need []int
+	seen := map[chunk.Hash]bool{}
+	for i, r := range u.refs {
+		if u.filled[i] || seen[r.Hash] {
+			continue
+		}
+		seen[r.Hash] = true
+		if err := u.ctx.Err(); err != nil {
+			return nil, ferry.E(op, u.path, ferry.KindCanceled, err)
+		}
+		b, err := u.t.index.ReadChunk(r.Hash, u.buf, u.path, u.t.Allowed)
+		if err == nil && len(b) == r.Len {
+			u.buf = b
+			if err := u.fill(r.Hash, b); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		need = append(need, i)
+	}
+	return need, nil
+}
+
+// Complete reports whether every chunk arrived after the list ended.
+func (u *Put) Complete() bool { return u.ended && u.left == 0 }
+
+// Refs returns the list.
+func (u *Put) Refs() []chunk.Ref { return u.refs }
+
+// Commit syncs the temporary file, gives it its attributes, renames it over
+// the target and indexes it. It fails with KindInvalid unless Complete.
+func (u *Put) Commit() (ferry.Dir, error) {
+	const op = "chunked.Put"
+	if !u.Complete() {
+		return nil, ferry.E(op, u.path, ferry.KindInvalid, "not every chunk arrived")
+	}
+	if err := u.ctx.Err(); err != nil {
+		return nil, ferry.E(op, u.path, ferry.KindCanceled, err)
+	}
+	if err := u.f.Sync(); err != nil {
+		return nil, ferry.E(op, u.path, ferry.KindIO, err)
+	}
+	if err := u.f.Close(); err != nil {
+		return nil, ferry.E(op, u.path, ferry.KindIO, err)
+	}
+	u.f = nil
+	attrs := ferry.Dir{}
+	for _, k := range []string{ferry.AttrMode, ferry.AttrMtime, ferry.AttrUid, ferry.AttrGid} {
+		if v, ok := u.d[k]; ok {
+			attrs[k] = v
+		}
+	}
+	if _, ok := attrs[ferry.AttrMode]; !ok {
+		// Keep the mode of the file being replaced, as local's Put does.
+		attrs.SetMode(0o644)
+		if fi, err := u.t.root.Lstat(u.path[1:]); err == nil && fi.Mode().IsRegular() {
+			attrs.SetMode(fi.Mode().Perm())
+		}
+	}
+	if _, err := u.t.Wstat(u.ctx, u.tmp, attrs).Wait(); err != nil {
+		return nil, err
+	}
+	if err := u.t.root.Rename(u.tmp[1:], u.path[1:]); err != nil {
+		return nil, ferry.E(op, u.path, err)
+	}
+	u.done = true
+	d, err := u.t.Stat(u.ctx, u.path).Wait()
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := u.t.root.Lstat(u.path[1:]); err == nil && fi.Mode().IsRegular() {
+		u.t.index.Set(u.path, store.StampOf(fi), u.refs)
+	}
+	return d, nil
+}
+
+// Abort abandons the put and removes its temporary file; the target keeps
+// its old content. It does nothing after Commit.
+func (u *Put) Abort() {
+	if u.done {
+		return
+	}
+	u.done = true
+	u.old.Wait()
+	if u.f != nil {
+		u.f.Close()
+	}
+	u.t.root.Remove(u.tmp[1:])
+}

@@ -1,0 +1,52 @@
+package chunked
+
+import (
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/chunk"
+	"github.com/ferryfs/ferry/internal/proto"
+)
+
+// PackRefs returns refs as a wire ChunkRefs.
+func PackRefs(refs []chunk.Ref) *proto.ChunkRefs {
+	m := &proto.ChunkRefs{Hashes: make([]byte, 0, len(refs)*chunk.HashSize), Sizes: make([]uint32, 0, len(refs))}
+	for _, r := range refs {
+		m.Hashes = append(m.Hashes, r.Hash[:]...)
+		m.Sizes = append(m.Sizes, uint32(r.Len))
+	}
+	return m
+}
+
+// UnpackRefs decodes a wire ChunkRefs. It fails with KindInvalid if the
+// hashes and sizes do not pair up, a size is 0 or above chunk.MaxSize, or
+// there are more than proto.MaxRefs.
+func UnpackRefs(m *proto.ChunkRefs) ([]chunk.Hash, []int, error) {
+	const op = "chunked.UnpackRefs"
+	if m == nil {
+		return nil, nil, nil
+	}
+	n := len(m.Sizes)
+	if len(m.Hashes) != n*chunk.HashSize || n > proto.MaxRefs {
+		return nil, nil, ferry.E(op, "", ferry.KindInvalid, "malformed chunk list")
+	}
+	hs, sizes := make([]chunk.Hash, n), make([]int, n)
+	for i, s := range m.Sizes {
+		if s == 0 || s > chunk.MaxSize {
+			return nil, nil, ferry.E(op, "", ferry.KindInvalid, "chunk size out of range")
+		}
+		copy(hs[i][:], m.Hashes[i*chunk.HashSize:])
+		sizes[i] = int(s)
+	}
+	return hs, sizes, nil
+}
+
+// UnpackHashes decodes hashes sent back to back; at most proto.MaxRefs.
+func UnpackHashes(b []byte) ([]chunk.Hash, error) {
+	if len(b)%chunk.HashSize != 0 || len(b)/chunk.HashSize > proto.MaxRefs {
+		return nil, ferry.E("chunked.UnpackHashes", "", ferry.KindInvalid, "malformed hash list")
+	}
+	hs := make([]chunk.Hash, len(b)/chunk.HashSize)
+	for i := range hs {
+		copy(hs[i][:], b[i*chunk.HashSize:])
+	}
+	return hs, nil
+}

@@ -1,0 +1,195 @@
+package server
+
+import (
+	"context"
+	"io"
+
+	"google.golang.org/grpc"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/chunk"
+	"github.com/ferryfs/ferry/internal/chunked"
+	"github.com/ferryfs/ferry/internal/proto"
+)
+
+// ChunkFS is a tree that serves and accepts files by content-defined
+// chunks (chunked.Tree). A server whose Config.FS is one answers the chunk
+// calls; others refuse them with KindInvalid and clients fall back to Get
+// and Put.
+type ChunkFS interface {
+	ChunkList(ctx context.Context, path string, dir func(ferry.Dir) error, fn func(chunk.Ref) error) error
+	ReadChunk(ctx context.Context, h chunk.Hash, prefer string, buf []byte) ([]byte, error)
+	BeginPut(ctx context.Context, path string, d ferry.Dir, size int64) (*chunked.Put, error)
+}
+
+var _ ChunkFS = (*chunked.Tree)(nil)
+
+// chunkFS returns the served tree's chunk interface, or an error if it has
+// none or cuts chunks differently from the client.
+func (h *handler) chunkFS(op string, version int32) (ChunkFS, error) {
+	cfs, ok := h.s.cfg.FS.(ChunkFS)
+	if !ok {
+		return nil, ferry.E(op, "", ferry.KindInvalid, "this server does not serve chunks")
+	}
+	if version != chunk.Version {
+		return nil, ferry.E(op, "", ferry.KindInvalid, "chunking scheme mismatch")
+	}
+	return cfs, nil
+}
+
+// ChunkList streams the file's entry, then its chunk list in pieces of at
+// most proto.MaxRefs.
+func (h *handler) ChunkList(r *proto.ChunkListReq, st grpc.ServerStreamingServer[proto.ChunkListReply]) error {
+	cfs, err := h.chunkFS("server.ChunkList", r.ChunkVersion)
+	if err != nil {
+		return h.done(opChunkList, err)
+	}
+	var d ferry.Dir
+	var batch []chunk.Ref
+	flush := func() error {
+		m := &proto.ChunkListReply{Dir: proto.FromDir(d), Refs: chunked.PackRefs(batch)}
+		d, batch = nil, batch[:0]
+		return st.Send(m)
+	}
+	err = cfs.ChunkList(st.Context(), r.Path,
+		func(dir ferry.Dir) error { d = dir; return nil },
+		func(ref chunk.Ref) error {
+			batch = append(batch, ref)
+			if len(batch) == proto.MaxRefs {
+				return flush()
+			}
+			return nil
+		})
+	if err == nil && (len(batch) > 0 || d != nil) {
+		err = flush()
+	}
+	return h.done(opChunkList, err)
+}
+
+// ReadChunks answers each requested hash in order, as requests arrive.
+func (h *handler) ReadChunks(st grpc.BidiStreamingServer[proto.ChunkReq, proto.ChunkData]) error {
+	const op = "server.ReadChunks"
+	cfs, err := h.chunkFS(op, chunk.Version)
+	if err != nil {
+		return h.done(opReadChunks, err)
+	}
+	ctx := st.Context()
+	prefer := ""
+	var buf []byte
+	for {
+		r, err := st.Recv()
+		if err == io.EOF {
+			return h.done(opReadChunks, nil)
+		}
+		if err != nil {
+			return h.done(opReadChunks, err)
+		}
+		if r.Path != "" {
+			prefer = r.Path
+		}
+		hs, err := chunked.UnpackHashes(r.Hashes)
+		if err != nil {
+			return h.done(opReadChunks, err)
+		}
+		for _, hash := range hs {
+			m := &proto.ChunkData{Hash: hash[:]}
+			b, err := cfs.ReadChunk(ctx, hash, prefer, buf)
+			switch {
+			case err == nil:
+				m.Data, buf = b, b
+			case ferry.IsKind(err, ferry.KindNotExist):
+				m.Missing = true
+			default:
+				return h.done(opReadChunks, err)
+			}
+			if err := st.Send(m); err != nil {
+				return h.done(opReadChunks, err)
+			}
+		}
+	}
+}
+
+// PutChunked runs one chunked upload: list and optimistic data, the
+// server's needs, the needed data, and the commit.
+func (h *handler) PutChunked(st grpc.BidiStreamingServer[proto.ChunkPutMsg, proto.ChunkPutReply]) error {
+	return h.done(opPutChunked, h.putChunked(st))
+}
+
+func (h *handler) putChunked(st grpc.BidiStreamingServer[proto.ChunkPutMsg, proto.ChunkPutReply]) error {
+	const op = "server.PutChunked"
+	first, err := st.Recv()
+	if err == io.EOF {
+		return ferry.E(op, "", ferry.KindInvalid, "empty put")
+	}
+	if err != nil {
+		return err
+	}
+	cfs, err := h.chunkFS(op, first.ChunkVersion)
+	if err != nil {
+		return err
+	}
+	d := proto.ToDir(first.Dir)
+	if d == nil {
+		d = ferry.Dir{}
+	}
+	u, err := cfs.BeginPut(st.Context(), first.Path, d, first.Size)
+	if err != nil {
+		return err
+	}
+	defer u.Abort()
+	m := first
+	for {
+		if m.Refs != nil {
+			hs, sizes, err := chunked.UnpackRefs(m.Refs)
+			if err != nil {
+				return err
+			}
+			if err := u.AddRefs(hs, sizes); err != nil {
+				return err
+			}
+		}
+		if m.Hash != nil {
+			hash, err := chunk.FromBytes(m.Hash)
+			if err != nil {
+				return ferry.E(op, first.Path, ferry.KindInvalid, err)
+			}
+			if err := u.Write(hash, m.Data); err != nil {
+				return err
+			}
+		}
+		if m.ListEnd {
+			need, err := u.EndList()
+			if err != nil {
+				return err
+			}
+			for len(need) > 0 || !u.Complete() {
+				n := min(len(need), 16<<10)
+				r := &proto.ChunkPutReply{Need: make([]uint32, n), NeedEnd: n == len(need)}
+				for i, x := range need[:n] {
+					r.Need[i] = uint32(x)
+				}
+				need = need[n:]
+				if err := st.Send(r); err != nil {
+					return err
+				}
+				if r.NeedEnd {
+					break
+				}
+			}
+		}
+		if u.Complete() {
+			d, err := u.Commit()
+			if err != nil {
+				return err
+			}
+			return st.Send(&proto.ChunkPutReply{Dir: proto.FromDir(d), NeedEnd: true})
+		}
+		m, err = st.Recv()
+		if err == io.EOF {
+			return ferry.E(op, first.Path, ferry.KindInvalid, "the put ended before every chunk arrived")
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
