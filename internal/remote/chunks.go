@@ -1,0 +1,275 @@
+package remote
+
+import (
+	"context"
+	"errors"
+	"io"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/chunk"
+	"github.com/ferryfs/ferry/internal/chunked"
+	"github.com/ferryfs/ferry/internal/proto"
+	"github.com/ferryfs/ferry/internal/store"
+)
+
+// ChunkStats reports what a chunked transfer moved.
+type ChunkStats struct {
+	Chunks     int   // Chunks is the length of the file's chunk list.
+	Bytes      int64 // Bytes is the file's size.
+	SentChunks int   // SentChunks counts chunks whose bytes crossed the wire.
+	SentBytes  int64 // SentBytes is the chunk data that crossed the wire.
+	Optimistic int   // Optimistic counts chunks a put sent before being asked.
+}
+
+// GetChunked writes the content of the file at path to w and returns its
+// entry as of the start of the transfer, fetching only the chunks that
+// cache (which may be nil) lacks and adding those to it. It lists the file
+// and requests missing chunks on one stream while the list still arrives,
+// so it costs about two round trips plus the missing bytes. Every chunk is
+// checked against its hash before it is written. If the file changed on the
+// server during the transfer so that a chunk is no longer there, it fails
+// with KindUnavailable and the caller may retry; w then holds a prefix.
+// Refs, if not nil, is called with the file's chunk list.
+func (c *Client) GetChunked(ctx context.Context, p string, cache *store.Cache, w io.Writer, refs func([]chunk.Ref)) (ferry.Dir, ChunkStats, error) {
+	const op = "remote.GetChunked"
+	var stats ChunkStats
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	list, err := c.c.ChunkList(ctx, &proto.ChunkListReq{Path: p, ChunkVersion: chunk.Version})
+	if err != nil {
+		return nil, stats, c.fail(op, p, err)
+	}
+	rd, err := c.c.ReadChunks(ctx)
+	if err != nil {
+		return nil, stats, c.fail(op, p, err)
+	}
+	// The lister reads the list, asks for the chunks the cache lacks and
+	// queues every chunk in file order for the assembler below; fromWire
+	// says which ones arrive on rd.
+	type item struct {
+		ref      chunk.Ref
+		fromWire bool
+	}
+	queue := make(chan item, 1<<16)
+	dirc := make(chan ferry.Dir, 1)
+	listErr := make(chan error, 1)
+	go func() {
+		defer close(queue)
+		var all []chunk.Ref
+		var off int64
+		first := true
+		for {
+			m, err := list.Recv()
+			if err == io.EOF {
+				break
+			}
+			if err != nil {
+				listErr <- c.fail(op, p, err)
+				return
+			}
+			if first {
+				if m.Dir == nil {
+					listErr <- ferry.E(op, p, ferry.KindInvalid, "the chunk list came without the file's entry")
+					return
+				}
+				dirc <- proto.ToDir(m.Dir)
+				first = false
+			}
+			hs, sizes, err := chunked.UnpackRefs(m.Refs)
+			if err != nil {
+				listErr <- err
+				return
+			}
+			req := &proto.ChunkReq{}
+			if off == 0 {
+				req.Path = p
+			}
+			var items []item
+			for i, h := range hs {
+				r := chunk.Ref{Hash: h, Off: off, Len: sizes[i]}
+				off += int64(sizes[i])
+				all = append(all, r)
+				wire := cache == nil || !cache.Has(h)
+				if wire {
+					req.Hashes = append(req.Hashes, h[:]...)
+				}
+				items = append(items, item{r, wire})
+			}
+			if len(req.Hashes) > 0 {
+				if err := rd.Send(req); err != nil {
+					break // The assembler's Recv says why.
+				}
+			}
+			for _, it := range items {
+				select {
+				case queue <- it:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+		rd.CloseSend()
+		if first {
+			listErr <- ferry.E(op, p, ferry.KindInvalid, "the server sent no chunk list")
+			return
+		}
+		if refs != nil {
+			refs(all)
+		}
+		listErr <- nil
+	}()
+	var d ferry.Dir
+	for it := range queue {
+		if d == nil {
+			d = <-dirc
+		}
+		var data []byte
+		if it.fromWire {
+			m, err := rd.Recv()
+			if err != nil {
+				if err == io.EOF {
+					err = ferry.E(op, p, ferry.KindUnavailable, "chunk stream ended early")
+				}
+				return nil, stats, c.fail(op, p, err)
+			}
+			if m.Missing {
+				return nil, stats, ferry.E(op, p, ferry.KindUnavailable, "the file changed during the transfer")
+			}
+			if h, _ := chunk.FromBytes(m.Hash); h != it.ref.Hash || len(m.Data) != it.ref.Len || chunk.Sum(m.Data) != it.ref.Hash {
+				return nil, stats, ferry.E(op, p, ferry.KindIO, "the server sent a chunk that does not match its hash")
+			}
+			data = m.Data
+			stats.SentChunks++
+			stats.SentBytes += int64(len(data))
+			if cache != nil {
+				cache.Put(it.ref.Hash, data)
+			}
+		} else {
+			var ok bool
+			if data, ok = cache.Get(it.ref.Hash); !ok || len(data) != it.ref.Len {
+				return nil, stats, ferry.E(op, p, ferry.KindUnavailable, "a cached chunk vanished during the transfer")
+			}
+		}
+		if _, err := w.Write(data); err != nil {
+			return nil, stats, ferry.E(op, p, err)
+		}
+		stats.Chunks++
+		stats.Bytes += int64(len(data))
+	}
+	if err := <-listErr; err != nil {
+		return nil, stats, err
+	}
+	if d == nil {
+		d = <-dirc
+	}
+	if stats.Bytes != d.Size() {
+		return nil, stats, ferry.E(op, p, ferry.KindUnavailable, "the file changed during the transfer")
+	}
+	return d, stats, nil
+}
+
+// PutChunked replaces the file at path atomically with the size bytes of
+// src, with the attributes in d, sending only the chunks the server lacks.
+// known, if not nil, says which chunks the server is believed to hold (for
+// example the chunk list of the version being replaced, from GetChunked):
+// the others are sent at once with the list, without waiting to be asked,
+// so the put costs one round trip plus their bytes; with known nil the
+// server is asked first, which costs a second round trip. src is read twice
+// (to chunk it, and for each chunk sent); if it changes in between, the put
+// fails with KindUnavailable and the server keeps the old file.
+func (c *Client) PutChunked(ctx context.Context, p string, d ferry.Dir, src io.ReaderAt, size int64, known func(chunk.Hash) bool) (ferry.Dir, ChunkStats, error) {
+	const op = "remote.PutChunked"
+	var stats ChunkStats
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := c.c.PutChunked(ctx)
+	if err != nil {
+		return nil, stats, c.fail(op, p, err)
+	}
+	if d == nil {
+		d = ferry.Dir{}
+	}
+	m := &proto.ChunkPutMsg{Path: p, Dir: proto.FromDir(d), Size: size, ChunkVersion: chunk.Version}
+	var refs, pending []chunk.Ref
+	sent := map[chunk.Hash]bool{}
+	// sendErr notes that the stream broke; the server's answer (from Recv
+	// below) says why.
+	var sendErr error
+	send := func(m *proto.ChunkPutMsg) {
+		if sendErr == nil {
+			sendErr = st.Send(m)
+		}
+	}
+	flush := func() {
+		if len(pending) > 0 || m.Path != "" {
+			m.Refs = chunked.PackRefs(pending)
+			send(m)
+			m, pending = &proto.ChunkPutMsg{}, pending[:0]
+		}
+	}
+	err = chunk.Refs(io.NewSectionReader(src, 0, size), chunk.Default, func(r chunk.Ref, data []byte) error {
+		refs = append(refs, r)
+		pending = append(pending, r)
+		stats.Chunks++
+		stats.Bytes += int64(r.Len)
+		if known != nil && !known(r.Hash) && !sent[r.Hash] {
+			flush()
+			sent[r.Hash] = true
+			send(&proto.ChunkPutMsg{Hash: r.Hash[:], Data: data})
+			stats.SentChunks++
+			stats.Optimistic++
+			stats.SentBytes += int64(r.Len)
+		} else if len(pending) == proto.MaxRefs {
+			flush()
+		}
+		return sendErr
+	})
+	if err != nil && err != sendErr {
+		return nil, stats, ferry.E(op, p, err)
+	}
+	if sendErr == nil {
+		m.Refs = chunked.PackRefs(pending)
+		m.ListEnd = true
+		send(m)
+	}
+	var buf []byte
+	for {
+		r, err := st.Recv()
+		if err != nil {
+			if err == io.EOF {
+				err = ferry.E(op, p, ferry.KindUnavailable, "the server ended the put without an answer")
+			}
+			return nil, stats, c.fail(op, p, err)
+		}
+		if r.Dir != nil {
+			st.CloseSend()
+			return proto.ToDir(r.Dir), stats, nil
+		}
+		for _, i := range r.Need {
+			if int(i) >= len(refs) {
+				return nil, stats, ferry.E(op, p, ferry.KindInvalid, "the server asked for a chunk beyond the list")
+			}
+			ref := refs[i]
+			if sent[ref.Hash] {
+				continue
+			}
+			sent[ref.Hash] = true
+			if cap(buf) < ref.Len {
+				buf = make([]byte, ref.Len)
+			}
+			b := buf[:ref.Len]
+			if _, err := src.ReadAt(b, ref.Off); err != nil && !errors.Is(err, io.EOF) {
+				return nil, stats, ferry.E(op, p, err)
+			}
+			if chunk.Sum(b) != ref.Hash {
+				return nil, stats, ferry.E(op, p, ferry.KindUnavailable, "the source changed during the put")
+			}
+			send(&proto.ChunkPutMsg{Hash: ref.Hash[:], Data: b})
+			stats.SentChunks++
+			stats.SentBytes += int64(ref.Len)
+		}
+		if r.NeedEnd {
+			st.CloseSend()
+		}
+	}
+}
