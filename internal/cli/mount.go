@@ -62,7 +62,8 @@ Limitations:
   - No hard links (link fails with "operation not supported"); no device
     files, pipes or sockets; no extended attributes or ACLs; no file locks
     across clients.
-  - No atime; ctime is the later of the mtime and this mount's last change.
+  - No atime or ctime (both are reported as the mtime); inode numbers are
+    stable only while the kernel remembers a file.
   - Writing to a file sends the whole file on each close or fsync, and
     opening an existing file for writing fetches it whole first: fine for
     source files and documents, slow for appending to large logs.

@@ -51,6 +51,9 @@ func (w *wbuf) attrs() ferry.Dir {
 	for k, v := range w.set {
 		d[k] = v
 	}
+	if w.unlinked {
+		d.SetInt(ferry.AttrNlink, 0)
+	}
 	return d
 }
 

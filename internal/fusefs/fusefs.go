@@ -25,9 +25,9 @@
 //
 // Errnos are made only at this boundary, from one kind-to-errno table
 // (errno.go). Hard links are not supported (the Tree has no link call):
-// link(2) fails with ENOTSUP. The tree has no atime or ctime: atime is
-// reported as the mtime and ctime as the later of the mtime and the last
-// change this mount made to the inode.
+// link(2) fails with ENOTSUP. The tree has no atime, ctime or inode
+// numbers: atime and ctime are reported as the mtime, and inode numbers are
+// go-fuse's, stable only while the kernel remembers the node.
 package fusefs
 
 import (
@@ -96,8 +96,12 @@ type Server struct {
 	// server that is not run by root can serve them.
 	rootUid, rootGid int64
 
-	mu       sync.Mutex
-	watching bool
+	// inos numbers the paths the kernel has seen, so that a path keeps
+	// its inode number when the kernel forgets and looks it up again (git
+	// compares them) and takes it along when renamed here.
+	inoMu   sync.Mutex
+	inos    map[string]uint64
+	nextIno uint64
 }
 
 // Mount mounts the tree fsys at mountpoint and serves it in the
@@ -151,6 +155,7 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 		meta:    newMeta(fsys, opt.PrefetchDepth, opt.PrefetchBudget, opt.TTL),
 		done:    make(chan struct{}),
 		rootUid: d.Int(ferry.AttrUid), rootGid: d.Int(ferry.AttrGid),
+		inos:    map[string]uint64{}, nextIno: 2,
 	}
 	s.root = &node{s: s}
 	zero := time.Duration(0)
@@ -258,6 +263,47 @@ func (s *Server) timeouts() (ttl, negative time.Duration) {
 		return s.opt.LeaseTTL, s.opt.LeaseTTL
 	}
 	return s.opt.TTL, 0
+}
+
+// ino returns the inode number of the path p, giving it one if it has
+// none or if fresh is set (its type changed).
+func (s *Server) ino(p string, fresh bool) uint64 {
+	s.inoMu.Lock()
+	defer s.inoMu.Unlock()
+	if n, ok := s.inos[p]; ok && !fresh {
+		return n
+	}
+	s.nextIno++
+	s.inos[p] = s.nextIno
+	return s.nextIno
+}
+
+// moveIno moves the numbers of from and all below it to to.
+func (s *Server) moveIno(from, to string) {
+	s.inoMu.Lock()
+	defer s.inoMu.Unlock()
+	s.dropInoLocked(to)
+	for p, n := range s.inos {
+		if ferry.HasPrefix(p, from) {
+			delete(s.inos, p)
+			s.inos[to+p[len(from):]] = n
+		}
+	}
+}
+
+// dropIno forgets the number of p: it was removed here.
+func (s *Server) dropIno(p string) {
+	s.inoMu.Lock()
+	defer s.inoMu.Unlock()
+	s.dropInoLocked(p)
+}
+
+func (s *Server) dropInoLocked(p string) {
+	for q := range s.inos {
+		if ferry.HasPrefix(q, p) {
+			delete(s.inos, q)
+		}
+	}
 }
 
 // slogWriter sends go-fuse's debug log to slog.

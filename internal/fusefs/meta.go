@@ -36,6 +36,7 @@ type meta struct {
 	dirs     map[string]*listing
 	fetching map[string]*fetch
 	pending  map[string]ferry.Dir // Files created here but not yet on the server.
+	own      map[string]time.Time // Paths this mount changed, and when.
 	lease    uint64               // The current watch's number; 0 while there is none.
 	leases   uint64               // How many leases there have been.
 	seq      uint64               // Counts invalidations.
@@ -75,6 +76,7 @@ func newMeta(fsys ferry.FS, depth, budget int, ttl time.Duration) *meta {
 		dirs:     map[string]*listing{},
 		fetching: map[string]*fetch{},
 		pending:  map[string]ferry.Dir{},
+		own:      map[string]time.Time{},
 	}
 	m.cond = sync.NewCond(&m.mu)
 	return m
@@ -414,6 +416,7 @@ func (m *meta) set(d ferry.Dir) {
 	p := d.Path()
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.markOwn(p)
 	m.ents[p] = &entry{d: d, at: time.Now(), lease: m.lease}
 	if l := m.dirs[path.Dir(p)]; l != nil && p != "/" {
 		l.names[d.Name()] = struct{}{}
@@ -425,6 +428,7 @@ func (m *meta) set(d ferry.Dir) {
 func (m *meta) forget(p string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.markOwn(p)
 	m.dropTree(p)
 	if l := m.dirs[path.Dir(p)]; l != nil {
 		delete(l.names, path.Base(p))
@@ -522,6 +526,8 @@ func (m *meta) dropPending(p string) {
 func (m *meta) renamed(from string, d ferry.Dir) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.markOwn(from)
+	m.markOwn(d.Path())
 	m.dropTree(from)
 	if l := m.dirs[path.Dir(from)]; l != nil {
 		delete(l.names, path.Base(from))
@@ -534,14 +540,18 @@ func (m *meta) renamed(from string, d ferry.Dir) {
 	}
 }
 
-// touch moves the cached mtime of dir to now: this mount changed its
-// entries, and the server's mtime will have moved too.
-func (m *meta) touch(dir string) {
+// touch moves the cached mtime of dir to now and its link count by nlink:
+// this mount changed its entries, and the server's will have moved too.
+func (m *meta) touch(dir string, nlink int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.markOwn(dir)
 	if e := m.ents[dir]; e != nil {
 		d := e.d.Clone()
 		d.SetMtime(time.Now())
+		if n := d.Int(ferry.AttrNlink); n > 0 && nlink != 0 {
+			d.SetInt(ferry.AttrNlink, n+nlink)
+		}
 		e.d = d
 	}
 }
@@ -552,6 +562,80 @@ func (m *meta) created(dir string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.dirs[dir] = &listing{names: map[string]struct{}{}, at: time.Now(), lease: m.lease}
+}
+
+// ownWindow is how long after this mount changed a path an event for it
+// is taken to be the echo of that change, and checked before it is acted on.
+const ownWindow = 10 * time.Second
+
+// markOwn records that this mount changed p. m.mu is held.
+func (m *meta) markOwn(p string) {
+	now := time.Now()
+	m.own[p] = now
+	if len(m.own) > 4096 {
+		for q, t := range m.own {
+			if now.Sub(t) > ownWindow {
+				delete(m.own, q)
+			}
+		}
+	}
+}
+
+// worthChecking reports whether an event for p should be checked with a
+// Stat before the cache is dropped: p was changed by this mount a moment
+// ago (the event is likely its echo), or p is a cached directory (whose
+// listing is worth keeping when only its times changed).
+func (m *meta) worthChecking(p string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if t, ok := m.own[p]; ok && time.Since(t) < ownWindow {
+		return true
+	}
+	e := m.ents[p]
+	return e != nil && e.d.IsDir()
+}
+
+// check compares the server's answer for p (d or err, from a Stat begun at
+// seq) with the cache. It returns true if the cache already agrees and
+// nothing need be dropped; a directory whose attributes changed is updated
+// in place, listing kept, and reported with attrs so the kernel's copy of
+// its attributes is dropped.
+func (m *meta) check(p string, d ferry.Dir, err error, seq uint64) (agrees, attrs bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if seq != m.seq {
+		return false, false // Something else changed meanwhile: drop.
+	}
+	e := m.ents[p]
+	if err != nil {
+		if !ferry.IsKind(err, ferry.KindNotExist) || e != nil {
+			return false, false
+		}
+		l := m.dirs[path.Dir(p)]
+		if l == nil {
+			return true, false
+		}
+		_, listed := l.names[path.Base(p)]
+		return !listed, false
+	}
+	if e == nil {
+		return false, false
+	}
+	same := true
+	for _, k := range []string{ferry.AttrType, ferry.AttrSize, ferry.AttrMtime, ferry.AttrMode, ferry.AttrUid, ferry.AttrGid, ferry.AttrTarget, ferry.AttrNlink} {
+		if e.d[k] != d[k] {
+			same = false
+		}
+	}
+	if same {
+		return true, false
+	}
+	if e.d.IsDir() && d.IsDir() {
+		e.d = d
+		e.at, e.lease = time.Now(), m.lease
+		return true, true
+	}
+	return false, false
 }
 
 // counts returns how many Finds and Stats the cache has issued.

@@ -27,7 +27,6 @@ type node struct {
 	mu    sync.Mutex
 	wb    *wbuf     // The write buffer, while the file is open for writing.
 	last  ferry.Dir // The last attributes reported, for a node that is gone.
-	ctime time.Time // The last change this mount made.
 	// seen is the mtime and size at the last open, to tell whether the
 	// kernel's cached pages may be kept.
 	seenMtime string
@@ -103,8 +102,8 @@ func modeBits(d ferry.Dir) uint32 {
 	return uint32(m) & 0o7777
 }
 
-// fillAttr describes d, changed by this mount at ctime, to the kernel.
-func fillAttr(d ferry.Dir, ctime time.Time, out *fuse.Attr) {
+// fillAttr describes d to the kernel.
+func fillAttr(d ferry.Dir, out *fuse.Attr) {
 	out.Mode = typeBits(d) | modeBits(d)
 	size := d.Size()
 	if d.IsDir() {
@@ -113,12 +112,11 @@ func fillAttr(d ferry.Dir, ctime time.Time, out *fuse.Attr) {
 	out.Size = uint64(size)
 	out.Blksize = 4096
 	out.Blocks = (uint64(size) + 511) / 512
+	// The tree keeps no atime or ctime: both are reported as the mtime.
+	// (Keeping them in this mount's memory would make them jump back
+	// whenever the kernel forgets a node.)
 	mt := d.Mtime()
-	ct := mt
-	if ctime.After(ct) {
-		ct = ctime
-	}
-	out.SetTimes(&mt, &mt, &ct)
+	out.SetTimes(&mt, &mt, &mt)
 	out.Uid = uint32(d.Int(ferry.AttrUid))
 	out.Gid = uint32(d.Int(ferry.AttrGid))
 	nlink := uint32(d.Int(ferry.AttrNlink))
@@ -169,33 +167,23 @@ func (n *node) remember(d ferry.Dir) {
 	n.mu.Unlock()
 }
 
-func (n *node) changeTime() time.Time {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.ctime
-}
-
-// changed records a change this mount made to the node.
-func (n *node) changed() {
-	n.mu.Lock()
-	n.ctime = time.Now()
-	n.mu.Unlock()
-}
-
 // child returns the node for the entry d named name in n: the one the
 // kernel already knows if its type has not changed, else a new one.
 func (n *node) child(ctx context.Context, name string, d ferry.Dir) *fs.Inode {
-	if c := n.GetChild(name); c != nil && c.StableAttr().Mode == typeBits(d) {
+	c := n.GetChild(name)
+	if c != nil && c.StableAttr().Mode == typeBits(d) {
 		return c
 	}
-	return n.NewInode(ctx, &node{s: n.s}, fs.StableAttr{Mode: typeBits(d)})
+	// A node of another type at the same path is another file.
+	ino := n.s.ino(d.Path(), c != nil)
+	return n.NewInode(ctx, &node{s: n.s}, fs.StableAttr{Mode: typeBits(d), Ino: ino})
 }
 
 // entryOut fills the kernel's entry for child c described by d.
 func (n *node) entryOut(c *fs.Inode, d ferry.Dir, out *fuse.EntryOut) {
 	cn := c.Operations().(*node)
 	cn.remember(d)
-	fillAttr(d, cn.changeTime(), &out.Attr)
+	fillAttr(d, &out.Attr)
 	ttl, _ := n.s.timeouts()
 	out.SetEntryTimeout(ttl)
 	out.SetAttrTimeout(ttl)
@@ -254,7 +242,7 @@ func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 	if e != 0 {
 		return e
 	}
-	fillAttr(d, n.changeTime(), &out.Attr)
+	fillAttr(d, &out.Attr)
 	ttl, _ := n.s.timeouts()
 	out.SetTimeout(ttl)
 	return 0
@@ -307,9 +295,6 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 				return e
 			}
 		}
-	}
-	if len(want) > 0 || hasSize {
-		n.changed()
 	}
 	return n.Getattr(ctx, fh, out)
 }
@@ -403,10 +388,9 @@ func (s *Server) put(ctx context.Context, p string, d ferry.Dir, off int64, data
 
 // touch records locally that the directory changed: its mtime moves on
 // without a round trip, as the server's will have.
-func (n *node) touch() {
-	n.changed()
+func (n *node) touch(nlink int64) {
 	if p, ok := n.path(); ok {
-		n.s.meta.touch(p)
+		n.s.meta.touch(p, nlink)
 	}
 }
 
@@ -437,10 +421,10 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errno(err)
 	}
 	wb.created, wb.dirty, wb.set, wb.refs = true, true, set, 1
-	cn := &node{s: n.s, wb: wb, ctime: now}
-	c := n.NewInode(ctx, cn, fs.StableAttr{Mode: syscall.S_IFREG})
+	cn := &node{s: n.s, wb: wb}
+	c := n.NewInode(ctx, cn, fs.StableAttr{Mode: syscall.S_IFREG, Ino: n.s.ino(p, true)})
 	n.s.meta.addPending(d)
-	n.touch()
+	n.touch(0)
 	n.entryOut(c, d, out)
 	return c, &handle{n: cn, wb: wb}, 0, 0
 }
@@ -495,12 +479,13 @@ func (n *node) make(ctx context.Context, name string, mode uint32, d ferry.Dir, 
 		return nil, errno(err)
 	}
 	n.s.meta.set(got)
+	var nlink int64
 	if got.IsDir() {
 		n.s.meta.created(p)
+		nlink = 1 // The new directory's "..".
 	}
-	n.touch()
+	n.touch(nlink)
 	c := n.child(ctx, name, got)
-	c.Operations().(*node).changed()
 	n.entryOut(c, got, out)
 	return c, 0
 }
@@ -508,15 +493,16 @@ func (n *node) make(ctx context.Context, name string, mode uint32, d ferry.Dir, 
 // Unlink implements fs.NodeUnlinker. A file created here and not yet
 // stored is only forgotten.
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	return n.remove(ctx, name)
+	return n.remove(ctx, name, 0)
 }
 
 // Rmdir implements fs.NodeRmdirer.
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	return n.remove(ctx, name)
+	return n.remove(ctx, name, -1)
 }
 
-func (n *node) remove(ctx context.Context, name string) syscall.Errno {
+// remove removes name; nlink is the change to n's link count.
+func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Errno {
 	dir, ok := n.path()
 	if !ok {
 		return syscall.ENOENT
@@ -530,7 +516,8 @@ func (n *node) remove(ctx context.Context, name string) syscall.Errno {
 		cn.orphan()
 		n.s.meta.dropPending(p)
 		n.s.meta.forget(p)
-		n.touch()
+		n.s.dropIno(p)
+		n.touch(0)
 		return 0
 	}
 	cctx, cancel := n.s.ctx(ctx)
@@ -540,10 +527,10 @@ func (n *node) remove(ctx context.Context, name string) syscall.Errno {
 	}
 	if cn != nil {
 		cn.orphan()
-		cn.changed()
 	}
 	n.s.meta.forget(p)
-	n.touch()
+	n.s.dropIno(p)
+	n.touch(nlink)
 	return 0
 }
 
@@ -624,15 +611,18 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	if dst != nil && dst != src {
 		dst.orphan()
-		dst.changed()
 	}
 	n.s.meta.renamed(from, d)
+	n.s.moveIno(from, to)
 	if src != nil {
-		src.changed()
 		src.remember(d)
 	}
-	n.touch()
-	np.touch()
+	var nlink int64
+	if d.IsDir() && dir != ndir {
+		nlink = 1 // The directory's ".." moved.
+	}
+	n.touch(-nlink)
+	np.touch(nlink)
 	return 0
 }
 

@@ -47,6 +47,10 @@ func (s *Server) watch(ctx context.Context) {
 				}
 				continue
 			}
+			if s.meta.worthChecking(p) {
+				go s.check(ctx, p)
+				continue
+			}
 			s.meta.invalidate(p)
 			s.notify(p, false)
 		}
@@ -121,3 +125,23 @@ func (s *Server) notifyBelow(in *fs.Inode) {
 
 // notifyTree is notify for p and everything below it.
 func (s *Server) notifyTree(p string) { s.notify(p, true) }
+
+// check handles an event for p that may be the echo of this mount's own
+// change, or a directory's change of times: it asks the server, and drops
+// the cache only if the cache does not already agree.
+func (s *Server) check(ctx context.Context, p string) {
+	_, _, seq := s.meta.stamp()
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	d, err := s.fsys.Stat(ctx, p).Wait()
+	agrees, attrs := s.meta.check(p, d, err, seq)
+	switch {
+	case agrees && attrs:
+		if in := s.inode(p); in != nil {
+			in.NotifyContent(-1, 0)
+		}
+	case !agrees:
+		s.meta.invalidate(p)
+		s.notify(p, false)
+	}
+}

@@ -1,0 +1,102 @@
+package fusefs
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ferryfs/ferry/internal/servertest"
+)
+
+// Tests that run programs on a mount serve it from another process: Go
+// starts a program with a vfork-like clone that leaves one thread of the
+// parent unstoppable until the child has exec'd, so if the child's chdir or
+// exec needs the mount, and serving it needs the garbage collector to stop
+// the world, the process that serves the mount deadlocks.
+
+// helperEnv names the directories of a helper process: "SERVED MOUNTPOINT".
+const helperEnv = "FERRY_FUSEFS_HELPER"
+
+// TestServeHelper is not a test: started by serveElsewhere, it serves a
+// directory with a real server, mounts it over the wire and serves the
+// mount until its standard input closes.
+func TestServeHelper(t *testing.T) {
+	arg := os.Getenv(helperEnv)
+	if arg == "" {
+		t.Skip("a helper process for the tests that run programs; not a test")
+	}
+	f := strings.Fields(arg)
+	srv := servertest.Start(t, f[0])
+	s, err := Mount(f[1], srv.Client(t, "root"), Options{AllowOther: true, Log: testLog(t), TempDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Stdout.WriteString("ready\n")
+	io.Copy(io.Discard, os.Stdin)
+	if err := s.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// serveElsewhere serves dir through a real server and a mount on a new
+// temporary directory, both in a helper process, until the test ends.
+func serveElsewhere(t *testing.T, dir string) (mnt string) {
+	t.Helper()
+	needFUSE(t)
+	mnt = t.TempDir()
+	cmd := exec.Command(os.Args[0], "-test.run=^TestServeHelper$", "-test.v")
+	cmd.Env = append(os.Environ(), helperEnv+"="+dir+" "+mnt, "GORACE=atexit_sleep_ms=0")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	ready := make(chan bool, 1)
+	var out strings.Builder
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			if sc.Text() == "ready" {
+				ready <- true
+			}
+			out.WriteString(sc.Text() + "\n")
+		}
+		done <- cmd.Wait()
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		t.Fatalf("the helper exited: %v\n%s%s", err, out.String(), stderr.String())
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		t.Fatalf("the helper did not mount in time")
+	}
+	t.Cleanup(func() {
+		stdin.Close()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("the helper: %v\n%s", err, stderr.String())
+			}
+		case <-time.After(20 * time.Second):
+			syscall.Unmount(mnt, syscall.MNT_DETACH)
+			cmd.Process.Kill()
+			t.Errorf("the helper did not unmount and exit")
+		}
+	})
+	return mnt
+}
