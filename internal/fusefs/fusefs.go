@@ -155,7 +155,7 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 		meta:    newMeta(fsys, opt.PrefetchDepth, opt.PrefetchBudget, opt.TTL),
 		done:    make(chan struct{}),
 		rootUid: d.Int(ferry.AttrUid), rootGid: d.Int(ferry.AttrGid),
-		inos:    map[string]uint64{}, nextIno: 2,
+		inos: map[string]uint64{}, nextIno: 2,
 	}
 	s.root = &node{s: s}
 	zero := time.Duration(0)

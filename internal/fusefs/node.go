@@ -24,9 +24,9 @@ type node struct {
 	fs.Inode
 	s *Server
 
-	mu    sync.Mutex
-	wb    *wbuf     // The write buffer, while the file is open for writing.
-	last  ferry.Dir // The last attributes reported, for a node that is gone.
+	mu   sync.Mutex
+	wb   *wbuf     // The write buffer, while the file is open for writing.
+	last ferry.Dir // The last attributes reported, for a node that is gone.
 	// seen is the mtime and size at the last open, to tell whether the
 	// kernel's cached pages may be kept.
 	seenMtime string
