@@ -70,6 +70,7 @@ Keys and lists live in $FERRY_HOME (default ~/.config/ferry).`,
 		serveCmd(),
 		findCmd(), lsCmd(), statCmd(), catCmd(),
 		getCmd(), putCmd(), rmCmd(), mvCmd(), ctlCmd(),
+		mountCmd(), umountCmd(),
 		keyCmd(), authorizeCmd(), tokenCmd(),
 		netemcmd.Command(),
 	)
