@@ -285,6 +285,9 @@ func (n *node) flush(ctx context.Context) syscall.Errno {
 	n.s.meta.set(got)
 	n.s.meta.dropPending(p)
 	n.remember(got)
+	// The kernel holds the attributes of the buffer (the mtime of the
+	// last write here); the server's are now the truth.
+	n.NotifyContent(-1, 0)
 	n.mu.Lock()
 	n.seenMtime, n.seenSize = got[ferry.AttrMtime], got.Size()
 	n.mu.Unlock()

@@ -120,7 +120,7 @@ func fillAttr(d ferry.Dir, out *fuse.Attr) {
 	out.Uid = uint32(d.Int(ferry.AttrUid))
 	out.Gid = uint32(d.Int(ferry.AttrGid))
 	nlink := uint32(d.Int(ferry.AttrNlink))
-	if nlink == 0 {
+	if _, ok := d[ferry.AttrNlink]; !ok {
 		nlink = 1
 		if d.IsDir() {
 			nlink = 2
@@ -420,7 +420,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, errno(err)
 	}
-	wb.created, wb.dirty, wb.set, wb.refs = true, true, set, 1
+	wb.created, wb.dirty, wb.set, wb.refs, wb.mtime = true, true, set, 1, now
 	cn := &node{s: n.s, wb: wb}
 	c := n.NewInode(ctx, cn, fs.StableAttr{Mode: syscall.S_IFREG, Ino: n.s.ino(p, true)})
 	n.s.meta.addPending(d)

@@ -34,6 +34,9 @@ func TestPjdfstest(t *testing.T) {
 	served := t.TempDir()
 	os.Chmod(served, 0o755)
 	mnt := serveElsewhere(t, served)
+	// The suite acts as other users too, who must reach the mount.
+	os.Chmod(filepath.Dir(mnt), 0o755)
+	os.Chmod(filepath.Dir(filepath.Dir(mnt)), 0o755)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, "-c", conf, "-p", mnt)
