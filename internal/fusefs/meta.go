@@ -306,15 +306,23 @@ func (m *meta) list(ctx context.Context, dir string) ([]ferry.Dir, error) {
 // startFetch starts a bounded prefetch of dir unless one is in flight.
 // m.mu is held.
 func (m *meta) startFetch(dir string) {
-	m.start(dir, m.depth, m.budget)
+	m.start(dir, m.depth, m.budget, 0)
 }
 
 // startWhole starts a listing of dir alone, without a budget.
 func (m *meta) startWhole(dir string) {
-	m.start(dir, 1, 0)
+	m.start(dir, 1, 0, maxGen)
 }
 
-func (m *meta) start(dir string, depth, budget int) {
+// maxGen bounds how many times a prefetch continues below its depth bound.
+const maxGen = 3
+
+// start starts a prefetch of dir to depth below it. A prefetch that ends
+// within its budget continues (gen counts how often) with prefetches of
+// the directories at its depth bound, all in flight at once, so a walk of a
+// deep tree waits about one round trip per depth levels, not one per
+// directory. m.mu is held.
+func (m *meta) start(dir string, depth, budget, gen int) {
 	if m.fetching[dir] != nil {
 		return
 	}
@@ -327,8 +335,15 @@ func (m *meta) start(dir string, depth, budget int) {
 		// may cancel it; it has a deadline of its own.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		err := m.run(ctx, dir, depth, budget, at, lease, seq)
+		next, err := m.run(ctx, dir, depth, budget, at, lease, seq)
 		m.mu.Lock()
+		if err == nil && gen < maxGen {
+			for _, d := range next {
+				if m.listed(d) == nil {
+					m.start(d, depth, budget/max(1, len(next)), gen+1)
+				}
+			}
+		}
 		f.done, f.err = true, err
 		// A failed fetch stays visible to its waiters until they have
 		// seen it; the next one replaces it.
@@ -342,7 +357,7 @@ func (m *meta) start(dir string, depth, budget int) {
 
 // run performs one prefetch: Find with a depth bound, filling entries as
 // they arrive and each listing once the walk has left its directory.
-func (m *meta) run(ctx context.Context, dir string, depth, budget int, at time.Time, lease, seq uint64) error {
+func (m *meta) run(ctx context.Context, dir string, depth, budget int, at time.Time, lease, seq uint64) (next []string, err error) {
 	s := m.fsys.Find(ctx, dir, "depth<="+strconv.Itoa(depth))
 	defer s.Close()
 	type open struct {
@@ -359,7 +374,7 @@ func (m *meta) run(ctx context.Context, dir string, depth, budget int, at time.T
 		p := e.Dir.Path()
 		if e.Err != nil {
 			if p == dir {
-				return e.Err
+				return nil, e.Err
 			}
 			// An unreadable entry: its directory's listing is
 			// incomplete, so it is not recorded.
@@ -387,6 +402,8 @@ func (m *meta) run(ctx context.Context, dir string, depth, budget int, at time.T
 		}
 		if e.Dir.IsDir() && ferry.Depth(p)-base < depth {
 			stack = append(stack, open{path: p, names: map[string]struct{}{}})
+		} else if e.Dir.IsDir() {
+			next = append(next, p)
 		}
 		n++
 		if n%256 == 0 {
@@ -394,11 +411,11 @@ func (m *meta) run(ctx context.Context, dir string, depth, budget int, at time.T
 		}
 		m.mu.Unlock()
 		if budget > 0 && n >= budget {
-			return nil // The open directories stay unlisted.
+			return nil, nil // The open directories stay unlisted.
 		}
 	}
 	if err := s.Err(); err != nil {
-		return err
+		return nil, err
 	}
 	m.mu.Lock()
 	for i := len(stack) - 1; i >= 0; i-- {
@@ -407,7 +424,10 @@ func (m *meta) run(ctx context.Context, dir string, depth, budget int, at time.T
 		}
 	}
 	m.mu.Unlock()
-	return nil
+	if budget > 0 && n >= budget/2 {
+		next = nil // Big enough: go on only where the walk goes.
+	}
+	return next, nil
 }
 
 // set records d, the result of this mount's own call, at its path and in
