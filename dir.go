@@ -96,10 +96,21 @@ func (d Dir) Int(name string) int64 {
 // Size returns the AttrSize attribute.
 func (d Dir) Size() int64 { return d.Int(AttrSize) }
 
-// Mode returns the permission bits of AttrMode, or 0 if absent.
+// Mode returns the permission bits of AttrMode, with the setuid, setgid
+// and sticky bits as fs.FileMode flags, or 0 if absent.
 func (d Dir) Mode() fs.FileMode {
 	n, _ := strconv.ParseUint(d[AttrMode], 8, 32)
-	return fs.FileMode(n) & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+	m := fs.FileMode(n) & fs.ModePerm
+	if n&0o4000 != 0 {
+		m |= fs.ModeSetuid
+	}
+	if n&0o2000 != 0 {
+		m |= fs.ModeSetgid
+	}
+	if n&0o1000 != 0 {
+		m |= fs.ModeSticky
+	}
+	return m
 }
 
 // Mtime returns the AttrMtime attribute as a time, or the zero time if absent.

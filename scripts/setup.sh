@@ -20,6 +20,19 @@ if ((${#missing[@]})); then
 	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+# pjdfstest, the POSIX conformance suite the FUSE mount's tests run, comes
+# from crates.io and is built by cargo (a few minutes, once).
+export PATH="$HOME/.cargo/bin:$PATH"
+if ! command -v pjdfstest >/dev/null 2>&1; then
+	if command -v cargo >/dev/null 2>&1; then
+		echo "setup: installing pjdfstest with cargo" >&2
+		cargo install --quiet --locked pjdfstest@0.2.2
+	else
+		echo "setup: cargo is missing, so pjdfstest cannot be installed (https://rustup.rs)" >&2
+		exit 1
+	fi
+fi
+
 if ! command -v go >/dev/null 2>&1; then
 	if [ -x /usr/local/go/bin/go ]; then
 		echo "setup: Go is at /usr/local/go/bin; add it to PATH" >&2
