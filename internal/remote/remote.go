@@ -291,13 +291,19 @@ func (r *reader) Close() error {
 func (c *Client) Put(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) *ferry.Future[ferry.Dir] {
 	return ferry.Go(func() (ferry.Dir, error) {
 		if rs, ok := data.(io.ReadSeeker); ok && off == ferry.Whole {
-			if size, err := rs.Seek(0, io.SeekEnd); err == nil && size >= ResumableSize {
-				if _, err := rs.Seek(0, io.SeekStart); err != nil {
+			// The data is what lies from the reader's position on.
+			start, err := rs.Seek(0, io.SeekCurrent)
+			if err == nil {
+				end, err := rs.Seek(0, io.SeekEnd)
+				if err == nil {
+					_, err = rs.Seek(start, io.SeekStart)
+				}
+				if err != nil {
 					return nil, ferry.E("remote.Put", p, err)
 				}
-				return c.putResumable(ctx, p, d, rs)
-			} else if _, err := rs.Seek(0, io.SeekStart); err != nil {
-				return nil, ferry.E("remote.Put", p, err)
+				if end-start >= ResumableSize {
+					return c.putResumable(ctx, p, d, rs, start)
+				}
 			}
 		}
 		return c.putStream(ctx, p, d, off, data, "", 0)
@@ -309,9 +315,9 @@ func (c *Client) Put(ctx context.Context, p string, d ferry.Dir, off int64, data
 // the file again costs less than that copy.
 const ResumableSize = 4 << 20
 
-// putResumable puts rs as the upload of a new id, and after each break asks
-// the server how much it holds and sends the rest.
-func (c *Client) putResumable(ctx context.Context, p string, d ferry.Dir, rs io.ReadSeeker) (ferry.Dir, error) {
+// putResumable puts rs from start on as the upload of a new id, and after
+// each break asks the server how much it holds and sends the rest.
+func (c *Client) putResumable(ctx context.Context, p string, d ferry.Dir, rs io.ReadSeeker, start int64) (ferry.Dir, error) {
 	const op = "remote.Put"
 	var idb [16]byte
 	rand.Read(idb[:])
@@ -339,9 +345,10 @@ func (c *Client) putResumable(ctx context.Context, p string, d ferry.Dir, rs io.
 		if r.Committed != nil {
 			return proto.ToDir(r.Committed), nil // Only the reply was lost.
 		}
-		if at, serr = rs.Seek(r.Have, io.SeekStart); serr != nil {
+		if _, serr = rs.Seek(start+r.Have, io.SeekStart); serr != nil {
 			return nil, ferry.E(op, p, serr)
 		}
+		at = r.Have
 		opts = []grpc.CallOption{grpc.WaitForReady(true)}
 	}
 }

@@ -224,7 +224,10 @@ func TestPutResumesAfterCuts(t *testing.T) {
 	for i := range want {
 		want[i] = byte(i*13 + i>>12)
 	}
-	d, err := c.Put(ctx(t), "/f", nil, ferry.Whole, bytes.NewReader(want)).Wait()
+	// The data is what follows the reader's position.
+	src := bytes.NewReader(append([]byte("skipped"), want...))
+	src.Seek(int64(len("skipped")), io.SeekStart)
+	d, err := c.Put(ctx(t), "/f", nil, ferry.Whole, src).Wait()
 	if err != nil {
 		t.Fatalf("resumable put: %v", err)
 	}
