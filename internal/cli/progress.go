@@ -68,8 +68,31 @@ func newProgress(w io.Writer, name string, total int64) *progress {
 // Add counts n more bytes.
 func (p *progress) Add(n int64) { p.n.Add(n) }
 
-// Reader counts what is read through r.
-func (p *progress) Reader(r io.Reader) io.Reader { return &countReader{r, p} }
+// Reader counts what is read through r. If r can seek, so can the result,
+// so that a transfer can resume; a seek moves the count with it.
+func (p *progress) Reader(r io.Reader) io.Reader {
+	if rs, ok := r.(io.ReadSeeker); ok {
+		return &seekCountReader{countReader{r, p}, rs}
+	}
+	return &countReader{r, p}
+}
+
+type seekCountReader struct {
+	countReader
+	rs io.ReadSeeker
+}
+
+func (c *seekCountReader) Seek(off int64, whence int) (int64, error) {
+	from, err := c.rs.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return 0, err
+	}
+	to, err := c.rs.Seek(off, whence)
+	if err == nil {
+		c.p.Add(to - from)
+	}
+	return to, err
+}
 
 // Finish removes the bar; it may be called more than once.
 func (p *progress) Finish() {

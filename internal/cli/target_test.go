@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"io"
 	"net"
 	"strings"
 	"testing"
@@ -58,4 +59,23 @@ func FuzzParseTarget(f *testing.F) {
 			t.Fatalf("ParseTarget(%q).Path = %q is not clean", in, got.Path)
 		}
 	})
+}
+
+func TestProgressReaderSeeks(t *testing.T) {
+	p := newProgress(io.Discard, "", -1)
+	defer p.Finish()
+	r := p.Reader(strings.NewReader("0123456789"))
+	rs, ok := r.(io.ReadSeeker)
+	if !ok {
+		t.Fatal("the progress reader of a seeker cannot seek")
+	}
+	io.ReadFull(rs, make([]byte, 6))
+	rs.Seek(2, io.SeekStart)
+	rest, _ := io.ReadAll(rs)
+	if string(rest) != "23456789" || p.n.Load() != 10 {
+		t.Errorf("after a seek back: read %q, counted %d; want 23456789 and 10", rest, p.n.Load())
+	}
+	if _, ok := p.Reader(struct{ io.Reader }{strings.NewReader("x")}).(io.Seeker); ok {
+		t.Error("the progress reader of a plain reader claims to seek")
+	}
 }
