@@ -79,11 +79,11 @@ func fail(op, p string, err error) error {
 	}
 	k := ferry.KindOf(err)
 	var pe *fs.PathError
-	var errno syscall.Errno
-	if k == ferry.KindOther && errors.As(err, &pe) && !errors.As(pe.Err, &errno) {
-		return ferry.E(op, p, ferry.KindPermission, "path escapes the served root")
-	}
-	if pe != nil || errors.As(err, &pe) {
+	if errors.As(err, &pe) {
+		var errno syscall.Errno
+		if k == ferry.KindOther && !errors.As(pe.Err, &errno) {
+			return ferry.E(op, p, ferry.KindPermission, "path escapes the served root")
+		}
 		err = pe.Err // The path in pe is relative to the root; ours is clearer.
 	}
 	if k == ferry.KindOther {
