@@ -28,6 +28,8 @@ type dataset struct {
 	treeFrom            string
 	treeFiles, treeDirs int
 	treeBytes           int64
+
+	extra extraData // the data of the other workloads
 }
 
 // prepareData makes the server's tree: the big file, a copy of the source
@@ -86,6 +88,9 @@ func prepareData(ctx context.Context, o *options, work string) (*dataset, error)
 	if _, err := output(ctx, "cp", "-al", filepath.Join(d.srv, bigName), filepath.Join(d.srv, treeName), d.src+"/"); err != nil {
 		return nil, err
 	}
+	if err := prepareExtra(ctx, d, work); err != nil {
+		return nil, err
+	}
 	return d, nil
 }
 
@@ -136,6 +141,8 @@ var packages = []struct{ pkg, bin string }{
 	{"fuse3", "fusermount3"},
 	{"rsync", "rsync"},
 	{"iperf3", "iperf3"},
+	{"make", "make"},
+	{"gcc", "cc"},
 }
 
 // installPackages installs with apt-get whatever the peers need and is
@@ -198,7 +205,7 @@ func lastLines(s string, n int) string {
 // checkTools fails early, with the list, if a peer's tool is missing.
 func checkTools() error {
 	var missing []string
-	for _, b := range []string{"ssh", "scp", "ssh-keygen", "sshfs", "fusermount3", "rsync", "iperf3", "nsenter", "ip"} {
+	for _, b := range []string{"ssh", "scp", "ssh-keygen", "sshfs", "fusermount3", "rsync", "iperf3", "nsenter", "ip", "make", "cc", "diff"} {
 		if _, err := exec.LookPath(b); err != nil {
 			missing = append(missing, b)
 		}

@@ -136,7 +136,9 @@ func (h *harness) runSystem(ctx context.Context, e *env, s system, rep *report) 
 		}
 		log.Printf("  %s: %v", s.name(), err)
 		for _, w := range wls {
-			if sc, serr := s.script(w, e); sc != "" || serr != nil {
+			if sc, serr := s.script(w, e); errors.Is(serr, errNotApplicable) {
+				rep.add(e.cond, s.name(), w.name, cell{err: serr})
+			} else if sc != "" || serr != nil {
 				rep.add(e.cond, s.name(), w.name, cell{err: err})
 			}
 		}
@@ -152,6 +154,10 @@ func (h *harness) runSystem(ctx context.Context, e *env, s system, rep *report) 
 		}
 		if sc == "" {
 			continue // the system has no way to do this
+		}
+		if err := h.data.unavailable(w); err != nil {
+			rep.add(e.cond, s.name(), w.name, cell{err: err})
+			continue
 		}
 		c := h.measure(ctx, e, s, w, sc)
 		if ctx.Err() != nil {
@@ -174,8 +180,18 @@ func (h *harness) measure(ctx context.Context, e *env, s system, w workload, scr
 		if err := resetDirs(e); err != nil {
 			return cell{err: err}
 		}
+		if err := prepare(ctx, e, w); err != nil {
+			return cell{err: fmt.Errorf("prepare: %w", err)}
+		}
 		if err := s.reset(ctx, e); err != nil {
 			return cell{err: fmt.Errorf("reset: %w", err)}
+		}
+		if wu := warmup(s, w, e); wu != "" {
+			fmt.Fprintf(e.log, "### %s %s run %d, untimed warm-up: %s\n", s.name(), w.name, i+1, wu)
+			if err := e.client(ctx, h.o.timeout, wu); err != nil {
+				log.Printf("  %-6s %-9s run %d: warm-up: %v", s.name(), w.name, i+1, err)
+				return cell{err: fmt.Errorf("warm-up: %w", err)}
+			}
 		}
 		fmt.Fprintf(e.log, "### %s %s run %d: %s\n", s.name(), w.name, i+1, script)
 		u0, d0 := e.bed.Stats()
@@ -188,7 +204,7 @@ func (h *harness) measure(ctx context.Context, e *env, s system, w workload, scr
 			log.Printf("  %-6s %-9s run %d: %v", s.name(), w.name, i+1, err)
 			return cell{err: err}
 		}
-		if err := verify(e, w); err != nil {
+		if err := verify(e, s, w); err != nil {
 			log.Printf("  %-6s %-9s run %d: %v", s.name(), w.name, i+1, err)
 			return cell{err: err}
 		}
@@ -217,11 +233,14 @@ func resetDirs(e *env) error {
 	return nil
 }
 
-// verify checks, untimed, that a copy workload left a complete copy: a
-// command that exits 0 having copied nothing must not get a time.
-func verify(e *env, w workload) error {
+// verify checks, untimed, that a workload did its job: a command that
+// exits 0 having done nothing must not get a time. The workloads that only
+// read check their answer in their scripts.
+func verify(e *env, s system, w workload) error {
 	var dir string
 	switch w.name {
+	case "rm-tree", "make-j2", "edit-save", "upgrade":
+		return verifyExtra(e, s, w)
 	case "get-file", "get-tree":
 		dir = e.out
 	case "put-file", "put-tree":

@@ -32,6 +32,13 @@ var workloads = []workload{
 	{"find", "Walk the tree: find", "Lists every name in the tree: `find` on a fresh sshfs or Ferry mount, `rsync -r --list-only`, `ssh host find`, `ferry find`."},
 	{"ls-lR", "Walk the tree with attributes: ls -lR", "Lists every entry with its attributes: `ls -lR` on a fresh sshfs or Ferry mount, `ssh host ls -lR`, `ferry find -l`."},
 	{"grep-r", "Search the tree: grep -r, cold", "Reads every file of the tree looking for a string that is not there: `grep -r` on a fresh sshfs or Ferry mount, and `ssh host grep -r`, which runs on the server and so moves no file data."},
+	{"missing-name", "Look up a name that does not exist", "Looks up a name that is not there in the tree's deepest directory and checks the answer is \"no such file\": `stat` on a fresh sshfs or Ferry mount, `rsync --list-only`, `ssh host test -e`, `ferry stat`."},
+	{"grep-warm", "Search the tree: grep -r, warm", "The same search as grep-r, timed the second time on the same mount (the first, cold one is not timed): `grep -r` on sshfs or a Ferry mount; `ssh host grep -r` runs on the server, where nothing is cold, and is there for reference."},
+	{"diff-r", "Compare the tree with a local copy: diff -r", "Compares the server's tree with an identical local copy, file by file, and checks they are found equal: `diff -r` between a fresh sshfs or Ferry mount and the local copy; `rsync -rn --checksum -i` from the local copy, which checksums on both ends and so moves no file data (its itemized output must be empty)."},
+	{"rm-tree", "Remove a tree", "Removes a copy of the tree made on the server before the run (untimed) and checks it is gone: `rm -r` on a fresh sshfs or Ferry mount, `ssh host rm -rf`, `ferry rm -r`."},
+	{"make-j2", "Compile a C project: make -j2", "Builds a C project of 300 small modules (a .c file and a header each, generated deterministically, plus main.c and a Makefile), copied to the server before the run (untimed), and checks the program it builds prints the right sum: `make -j2` on a fresh sshfs or Ferry mount (the compiler runs on the client), and `ssh host make -j2`, which builds on the server and moves no file data."},
+	{"edit-save", "Save a one-line edit of a large document", "A 4 MB text file (license texts and Go sources) is on the server; the client has a copy with one line in the middle changed and saves it over the server's, which is then checked byte for byte. On sshfs and a Ferry mount, as an editor saves: the file is read first (untimed, the editor opening it), then the timed save writes a temporary file beside it and renames it over the original. `rsync -a` of the edited file (its delta transfer sends only what changed), `scp`, `ferry put`. Upstream bytes are the point."},
+	{"upgrade", "Upgrade a source tree to the next version", "Version A of a real Go module (from the local module cache) is on the server; the client holds version B and updates the server's copy to it, which is then checked: every file of B must be there with B's content, and for rsync nothing else. `rsync -a --delete` (sends only differences, removes what B dropped), `scp -r` and `cp -r` on a fresh sshfs or Ferry mount (copy every file, leave what B dropped), `ferry put` of B over A (Ferry has no sync command yet: it sends every file and leaves what B dropped)."},
 }
 
 // grepFor is a string no source file contains, so grep reads everything.
@@ -48,6 +55,13 @@ func workloadNames() []string {
 // errUnavailable marks a system or workload that cannot run yet; the
 // report says "not yet available" in its cells.
 var errUnavailable = errors.New("not yet available")
+
+// errNotApplicable marks a system that has no sensible way to do a
+// workload; the report says "not applicable" in its row, with the reason.
+var errNotApplicable = errors.New("not applicable")
+
+// notApplicable returns an error wrapping errNotApplicable with the reason.
+func notApplicable(why string) error { return fmt.Errorf("%w: %s", errNotApplicable, why) }
 
 // A system is one way to move or reach files over the link: a peer tool or
 // Ferry. The harness calls setup once per condition, then for each workload
@@ -100,6 +114,7 @@ func (s sshSystem) script(w workload, e *env) (string, error) {
 	remote := func(p string) string { return "bench:" + q(p) }
 	big, tree := filepath.Join(e.srv, bigName), filepath.Join(e.srv, treeName)
 	sbig, stree := filepath.Join(e.src, bigName), filepath.Join(e.src, treeName)
+	x := &e.h.data.extra
 	switch s.tool + " " + w.name {
 	case "scp get-file":
 		return fmt.Sprintf("scp -q %s %s %s", F, remote(big), q(e.out+"/")), nil
@@ -125,8 +140,54 @@ func (s sshSystem) script(w workload, e *env) (string, error) {
 		return fmt.Sprintf("ssh %s bench find %s >/dev/null", F, q(q(tree))), nil
 	case "ssh ls-lR":
 		return fmt.Sprintf("ssh %s bench ls -lR %s >/dev/null", F, q(q(tree))), nil
-	case "ssh grep-r":
+	case "ssh grep-r", "ssh grep-warm":
 		return fmt.Sprintf("ssh %s bench grep -r %s %s >/dev/null; test $? -le 1", F, grepFor, q(q(tree))), nil
+
+	case "rsync missing-name":
+		// rsync fails with "No such file or directory" (exit 23); any
+		// other failure is not the answer.
+		return fmt.Sprintf("rsync --list-only %s %s 2>&1 | grep -q 'No such file or directory'", rsh, remote(filepath.Join(e.srv, x.missing))), nil
+	case "ssh missing-name":
+		// test -e exits 1 for a missing name; ssh's own failures are 255.
+		return fmt.Sprintf("ssh %s bench test -e %s; test $? -eq 1", F, q(q(filepath.Join(e.srv, x.missing)))), nil
+	case "scp missing-name":
+		return "", notApplicable("scp only copies; `ssh host test -e` is the ssh row")
+
+	case "scp grep-warm", "rsync grep-warm":
+		return "", notApplicable(s.tool + " only copies; `ssh host grep -r` is the ssh row")
+
+	case "rsync diff-r":
+		return fmt.Sprintf("out=$(rsync -rn --checksum -i %s %s %s) && test -z \"$out\"", rsh, q(stree+"/"), remote(tree+"/")), nil
+	case "scp diff-r":
+		return "", notApplicable("scp only copies")
+	case "ssh diff-r":
+		return "", notApplicable("the local copy is on the client, and ssh alone cannot compare with it")
+
+	case "ssh rm-tree":
+		return fmt.Sprintf("ssh %s bench rm -rf %s", F, q(q(filepath.Join(e.in, treeName)))), nil
+	case "scp rm-tree":
+		return "", notApplicable("scp only copies")
+	case "rsync rm-tree":
+		return "", notApplicable("rsync removes only while syncing (--delete); `ssh host rm -rf` is the ssh row")
+
+	case "ssh make-j2":
+		return fmt.Sprintf("ssh %s bench make -j2 -C %s", F, q(q(filepath.Join(e.in, cprojName)))), nil
+	case "scp make-j2", "rsync make-j2":
+		return "", notApplicable(s.tool + " only copies; `ssh host make` is the ssh row")
+
+	case "scp edit-save":
+		return fmt.Sprintf("scp -q %s %s %s", F, q(x.docEdited), remote(filepath.Join(e.in, docName))), nil
+	case "rsync edit-save":
+		return fmt.Sprintf("rsync -a %s %s %s", rsh, q(x.docEdited), remote(filepath.Join(e.in, docName))), nil
+	case "ssh edit-save":
+		return "", notApplicable("ssh runs commands; saving a local file over it is what scp does")
+
+	case "scp upgrade":
+		return fmt.Sprintf("scp -q -r %s %s %s", F, q(x.modB), remote(e.in+"/")), nil
+	case "rsync upgrade":
+		return fmt.Sprintf("rsync -a --delete %s %s %s", rsh, q(x.modB+"/"), remote(filepath.Join(e.in, modName)+"/")), nil
+	case "ssh upgrade":
+		return "", notApplicable("ssh runs commands; copying over it is what scp and rsync do")
 	}
 	return "", nil
 }
@@ -167,6 +228,7 @@ func (s *sshfs) script(w workload, e *env) (string, error) { return mountScript(
 // at e.mnt, the server's tree.
 func mountScript(w workload, e *env) (string, error) {
 	m := e.mnt
+	x := &e.h.data.extra
 	switch w.name {
 	case "get-file":
 		return fmt.Sprintf("cp %s %s", q(m+"/"+bigName), q(e.out+"/")), nil
@@ -182,10 +244,39 @@ func mountScript(w workload, e *env) (string, error) {
 		return fmt.Sprintf("find %s >/dev/null", q(m+"/"+treeName)), nil
 	case "ls-lR":
 		return fmt.Sprintf("ls -lR %s >/dev/null", q(m+"/"+treeName)), nil
-	case "grep-r":
+	case "grep-r", "grep-warm":
 		return fmt.Sprintf("grep -r %s %s >/dev/null; test $? -le 1", grepFor, q(m+"/"+treeName)), nil
+	case "missing-name":
+		return fmt.Sprintf("stat %s 2>&1 | grep -q 'No such file or directory'", q(m+"/"+x.missing)), nil
+	case "diff-r":
+		return fmt.Sprintf("diff -r %s %s >/dev/null", q(m+"/"+treeName), q(filepath.Join(e.src, treeName))), nil
+	case "rm-tree":
+		return fmt.Sprintf("rm -r %s", q(m+"/in/"+treeName)), nil
+	case "make-j2":
+		return fmt.Sprintf("make -j2 -C %s", q(m+"/in/"+cprojName)), nil
+	case "edit-save":
+		// As an editor saves: a temporary file beside the original,
+		// renamed over it.
+		tmp := m + "/in/." + docName + ".tmp"
+		return fmt.Sprintf("cp %s %s && mv -f %s %s", q(x.docEdited), q(tmp), q(tmp), q(m+"/in/"+docName)), nil
+	case "upgrade":
+		return fmt.Sprintf("cp -r %s %s", q(x.modB), q(m+"/in/")), nil
 	}
 	return "", nil
+}
+
+// mountWarmup returns the untimed script run on a mount after reset and
+// before the timed run of w, or "".
+func mountWarmup(w workload, e *env) string {
+	switch w.name {
+	case "grep-warm":
+		sc, _ := mountScript(w, e)
+		return sc
+	case "edit-save":
+		// The editor opens the file before it saves it.
+		return fmt.Sprintf("cat %s >/dev/null", q(e.mnt+"/in/"+docName))
+	}
+	return ""
 }
 
 // isMounted reports whether dir is a mount point, from /proc/self/mountinfo.
@@ -330,6 +421,15 @@ var ferryNeeds = map[string]string{
 	"get-file": "get", "put-file": "put", "read-file": "cat",
 	"get-tree": "get", "put-tree": "put",
 	"find": "find", "ls-lR": "find",
+	"missing-name": "stat", "rm-tree": "rm", "edit-save": "put", "upgrade": "put",
+}
+
+// ferryNotApplicable says why the native client has no row for a workload
+// that the mount has.
+var ferryNotApplicable = map[string]string{
+	"grep-warm": "the native client has no search and no cache; the ferry-mount row is Ferry's",
+	"diff-r":    "the native client has no compare command; the ferry-mount row is Ferry's",
+	"make-j2":   "the native client runs no commands on the server; the ferry-mount row is Ferry's",
 }
 
 func (f *ferry) setup(ctx context.Context, e *env) error {
@@ -343,6 +443,9 @@ func (f *ferry) reset(ctx context.Context, e *env) error { return nil }
 func (f *ferry) teardown(e *env)                         { f.srv.stop() }
 
 func (f *ferry) script(w workload, e *env) (string, error) {
+	if why, ok := ferryNotApplicable[w.name]; ok {
+		return "", notApplicable(why)
+	}
 	need, ok := ferryNeeds[w.name]
 	if !ok {
 		return "", nil
@@ -366,6 +469,14 @@ func (f *ferry) script(w workload, e *env) (string, error) {
 		return fmt.Sprintf("%s find %s >/dev/null", bin, remote(e, "/"+treeName)), nil
 	case "ls-lR":
 		return fmt.Sprintf("%s find -l %s >/dev/null", bin, remote(e, "/"+treeName)), nil
+	case "missing-name":
+		return fmt.Sprintf("%s stat %s 2>&1 | grep -q 'does not exist'", bin, remote(e, "/"+e.h.data.extra.missing)), nil
+	case "rm-tree":
+		return fmt.Sprintf("%s rm -r %s", bin, remote(e, "/in/"+treeName)), nil
+	case "edit-save":
+		return fmt.Sprintf("%s put %s %s", bin, q(e.h.data.extra.docEdited), remote(e, "/in/"+docName)), nil
+	case "upgrade":
+		return fmt.Sprintf("%s put %s %s", bin, q(e.h.data.extra.modB), remote(e, "/in")), nil
 	}
 	return "", nil
 }

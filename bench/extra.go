@@ -1,0 +1,427 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// The data of the workloads beyond copies and walks: a name that is not
+// there, a C project, a large text document with a one-line edit and two
+// versions of a Go module. Each is made once per run; the per-run copies
+// the workloads change are made by prepare, untimed, before every run.
+const (
+	missingName = "ferry-bench-no-such-name"
+	cprojName   = "cproj"
+	docName     = "doc.txt"
+	modName     = "mod"
+
+	// cprojModules is the number of .c files (and headers) of the C
+	// project, beside main.c.
+	cprojModules = 300
+	// docSize is the size of the document edited by edit-save.
+	docSize = 4 << 20
+	// upgradeModule and its two versions are the module of the upgrade
+	// workload, from the local module cache: consecutive minor releases
+	// (139 and 139 files, 24 of them different or only in one version).
+	upgradeModule = "github.com/prometheus/client_golang"
+	upgradeFrom   = "v1.15.0"
+	upgradeTo     = "v1.16.0"
+)
+
+// extraData are the paths and expected results of those workloads.
+type extraData struct {
+	// missing is the path, relative to the server's tree, of a name that
+	// does not exist in the tree's deepest directory.
+	missing string
+
+	cproj     string // pristine C project, copied to srv/in before each make-j2 run
+	cprojWant string // what the built program prints
+
+	doc, docEdited string // pristine document; the client's edited copy (src/edit/doc.txt)
+	docFrom        string
+	docLine        int   // the edited line, from 1
+	docBytes       int64 // the pristine document's size
+
+	modA, modB string // pristine version A; the client's version B (src/up/mod)
+	modFiles   [2]int // files of A and B
+	modDiffer  int    // files of B that are new or differ from A, plus files of A not in B
+	modErr     error  // why the upgrade workload's data could not be made
+}
+
+// prepareExtra makes the extra data under work and d.src.
+func prepareExtra(ctx context.Context, d *dataset, work string) error {
+	x := &d.extra
+	pristine := filepath.Join(work, "pristine")
+	if err := os.MkdirAll(pristine, 0o755); err != nil {
+		return err
+	}
+
+	// The deepest directory of the tree, first in walk order.
+	deepest, depth := treeName, 0
+	err := filepath.WalkDir(filepath.Join(d.srv, treeName), func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.IsDir() {
+			rel, _ := filepath.Rel(d.srv, p)
+			if n := strings.Count(rel, "/"); n > depth {
+				deepest, depth = rel, n
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	x.missing = filepath.Join(deepest, missingName)
+
+	x.cproj = filepath.Join(pristine, cprojName)
+	if x.cprojWant, err = makeCProject(x.cproj, cprojModules); err != nil {
+		return err
+	}
+
+	x.doc = filepath.Join(pristine, docName)
+	x.docEdited = filepath.Join(d.src, "edit", docName)
+	if err := makeDoc(ctx, d, x); err != nil {
+		return err
+	}
+
+	x.modA = filepath.Join(pristine, "mod-"+upgradeFrom)
+	x.modB = filepath.Join(d.src, "up", modName)
+	x.modErr = makeModules(ctx, x)
+	return nil
+}
+
+// makeDoc writes the document: Debian's license texts, then Go source files
+// in walk order, up to docSize and cut at a line's end; and the client's
+// copy with one line in the middle changed.
+func makeDoc(ctx context.Context, d *dataset, x *extraData) error {
+	var b bytes.Buffer
+	add := func(p string) {
+		if b.Len() >= docSize {
+			return
+		}
+		if data, err := os.ReadFile(p); err == nil {
+			b.Write(data)
+		}
+	}
+	x.docFrom = "/usr/share/common-licenses and " + filepath.Join(d.bigFrom, "src")
+	if ents, err := os.ReadDir("/usr/share/common-licenses"); err == nil {
+		for _, e := range ents {
+			if e.Type().IsRegular() {
+				add(filepath.Join("/usr/share/common-licenses", e.Name()))
+			}
+		}
+	}
+	err := filepath.WalkDir(filepath.Join(d.bigFrom, "src"), func(p string, e fs.DirEntry, err error) error {
+		if err != nil || b.Len() >= docSize {
+			if b.Len() >= docSize {
+				return filepath.SkipAll
+			}
+			return nil
+		}
+		if e.Type().IsRegular() && strings.HasSuffix(p, ".go") {
+			add(p)
+		}
+		return ctx.Err()
+	})
+	if err != nil {
+		return err
+	}
+	doc := b.Bytes()
+	if len(doc) > docSize {
+		doc = doc[:docSize]
+	}
+	if i := bytes.LastIndexByte(doc, '\n'); i >= 0 {
+		doc = doc[:i+1]
+	}
+	if len(doc) < docSize/2 {
+		return fmt.Errorf("only %d bytes of text for the document", len(doc))
+	}
+	// The edit: the line in the middle gets a few words more.
+	mid := bytes.IndexByte(doc[len(doc)/2:], '\n') + len(doc)/2 + 1
+	end := mid + bytes.IndexByte(doc[mid:], '\n')
+	x.docLine = bytes.Count(doc[:mid], []byte("\n")) + 1
+	x.docBytes = int64(len(doc))
+	edited := slices.Concat(doc[:end], []byte(" // edited by ferry-bench"), doc[end:])
+	if err := os.WriteFile(x.doc, doc, 0o644); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(x.docEdited), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(x.docEdited, edited, 0o644)
+}
+
+// makeModules copies the two versions of upgradeModule out of the local
+// module cache (never downloading them), writable, and counts what differs.
+func makeModules(ctx context.Context, x *extraData) error {
+	cache, err := output(ctx, "go", "env", "GOMODCACHE")
+	if err != nil {
+		return fmt.Errorf("%w: %v", errUnavailable, err)
+	}
+	for _, c := range []struct{ version, dst string }{{upgradeFrom, x.modA}, {upgradeTo, x.modB}} {
+		src := filepath.Join(strings.TrimSpace(cache), upgradeModule+"@"+c.version)
+		if _, err := os.Stat(src); err != nil {
+			return fmt.Errorf("%w: %s@%s is not in the module cache (go mod download it)", errUnavailable, upgradeModule, c.version)
+		}
+		if err := os.MkdirAll(filepath.Dir(c.dst), 0o755); err != nil {
+			return err
+		}
+		if _, err := output(ctx, "cp", "-a", src, c.dst); err != nil {
+			return err
+		}
+		if _, err := output(ctx, "chmod", "-R", "u+w", c.dst); err != nil {
+			return err
+		}
+	}
+	a, err := readTree(x.modA)
+	if err != nil {
+		return err
+	}
+	b, err := readTree(x.modB)
+	if err != nil {
+		return err
+	}
+	x.modFiles = [2]int{len(a), len(b)}
+	for p, data := range b {
+		if old, ok := a[p]; !ok || !bytes.Equal(old, data) {
+			x.modDiffer++
+		}
+	}
+	for p := range a {
+		if _, ok := b[p]; !ok {
+			x.modDiffer++
+		}
+	}
+	return nil
+}
+
+// readTree returns the contents of every regular file under dir by path
+// relative to it.
+func readTree(dir string) (map[string][]byte, error) {
+	m := map[string][]byte{}
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if e.Type().IsRegular() {
+			data, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(dir, p)
+			m[rel] = data
+		}
+		return nil
+	})
+	return m, err
+}
+
+// makeCProject writes a C project of n modules to dir: src/mNNN.c, each
+// with its header include/mNNN.h and the shared include/common.h, and
+// src/main.c calling them all, with a Makefile that builds obj/*.o and the
+// program prog. The code is generated, deterministically: a small table
+// and a loop per module. It returns what prog prints.
+func makeCProject(dir string, n int) (string, error) {
+	files := map[string]string{}
+	files["include/common.h"] = `#ifndef COMMON_H
+#define COMMON_H
+/* common.h: shared by every module of the ferry-bench C project. */
+#include <stddef.h>
+#define COUNT(a) (sizeof(a) / sizeof((a)[0]))
+int weigh(const int *t, size_t n, int salt);
+#endif
+`
+	files["src/weigh.c"] = `#include "common.h"
+
+/* weigh sums t weighted by position, then mixes in salt. */
+int weigh(const int *t, size_t n, int salt)
+{
+	int s = 0;
+	for (size_t i = 0; i < n; i++)
+		s += t[i] * (int)(i + 1);
+	return s ^ salt;
+}
+`
+	var decls, calls strings.Builder
+	want := 0
+	for i := range n {
+		name := fmt.Sprintf("m%03d", i)
+		var table []string
+		var t [8]int
+		for j := range t {
+			t[j] = (i*31 + j*17 + 7) % 101
+			table = append(table, fmt.Sprint(t[j]))
+		}
+		files["include/"+name+".h"] = fmt.Sprintf("#ifndef %[1]s_H\n#define %[1]s_H\n/* %[2]s.h: module %[3]d of the ferry-bench C project. */\nint %[2]s_value(void);\n#endif\n",
+			strings.ToUpper(name), name, i)
+		files["src/"+name+".c"] = fmt.Sprintf(`#include "common.h"
+#include "%[1]s.h"
+
+/* %[1]s_table is module %[2]d's data. */
+static const int %[1]s_table[] = {%[3]s};
+
+/* %[1]s_value returns the weighed sum of the table. */
+int %[1]s_value(void)
+{
+	return weigh(%[1]s_table, COUNT(%[1]s_table), %[2]d);
+}
+`, name, i, strings.Join(table, ", "))
+		fmt.Fprintf(&decls, "#include \"%s.h\"\n", name)
+		fmt.Fprintf(&calls, "\tsum += %s_value();\n", name)
+		s := 0
+		for j, v := range t {
+			s += v * (j + 1)
+		}
+		want += s ^ i
+	}
+	files["src/main.c"] = fmt.Sprintf(`#include <stdio.h>
+#include "common.h"
+%s
+int main(void)
+{
+	long sum = 0;
+%s	printf("%%d modules, sum %%ld\n", %d, sum);
+	return 0;
+}
+`, decls.String(), calls.String(), n)
+	files["Makefile"] = `# Makefile of the ferry-bench C project: make -j2 builds prog.
+CC ?= cc
+CFLAGS ?= -O1
+CPPFLAGS = -Iinclude
+SRCS := $(wildcard src/*.c)
+OBJS := $(SRCS:src/%.c=obj/%.o)
+
+prog: $(OBJS)
+	$(CC) -o $@ $(OBJS)
+
+obj/main.o: src/main.c $(wildcard include/*.h) | obj
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+obj/weigh.o: src/weigh.c include/common.h | obj
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+obj/%.o: src/%.c include/%.h include/common.h | obj
+	$(CC) $(CPPFLAGS) $(CFLAGS) -c -o $@ $<
+
+obj:
+	mkdir -p obj
+
+clean:
+	rm -rf obj prog
+.PHONY: clean
+`
+	for p, s := range files {
+		p = filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			return "", err
+		}
+	}
+	return fmt.Sprintf("%d modules, sum %d\n", n, want), nil
+}
+
+// unavailable returns why w's data could not be made, or nil.
+func (d *dataset) unavailable(w workload) error {
+	if w.name == "upgrade" {
+		return d.extra.modErr
+	}
+	return nil
+}
+
+// prepare puts on the server, untimed, what a run of w changes: a copy of
+// the tree to remove, the C project to build, the document to edit,
+// version A of the module. The upload directory is empty when it runs.
+func prepare(ctx context.Context, e *env, w workload) error {
+	x := &e.h.data.extra
+	var src, dst string
+	switch w.name {
+	case "rm-tree":
+		src, dst = filepath.Join(e.srv, treeName), filepath.Join(e.in, treeName)
+	case "make-j2":
+		src, dst = x.cproj, filepath.Join(e.in, cprojName)
+	case "edit-save":
+		src, dst = x.doc, filepath.Join(e.in, docName)
+	case "upgrade":
+		src, dst = x.modA, filepath.Join(e.in, modName)
+	default:
+		return nil
+	}
+	_, err := output(ctx, "cp", "-a", src, dst)
+	return err
+}
+
+// warmup returns the untimed script that runs after s's reset and before
+// the timed run of w, or "".
+func warmup(s system, w workload, e *env) string {
+	switch s.(type) {
+	case *sshfs, *ferryMount:
+		return mountWarmup(w, e)
+	}
+	return ""
+}
+
+// verifyExtra checks the server's side after a run of the workloads that
+// change it.
+func verifyExtra(e *env, s system, w workload) error {
+	x := &e.h.data.extra
+	switch w.name {
+	case "rm-tree":
+		if _, err := os.Lstat(filepath.Join(e.in, treeName)); !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("verify: the tree is still there (%v)", err)
+		}
+	case "make-j2":
+		out, err := exec.Command(filepath.Join(e.in, cprojName, "prog")).Output()
+		if err != nil {
+			return fmt.Errorf("verify: running the built program: %w", err)
+		}
+		if string(out) != x.cprojWant {
+			return fmt.Errorf("verify: the built program printed %q, want %q", out, x.cprojWant)
+		}
+	case "edit-save":
+		got, err := os.ReadFile(filepath.Join(e.in, docName))
+		if err != nil {
+			return fmt.Errorf("verify: %w", err)
+		}
+		want, err := os.ReadFile(x.docEdited)
+		if err != nil {
+			return fmt.Errorf("verify: %w", err)
+		}
+		if !bytes.Equal(got, want) {
+			return fmt.Errorf("verify: the server's document (%d bytes) is not the edited one (%d bytes)", len(got), len(want))
+		}
+	case "upgrade":
+		got, err := readTree(filepath.Join(e.in, modName))
+		if err != nil {
+			return fmt.Errorf("verify: %w", err)
+		}
+		want, err := readTree(x.modB)
+		if err != nil {
+			return fmt.Errorf("verify: %w", err)
+		}
+		for p, data := range want {
+			if g, ok := got[p]; !ok {
+				return fmt.Errorf("verify: %s is missing", p)
+			} else if !bytes.Equal(g, data) {
+				return fmt.Errorf("verify: %s is not version %s's", p, upgradeTo)
+			}
+		}
+		// rsync --delete promises the exact tree; the others leave what
+		// B dropped, as the workload's description says.
+		if extra := len(got) - len(want); extra > 0 && s.name() == "rsync" {
+			return fmt.Errorf("verify: %d files that %s dropped are still there", extra, upgradeTo)
+		}
+	}
+	return nil
+}
