@@ -93,9 +93,14 @@ func (r *report) write(ctx context.Context, plots bool) error {
 	p("- **Data:** a %d MiB file made of the files of %s concatenated (real data: sources and binaries); a copy of `%s` as the tree (%d files in %d directories, %.1f MB).\n",
 		r.data.bigSize>>20, r.data.bigFrom, r.data.treeFrom, r.data.treeFiles, r.data.treeDirs, float64(r.data.treeBytes)/1e6)
 	x := &r.data.extra
-	p("- **Other data:** missing-name looks up `%s`; make-j2 builds a generated C project of %d modules; edit-save edits line %d of a %.1f MB document made of %s; upgrade takes %s from %s (%d files) to %s (%d files; %d files differ or are only in one).\n",
-		x.missing, cprojModules, x.docLine, float64(x.docBytes)/1e6, x.docFrom, upgradeModule, upgradeFrom, x.modFiles[0], upgradeTo, x.modFiles[1], x.modDiffer)
-	p("- **Method:** wall time of the client command, the median of %d run(s), each into an empty destination and, for the mounts, from a fresh mount (cold cache). In parentheses: the ratio to the best peer in the column (the fastest system other than Ferry's). Bytes on the wire are whole IP packets counted by the emulator, for the median run.\n\n", o.runs)
+	upgrade := fmt.Sprintf("upgrade takes %s from %s (%d files) to %s (%d files; %d files differ or are only in one)",
+		upgradeModule, upgradeFrom, x.modFiles[0], upgradeTo, x.modFiles[1], x.modDiffer)
+	if x.modErr != nil {
+		upgrade = "upgrade has no data: " + x.modErr.Error()
+	}
+	p("- **Other data:** missing-name looks up `%s`; make-j2 builds a generated C project of %d modules; edit-save edits line %d of a %.1f MB document made of %s; %s.\n",
+		x.missing, cprojModules, x.docLine, float64(x.docBytes)/1e6, x.docFrom, upgrade)
+	p("- **Method:** wall time of the client command, the median of %d run(s), each into an empty destination and, for the mounts, from a fresh mount (cold cache; grep-warm times a second run on the mount). In parentheses: the ratio to the best peer in the column (the fastest system other than Ferry's). Bytes on the wire are whole IP packets counted by the emulator, for the median run.\n\n", o.runs)
 
 	conds := o.conds
 	header := func(first string) {
