@@ -300,8 +300,8 @@ func ctlCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "ctl HOST[:PORT] [COMMAND...]",
 		Short: "Read a server's control file, or write a command to it",
-		Long: `Ctl prints the server's control file: version, uptime, connected clients
-and counters. With a COMMAND it writes the command instead, e.g.
+		Long: `Ctl prints the server's control file: version, uptime, counters, and the
+connections with their users and the kernel's measurements. With a COMMAND it writes the command instead, e.g.
 "ferry ctl host debug on"; "pass CMD" forwards CMD to the layer below.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

@@ -73,9 +73,10 @@ var (
 	_ ctl.Server    = (*Client)(nil)
 )
 
-// Dial returns a client for the server cfg names. It does not wait for the
-// connection: the first call makes it, and fails with KindAuth if the
-// server's key does not match its pin or the server refuses this client.
+// Dial returns a client for the server cfg names. It starts connecting but
+// does not wait: the first call waits for the connection, and fails with
+// KindAuth if the server's key does not match its pin or the server refuses
+// this client.
 func Dial(cfg Config) (*Client, error) {
 	const op = "remote.Dial"
 	tlsCfg, err := auth.ClientTLS(cfg.Key, cfg.Hosts, cfg.Addr)
@@ -136,6 +137,11 @@ func Dial(cfg Config) (*Client, error) {
 		return nil, ferry.E(op, cfg.Addr, ferry.KindInvalid, errors.Join(err, err2))
 	}
 	c.c, c.bulk = proto.NewFerryClient(c.conn), proto.NewFerryClient(c.bulkConn)
+	// Start both connections now, in parallel, rather than each at its
+	// first call: a command that stats and then transfers would otherwise
+	// pay two connection set-ups (TCP and TLS, two round trips) in a row.
+	c.conn.Connect()
+	c.bulkConn.Connect()
 	return c, nil
 }
 

@@ -3,8 +3,10 @@
 // Every connection is TLS 1.3. A connection is identified once, on its first
 // call, from the client's key or bearer token (auth.Authorizer); calls of a
 // stranger fail with KindAuth and the server goes on serving others. The
-// server serves a control file (ferry.CtlPath) reporting its version, uptime,
-// connected clients and counters, and taking the commands "debug on|off".
+// server serves a control file (ferry.CtlPath) reporting its version,
+// uptime, counters and connections (each client keeps two: one for bulk
+// data, one for the rest) with their users and the kernel's measurements,
+// and taking the commands "debug on|off".
 // If the tree it serves is a ferry.Watcher, clients can watch it.
 package server
 
@@ -342,7 +344,7 @@ func (s *Server) Status(context.Context) string {
 	debug := s.cfg.Level != nil && s.cfg.Level.Level() <= slog.LevelDebug
 	fmt.Fprintf(&b, "debug: %v\n", debug)
 	cs := s.connections()
-	fmt.Fprintf(&b, "clients: %d\n", len(cs))
+	fmt.Fprintf(&b, "connections: %d\n", len(cs))
 	for _, c := range cs {
 		c.mu.Lock()
 		user := c.user
@@ -350,7 +352,7 @@ func (s *Server) Status(context.Context) string {
 		if user == "" {
 			user = "-"
 		}
-		fmt.Fprintf(&b, "client: addr=%s user=%s since=%s calls=%d",
+		fmt.Fprintf(&b, "conn: addr=%s user=%s since=%s calls=%d",
 			c.addr, user, c.since.UTC().Format(time.RFC3339), c.calls.Load())
 		fmt.Fprintf(&b, " readahead=%d", c.readAhead.Load())
 		if c.raw != nil {

@@ -370,7 +370,8 @@ func TestControlFile(t *testing.T) {
 		return string(b)
 	}
 	got := read()
-	for _, want := range []string{"[server]", "version: test", "uptime:", "clients: 1", "user=tester", "calls.get:"} {
+	// A client keeps two connections: one for bulk data, one for the rest.
+	for _, want := range []string{"[server]", "version: test", "uptime:", "connections: 2", "user=tester", "calls.get:"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("control file lacks %q:\n%s", want, got)
 		}
