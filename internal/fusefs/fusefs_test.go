@@ -18,6 +18,7 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/local"
+	"github.com/ferryfs/ferry/internal/testenv"
 )
 
 // needFUSE skips a test that needs to mount, unless CI=true, where a
@@ -30,13 +31,7 @@ func needFUSE(t *testing.T) {
 	} else if _, err := os.Stat("/dev/fuse"); err != nil {
 		reason = "no /dev/fuse: " + err.Error()
 	}
-	if reason == "" {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("FUSE tests cannot run: %s (CI=true: not skipping)", reason)
-	}
-	t.Skipf("skipping FUSE test: %s", reason)
+	testenv.Require(t, reason)
 }
 
 // counting is a tree that counts the calls made to it.

@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"fmt"
+	"github.com/ferryfs/ferry/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,10 +20,7 @@ func TestPrograms(t *testing.T) {
 	run := func(t *testing.T, dir, name string, args ...string) string {
 		t.Helper()
 		if _, err := exec.LookPath(name); err != nil && !strings.Contains(name, "/") {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s is not installed", name)
-			}
-			t.Skipf("%s is not installed", name)
+			testenv.Require(t, name+" is not installed")
 		}
 		cmd := exec.Command(name, args...)
 		cmd.Dir = dir

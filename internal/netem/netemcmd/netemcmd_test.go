@@ -3,12 +3,12 @@ package netemcmd
 import (
 	"bytes"
 	"context"
-	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ferryfs/ferry/internal/netem"
+	"github.com/ferryfs/ferry/internal/testenv"
 )
 
 func TestFlags(t *testing.T) {
@@ -29,12 +29,7 @@ func TestFlags(t *testing.T) {
 }
 
 func TestRun(t *testing.T) {
-	if err := netem.Available(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true but %v", err)
-		}
-		t.Skipf("skipping: %v", err)
-	}
+	testenv.RequireErr(t, netem.Available())
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	var out bytes.Buffer

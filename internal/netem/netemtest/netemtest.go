@@ -3,11 +3,11 @@ package netemtest
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/ferryfs/ferry/internal/netem"
+	"github.com/ferryfs/ferry/internal/testenv"
 )
 
 // ForTest returns a running bed with the link cfg and closes it when the
@@ -18,10 +18,7 @@ import (
 func ForTest(t testing.TB, cfg netem.Config) *netem.Bed {
 	t.Helper()
 	if err := netem.Available(); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true but %v", err)
-		}
-		t.Skipf("skipping: %v (needs root, /dev/net/tun and ip netns)", err)
+		testenv.Require(t, err.Error()+" (needs root, /dev/net/tun and ip netns)")
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
