@@ -49,8 +49,8 @@ type options struct {
 	commandLog string // how the run was invoked, for the report
 }
 
-// profiles give the defaults of each profile. The quick one finishes in a
-// few minutes; the full one is the matrix of issue 3 and takes hours at 200
+// profiles give the defaults of each profile. The quick one took 27 minutes
+// with every workload (slow peers at 100 ms dominate); the full one is the matrix of issue 3 and takes hours at 200
 // ms, because sshfs pays several round trips per file.
 var profiles = map[string]options{
 	"quick": {
@@ -90,7 +90,7 @@ func main() {
 
 func parseFlags() (*options, error) {
 	var (
-		profile   = flag.String("profile", "quick", "`name` of the condition matrix: quick (a few minutes) or full (hours)")
+		profile   = flag.String("profile", "quick", "`name` of the condition matrix: quick (about half an hour) or full (hours)")
 		runs      = flag.Int("runs", 0, "timed runs per cell, the report shows the median (default: 1 quick, 3 full)")
 		rate      = flag.String("rate", "100mbit", "link `rate` of each direction")
 		rtts      = flag.String("rtt", "", "comma-separated round trips, e.g. 0,10ms,100ms (default: the profile's)")
