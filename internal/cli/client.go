@@ -255,20 +255,38 @@ func removeMatching(ctx context.Context, fs ferry.FS, p, pred string, errOut io.
 		_, err := f.Wait()
 		errs.add(err)
 	}
-	sort.SliceStable(dirs, func(i, j int) bool { return ferry.Depth(dirs[i]) > ferry.Depth(dirs[j]) })
-	for i := 0; i < len(dirs); {
+	byLevels(dirs, func(p string) string { return p }, true, false, &errs,
+		func(p string) *ferry.Future[struct{}] { return fs.Remove(ctx, p) })
+	return errs.err()
+}
+
+// byLevels calls call on each item, one level of depth (of path(item)) at a
+// time, shallowest first or deepest first, with all the calls of a level in
+// flight at once, adding their errors to errs. With stop it returns after
+// the first level that had an error.
+func byLevels[E, T any](items []E, path func(E) string, deepestFirst, stop bool, errs *errorList, call func(E) *ferry.Future[T]) {
+	depth := func(i int) int { return ferry.Depth(path(items[i])) }
+	sort.SliceStable(items, func(i, j int) bool {
+		if deepestFirst {
+			return depth(i) > depth(j)
+		}
+		return depth(i) < depth(j)
+	})
+	for i := 0; i < len(items); {
 		j := i
-		var level []*ferry.Future[struct{}]
-		for ; j < len(dirs) && ferry.Depth(dirs[j]) == ferry.Depth(dirs[i]); j++ {
-			level = append(level, fs.Remove(ctx, dirs[j]))
+		var level []*ferry.Future[T]
+		for ; j < len(items) && depth(j) == depth(i); j++ {
+			level = append(level, call(items[j]))
 		}
 		for _, f := range level {
 			_, err := f.Wait()
 			errs.add(err)
 		}
+		if stop && len(errs.errs) > 0 {
+			return
+		}
 		i = j
 	}
-	return errs.err()
 }
 
 func mvCmd() *cobra.Command {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 
@@ -277,21 +276,10 @@ func put(ctx context.Context, t ferry.Tree, src, dst string, errOut io.Writer) e
 
 	// Directories first, one level of depth at a time, so that each level's
 	// parents exist; the levels' puts are all in flight at once.
-	sort.SliceStable(dirs, func(i, j int) bool { return ferry.Depth(dirs[i].dst) < ferry.Depth(dirs[j].dst) })
-	for i := 0; i < len(dirs); {
-		j := i
-		var level []*ferry.Future[ferry.Dir]
-		for ; j < len(dirs) && ferry.Depth(dirs[j].dst) == ferry.Depth(dirs[i].dst); j++ {
-			level = append(level, t.Put(ctx, dirs[j].dst, dirs[j].d, 0, nil))
-		}
-		for _, f := range level {
-			_, err := f.Wait()
-			errs.add(err)
-		}
-		if len(errs.errs) > 0 {
-			return errs.err()
-		}
-		i = j
+	byLevels(dirs, func(e localEntry) string { return e.dst }, false, true, &errs,
+		func(e localEntry) *ferry.Future[ferry.Dir] { return t.Put(ctx, e.dst, e.d, 0, nil) })
+	if len(errs.errs) > 0 {
+		return errs.err()
 	}
 
 	var mu sync.Mutex
