@@ -218,8 +218,10 @@ func (x *PathReq) GetPath() string {
 }
 
 type DirReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Dir           *Dir                   `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Dir   *Dir                   `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	// zstd, in the reply to a Put, says the server accepts compressed data.
+	Zstd          bool `protobuf:"varint,2,opt,name=zstd,proto3" json:"zstd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -261,11 +263,20 @@ func (x *DirReply) GetDir() *Dir {
 	return nil
 }
 
+func (x *DirReply) GetZstd() bool {
+	if x != nil {
+		return x.Zstd
+	}
+	return false
+}
+
 type GetReq struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Offset        int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
-	Count         int64                  `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"` // < 0: to the end.
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Path   string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Offset int64                  `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	Count  int64                  `protobuf:"varint,3,opt,name=count,proto3" json:"count,omitempty"` // < 0: to the end.
+	// zstd says the client can take Data compressed with zstd.
+	Zstd          bool `protobuf:"varint,4,opt,name=zstd,proto3" json:"zstd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -321,9 +332,18 @@ func (x *GetReq) GetCount() int64 {
 	return 0
 }
 
+func (x *GetReq) GetZstd() bool {
+	if x != nil {
+		return x.Zstd
+	}
+	return false
+}
+
 type Data struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// zstd says data is compressed with zstd (only if the GetReq allowed it).
+	Zstd          bool `protobuf:"varint,2,opt,name=zstd,proto3" json:"zstd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -365,6 +385,13 @@ func (x *Data) GetData() []byte {
 	return nil
 }
 
+func (x *Data) GetZstd() bool {
+	if x != nil {
+		return x.Zstd
+	}
+	return false
+}
+
 // PutMsg: the first message of a Put carries path, offset and dir; the
 // following ones carry data only.
 type PutMsg struct {
@@ -376,8 +403,12 @@ type PutMsg struct {
 	// upload, for a whole-file put, names a resumable upload: the server
 	// keeps what arrived if the stream breaks, and a later put with the same
 	// upload and resume_at set to what PutStatus reported sends the rest.
-	Upload        string `protobuf:"bytes,5,opt,name=upload,proto3" json:"upload,omitempty"`
-	ResumeAt      int64  `protobuf:"varint,6,opt,name=resume_at,json=resumeAt,proto3" json:"resume_at,omitempty"`
+	Upload   string `protobuf:"bytes,5,opt,name=upload,proto3" json:"upload,omitempty"`
+	ResumeAt int64  `protobuf:"varint,6,opt,name=resume_at,json=resumeAt,proto3" json:"resume_at,omitempty"`
+	// zstd says data is compressed with zstd; a client sets it only after
+	// the server said it accepts compressed data (DirReply or a chunk
+	// reply with zstd) on this connection.
+	Zstd          bool `protobuf:"varint,7,opt,name=zstd,proto3" json:"zstd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -452,6 +483,13 @@ func (x *PutMsg) GetResumeAt() int64 {
 		return x.ResumeAt
 	}
 	return 0
+}
+
+func (x *PutMsg) GetZstd() bool {
+	if x != nil {
+		return x.Zstd
+	}
+	return false
 }
 
 type UploadReq struct {
@@ -826,9 +864,15 @@ func (x *WatchEvent) GetLost() bool {
 // ChunkListReq asks for the chunk list of the file at path, cut with the
 // chunking scheme chunk_version (internal/chunk.Version).
 type ChunkListReq struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	ChunkVersion  int32                  `protobuf:"varint,2,opt,name=chunk_version,json=chunkVersion,proto3" json:"chunk_version,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Path         string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	ChunkVersion int32                  `protobuf:"varint,2,opt,name=chunk_version,json=chunkVersion,proto3" json:"chunk_version,omitempty"`
+	// inline_max: if the file is at most this many bytes, the server may
+	// send its content in the reply's data instead of a chunk list (one
+	// round trip for a small file). 0 never inlines.
+	InlineMax int64 `protobuf:"varint,3,opt,name=inline_max,json=inlineMax,proto3" json:"inline_max,omitempty"`
+	// zstd says the client can take inlined data compressed with zstd.
+	Zstd          bool `protobuf:"varint,4,opt,name=zstd,proto3" json:"zstd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -875,6 +919,20 @@ func (x *ChunkListReq) GetChunkVersion() int32 {
 		return x.ChunkVersion
 	}
 	return 0
+}
+
+func (x *ChunkListReq) GetInlineMax() int64 {
+	if x != nil {
+		return x.InlineMax
+	}
+	return 0
+}
+
+func (x *ChunkListReq) GetZstd() bool {
+	if x != nil {
+		return x.Zstd
+	}
+	return false
 }
 
 // ChunkRefs is a piece of a chunk list: hashes holds the 32-byte hashes of
@@ -934,9 +992,16 @@ func (x *ChunkRefs) GetSizes() []uint32 {
 // ChunkListReply: the first one carries the file's entry; each carries the
 // next piece of its chunk list.
 type ChunkListReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Dir           *Dir                   `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
-	Refs          *ChunkRefs             `protobuf:"bytes,2,opt,name=refs,proto3" json:"refs,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Dir   *Dir                   `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
+	Refs  *ChunkRefs             `protobuf:"bytes,2,opt,name=refs,proto3" json:"refs,omitempty"`
+	// inline says the file's whole content is in data (see inline_max);
+	// no refs follow.
+	Inline bool   `protobuf:"varint,3,opt,name=inline,proto3" json:"inline,omitempty"`
+	Data   []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	Zstd   bool   `protobuf:"varint,5,opt,name=zstd,proto3" json:"zstd,omitempty"` // zstd says data is compressed with zstd.
+	// zstd_ok says the server accepts compressed chunk data.
+	ZstdOk        bool `protobuf:"varint,6,opt,name=zstd_ok,json=zstdOk,proto3" json:"zstd_ok,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -985,12 +1050,43 @@ func (x *ChunkListReply) GetRefs() *ChunkRefs {
 	return nil
 }
 
+func (x *ChunkListReply) GetInline() bool {
+	if x != nil {
+		return x.Inline
+	}
+	return false
+}
+
+func (x *ChunkListReply) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ChunkListReply) GetZstd() bool {
+	if x != nil {
+		return x.Zstd
+	}
+	return false
+}
+
+func (x *ChunkListReply) GetZstdOk() bool {
+	if x != nil {
+		return x.ZstdOk
+	}
+	return false
+}
+
 // ChunkReq asks for chunks by hash; path (in the first ChunkReq) names the
 // file the client is reading, where the server looks first.
 type ChunkReq struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Hashes        []byte                 `protobuf:"bytes,2,opt,name=hashes,proto3" json:"hashes,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Path   string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Hashes []byte                 `protobuf:"bytes,2,opt,name=hashes,proto3" json:"hashes,omitempty"`
+	// zstd, in the first ChunkReq, says the client can take ChunkData
+	// compressed with zstd.
+	Zstd          bool `protobuf:"varint,3,opt,name=zstd,proto3" json:"zstd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1039,13 +1135,23 @@ func (x *ChunkReq) GetHashes() []byte {
 	return nil
 }
 
+func (x *ChunkReq) GetZstd() bool {
+	if x != nil {
+		return x.Zstd
+	}
+	return false
+}
+
 // ChunkData answers one requested hash, in request order: its bytes, or
 // missing if the server no longer holds them.
 type ChunkData struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Hash          []byte                 `protobuf:"bytes,1,opt,name=hash,proto3" json:"hash,omitempty"`
-	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
-	Missing       bool                   `protobuf:"varint,3,opt,name=missing,proto3" json:"missing,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Hash    []byte                 `protobuf:"bytes,1,opt,name=hash,proto3" json:"hash,omitempty"`
+	Data    []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	Missing bool                   `protobuf:"varint,3,opt,name=missing,proto3" json:"missing,omitempty"`
+	// zstd says data is compressed with zstd; the hash is of the
+	// uncompressed bytes.
+	Zstd          bool `protobuf:"varint,4,opt,name=zstd,proto3" json:"zstd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1101,20 +1207,30 @@ func (x *ChunkData) GetMissing() bool {
 	return false
 }
 
+func (x *ChunkData) GetZstd() bool {
+	if x != nil {
+		return x.Zstd
+	}
+	return false
+}
+
 // ChunkPutMsg: the first carries path, dir, size and chunk_version; any may
 // carry the next piece of the chunk list (refs) or one chunk's bytes (hash,
 // data) for a chunk already listed; the one with list_end ends the list and
 // the client's unasked (optimistic) data.
 type ChunkPutMsg struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Dir           *Dir                   `protobuf:"bytes,2,opt,name=dir,proto3" json:"dir,omitempty"`
-	Size          int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
-	ChunkVersion  int32                  `protobuf:"varint,4,opt,name=chunk_version,json=chunkVersion,proto3" json:"chunk_version,omitempty"`
-	Refs          *ChunkRefs             `protobuf:"bytes,5,opt,name=refs,proto3" json:"refs,omitempty"`
-	ListEnd       bool                   `protobuf:"varint,6,opt,name=list_end,json=listEnd,proto3" json:"list_end,omitempty"`
-	Hash          []byte                 `protobuf:"bytes,7,opt,name=hash,proto3" json:"hash,omitempty"`
-	Data          []byte                 `protobuf:"bytes,8,opt,name=data,proto3" json:"data,omitempty"`
+	state        protoimpl.MessageState `protogen:"open.v1"`
+	Path         string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Dir          *Dir                   `protobuf:"bytes,2,opt,name=dir,proto3" json:"dir,omitempty"`
+	Size         int64                  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	ChunkVersion int32                  `protobuf:"varint,4,opt,name=chunk_version,json=chunkVersion,proto3" json:"chunk_version,omitempty"`
+	Refs         *ChunkRefs             `protobuf:"bytes,5,opt,name=refs,proto3" json:"refs,omitempty"`
+	ListEnd      bool                   `protobuf:"varint,6,opt,name=list_end,json=listEnd,proto3" json:"list_end,omitempty"`
+	Hash         []byte                 `protobuf:"bytes,7,opt,name=hash,proto3" json:"hash,omitempty"`
+	Data         []byte                 `protobuf:"bytes,8,opt,name=data,proto3" json:"data,omitempty"`
+	// zstd says data is compressed with zstd; a client sets it only after
+	// the server said zstd_ok on this connection.
+	Zstd          bool `protobuf:"varint,9,opt,name=zstd,proto3" json:"zstd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1205,14 +1321,23 @@ func (x *ChunkPutMsg) GetData() []byte {
 	return nil
 }
 
+func (x *ChunkPutMsg) GetZstd() bool {
+	if x != nil {
+		return x.Zstd
+	}
+	return false
+}
+
 // ChunkPutReply: need lists (as indexes into the chunk list) chunks the
 // server still lacks, need_end says the client has been told all it must
 // send, and dir, in the last reply, is the committed entry.
 type ChunkPutReply struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Need          []uint32               `protobuf:"varint,1,rep,packed,name=need,proto3" json:"need,omitempty"`
-	NeedEnd       bool                   `protobuf:"varint,2,opt,name=need_end,json=needEnd,proto3" json:"need_end,omitempty"`
-	Dir           *Dir                   `protobuf:"bytes,3,opt,name=dir,proto3" json:"dir,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Need    []uint32               `protobuf:"varint,1,rep,packed,name=need,proto3" json:"need,omitempty"`
+	NeedEnd bool                   `protobuf:"varint,2,opt,name=need_end,json=needEnd,proto3" json:"need_end,omitempty"`
+	Dir     *Dir                   `protobuf:"bytes,3,opt,name=dir,proto3" json:"dir,omitempty"`
+	// zstd_ok says the server accepts compressed chunk data.
+	ZstdOk        bool `protobuf:"varint,4,opt,name=zstd_ok,json=zstdOk,proto3" json:"zstd_ok,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1268,6 +1393,13 @@ func (x *ChunkPutReply) GetDir() *Dir {
 	return nil
 }
 
+func (x *ChunkPutReply) GetZstdOk() bool {
+	if x != nil {
+		return x.ZstdOk
+	}
+	return false
+}
+
 var File_ferry_proto protoreflect.FileDescriptor
 
 const file_ferry_proto_rawDesc = "" +
@@ -1286,22 +1418,26 @@ const file_ferry_proto_rawDesc = "" +
 	"\x03msg\x18\x04 \x01(\tR\x03msg\"\a\n" +
 	"\x05Empty\"\x1d\n" +
 	"\aPathReq\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\"+\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\"?\n" +
 	"\bDirReply\x12\x1f\n" +
-	"\x03dir\x18\x01 \x01(\v2\r.ferry.v1.DirR\x03dir\"J\n" +
+	"\x03dir\x18\x01 \x01(\v2\r.ferry.v1.DirR\x03dir\x12\x12\n" +
+	"\x04zstd\x18\x02 \x01(\bR\x04zstd\"^\n" +
 	"\x06GetReq\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x14\n" +
-	"\x05count\x18\x03 \x01(\x03R\x05count\"\x1a\n" +
+	"\x05count\x18\x03 \x01(\x03R\x05count\x12\x12\n" +
+	"\x04zstd\x18\x04 \x01(\bR\x04zstd\".\n" +
 	"\x04Data\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"\x9e\x01\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x12\n" +
+	"\x04zstd\x18\x02 \x01(\bR\x04zstd\"\xb2\x01\n" +
 	"\x06PutMsg\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x1f\n" +
 	"\x03dir\x18\x03 \x01(\v2\r.ferry.v1.DirR\x03dir\x12\x12\n" +
 	"\x04data\x18\x04 \x01(\fR\x04data\x12\x16\n" +
 	"\x06upload\x18\x05 \x01(\tR\x06upload\x12\x1b\n" +
-	"\tresume_at\x18\x06 \x01(\x03R\bresumeAt\"#\n" +
+	"\tresume_at\x18\x06 \x01(\x03R\bresumeAt\x12\x12\n" +
+	"\x04zstd\x18\a \x01(\bR\x04zstd\"#\n" +
 	"\tUploadReq\x12\x16\n" +
 	"\x06upload\x18\x01 \x01(\tR\x06upload\"N\n" +
 	"\vUploadReply\x12\x12\n" +
@@ -1323,23 +1459,32 @@ const file_ferry_proto_rawDesc = "" +
 	"\n" +
 	"WatchEvent\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
-	"\x04lost\x18\x02 \x01(\bR\x04lost\"G\n" +
+	"\x04lost\x18\x02 \x01(\bR\x04lost\"z\n" +
 	"\fChunkListReq\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12#\n" +
-	"\rchunk_version\x18\x02 \x01(\x05R\fchunkVersion\"9\n" +
+	"\rchunk_version\x18\x02 \x01(\x05R\fchunkVersion\x12\x1d\n" +
+	"\n" +
+	"inline_max\x18\x03 \x01(\x03R\tinlineMax\x12\x12\n" +
+	"\x04zstd\x18\x04 \x01(\bR\x04zstd\"9\n" +
 	"\tChunkRefs\x12\x16\n" +
 	"\x06hashes\x18\x01 \x01(\fR\x06hashes\x12\x14\n" +
-	"\x05sizes\x18\x02 \x03(\rR\x05sizes\"Z\n" +
+	"\x05sizes\x18\x02 \x03(\rR\x05sizes\"\xb3\x01\n" +
 	"\x0eChunkListReply\x12\x1f\n" +
 	"\x03dir\x18\x01 \x01(\v2\r.ferry.v1.DirR\x03dir\x12'\n" +
-	"\x04refs\x18\x02 \x01(\v2\x13.ferry.v1.ChunkRefsR\x04refs\"6\n" +
+	"\x04refs\x18\x02 \x01(\v2\x13.ferry.v1.ChunkRefsR\x04refs\x12\x16\n" +
+	"\x06inline\x18\x03 \x01(\bR\x06inline\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\x12\x12\n" +
+	"\x04zstd\x18\x05 \x01(\bR\x04zstd\x12\x17\n" +
+	"\azstd_ok\x18\x06 \x01(\bR\x06zstdOk\"J\n" +
 	"\bChunkReq\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
-	"\x06hashes\x18\x02 \x01(\fR\x06hashes\"M\n" +
+	"\x06hashes\x18\x02 \x01(\fR\x06hashes\x12\x12\n" +
+	"\x04zstd\x18\x03 \x01(\bR\x04zstd\"a\n" +
 	"\tChunkData\x12\x12\n" +
 	"\x04hash\x18\x01 \x01(\fR\x04hash\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x18\n" +
-	"\amissing\x18\x03 \x01(\bR\amissing\"\xe7\x01\n" +
+	"\amissing\x18\x03 \x01(\bR\amissing\x12\x12\n" +
+	"\x04zstd\x18\x04 \x01(\bR\x04zstd\"\xfb\x01\n" +
 	"\vChunkPutMsg\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1f\n" +
 	"\x03dir\x18\x02 \x01(\v2\r.ferry.v1.DirR\x03dir\x12\x12\n" +
@@ -1348,11 +1493,13 @@ const file_ferry_proto_rawDesc = "" +
 	"\x04refs\x18\x05 \x01(\v2\x13.ferry.v1.ChunkRefsR\x04refs\x12\x19\n" +
 	"\blist_end\x18\x06 \x01(\bR\alistEnd\x12\x12\n" +
 	"\x04hash\x18\a \x01(\fR\x04hash\x12\x12\n" +
-	"\x04data\x18\b \x01(\fR\x04data\"_\n" +
+	"\x04data\x18\b \x01(\fR\x04data\x12\x12\n" +
+	"\x04zstd\x18\t \x01(\bR\x04zstd\"x\n" +
 	"\rChunkPutReply\x12\x12\n" +
 	"\x04need\x18\x01 \x03(\rR\x04need\x12\x19\n" +
 	"\bneed_end\x18\x02 \x01(\bR\aneedEnd\x12\x1f\n" +
-	"\x03dir\x18\x03 \x01(\v2\r.ferry.v1.DirR\x03dir2\xe1\x05\n" +
+	"\x03dir\x18\x03 \x01(\v2\r.ferry.v1.DirR\x03dir\x12\x17\n" +
+	"\azstd_ok\x18\x04 \x01(\bR\x06zstdOk2\xe1\x05\n" +
 	"\x05Ferry\x12-\n" +
 	"\x04Stat\x12\x11.ferry.v1.PathReq\x1a\x12.ferry.v1.DirReply\x12)\n" +
 	"\x03Get\x12\x10.ferry.v1.GetReq\x1a\x0e.ferry.v1.Data0\x01\x12-\n" +
