@@ -44,6 +44,7 @@ func prepareData(ctx context.Context, o *options, work string) (*dataset, error)
 		src:      filepath.Join(work, "src"),
 		bigSize:  o.bigSize,
 		treeFrom: o.tree,
+		extra:    extraData{cprojModules: o.modules, docSize: o.docSize, modDir: o.upgradeDir},
 	}
 	goroot, err := output(ctx, "go", "env", "GOROOT")
 	if err != nil {

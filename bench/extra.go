@@ -23,11 +23,6 @@ const (
 	docName     = "doc.txt"
 	modName     = "mod"
 
-	// cprojModules is the number of .c files (and headers) of the C
-	// project, beside main.c.
-	cprojModules = 300
-	// docSize is the size of the document edited by edit-save.
-	docSize = 4 << 20
 	// upgradeModule and its two versions are the module of the upgrade
 	// workload, from the local module cache: consecutive minor releases
 	// (139 and 139 files, 24 of them different or only in one version).
@@ -42,15 +37,18 @@ type extraData struct {
 	// does not exist in the tree's deepest directory.
 	missing string
 
-	cproj     string // pristine C project, copied to srv/in before each make-j2 run
-	cprojWant string // what the built program prints
+	cproj        string // pristine C project, copied to srv/in before each make-j2 run
+	cprojModules int    // its .c files (and headers) beside main.c: the profile's
+	cprojWant    string // what the built program prints
 
 	doc, docEdited string // pristine document; the client's edited copy (src/edit/doc.txt)
+	docSize        int    // the most bytes the document may have: the profile's
 	docFrom        string
 	docLine        int   // the edited line, from 1
 	docBytes       int64 // the pristine document's size
 
 	modA, modB string // pristine version A; the client's version B (src/up/mod)
+	modDir     string // the directory of upgradeModule they hold, "" for all of it
 	modFiles   [2]int // files of A and B
 	modDiffer  int    // files of B that are new or differ from A, plus files of A not in B
 	modErr     error  // why the upgrade workload's data could not be made
@@ -84,7 +82,7 @@ func prepareExtra(ctx context.Context, d *dataset, work string) error {
 	x.missing = filepath.Join(deepest, missingName)
 
 	x.cproj = filepath.Join(pristine, cprojName)
-	if x.cprojWant, err = makeCProject(x.cproj, cprojModules); err != nil {
+	if x.cprojWant, err = makeCProject(x.cproj, x.cprojModules); err != nil {
 		return err
 	}
 
@@ -101,12 +99,12 @@ func prepareExtra(ctx context.Context, d *dataset, work string) error {
 }
 
 // makeDoc writes the document: Debian's license texts, then Go source files
-// in walk order, up to docSize and cut at a line's end; and the client's
+// in walk order, up to x.docSize and cut at a line's end; and the client's
 // copy with one line in the middle changed.
 func makeDoc(ctx context.Context, d *dataset, x *extraData) error {
 	var b bytes.Buffer
 	add := func(p string) {
-		if b.Len() >= docSize {
+		if b.Len() >= x.docSize {
 			return
 		}
 		if data, err := os.ReadFile(p); err == nil {
@@ -122,8 +120,8 @@ func makeDoc(ctx context.Context, d *dataset, x *extraData) error {
 		}
 	}
 	err := filepath.WalkDir(filepath.Join(d.bigFrom, "src"), func(p string, e fs.DirEntry, err error) error {
-		if err != nil || b.Len() >= docSize {
-			if b.Len() >= docSize {
+		if err != nil || b.Len() >= x.docSize {
+			if b.Len() >= x.docSize {
 				return filepath.SkipAll
 			}
 			return nil
@@ -137,13 +135,13 @@ func makeDoc(ctx context.Context, d *dataset, x *extraData) error {
 		return err
 	}
 	doc := b.Bytes()
-	if len(doc) > docSize {
-		doc = doc[:docSize]
+	if len(doc) > x.docSize {
+		doc = doc[:x.docSize]
 	}
 	if i := bytes.LastIndexByte(doc, '\n'); i >= 0 {
 		doc = doc[:i+1]
 	}
-	if len(doc) < docSize/2 {
+	if len(doc) < x.docSize/2 {
 		return fmt.Errorf("only %d bytes of text for the document", len(doc))
 	}
 	// The edit: the line in the middle gets a few words more.
@@ -161,15 +159,16 @@ func makeDoc(ctx context.Context, d *dataset, x *extraData) error {
 	return os.WriteFile(x.docEdited, edited, 0o644)
 }
 
-// makeModules copies the two versions of upgradeModule out of the local
-// module cache (never downloading them), writable, and counts what differs.
+// makeModules copies the two versions of upgradeModule (or of its
+// directory x.modDir) out of the local module cache (never downloading
+// them), writable, and counts what differs.
 func makeModules(ctx context.Context, x *extraData) error {
 	cache, err := output(ctx, "go", "env", "GOMODCACHE")
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUnavailable, err)
 	}
 	for _, c := range []struct{ version, dst string }{{upgradeFrom, x.modA}, {upgradeTo, x.modB}} {
-		src := filepath.Join(strings.TrimSpace(cache), upgradeModule+"@"+c.version)
+		src := filepath.Join(strings.TrimSpace(cache), upgradeModule+"@"+c.version, x.modDir)
 		if _, err := os.Stat(src); err != nil {
 			return fmt.Errorf("%w: %s@%s is not in the module cache (go mod download it)", errUnavailable, upgradeModule, c.version)
 		}

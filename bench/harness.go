@@ -135,10 +135,12 @@ func (h *harness) runSystem(ctx context.Context, e *env, s system, rep *report) 
 			return ctx.Err()
 		}
 		log.Printf("  %s: %v", s.name(), err)
+		// A workload the system could never do still says why; the others
+		// say why the system did not start.
 		for _, w := range wls {
-			if sc, serr := s.script(w, e); errors.Is(serr, errNotApplicable) {
+			if _, serr := s.script(w, e); errors.Is(serr, errNotApplicable) || errors.Is(serr, errNotMeasured) {
 				rep.add(e.cond, s.name(), w.name, cell{err: serr})
-			} else if sc != "" || serr != nil {
+			} else {
 				rep.add(e.cond, s.name(), w.name, cell{err: err})
 			}
 		}
@@ -148,12 +150,12 @@ func (h *harness) runSystem(ctx context.Context, e *env, s system, rep *report) 
 	defer s.teardown(e)
 	for _, w := range wls {
 		sc, err := s.script(w, e)
+		if err == nil && sc == "" {
+			err = fmt.Errorf("%w: the harness has no %s command for %s", errUnavailable, s.name(), w.name)
+		}
 		if err != nil {
 			rep.add(e.cond, s.name(), w.name, cell{err: err})
 			continue
-		}
-		if sc == "" {
-			continue // the system has no way to do this
 		}
 		if err := h.data.unavailable(w); err != nil {
 			rep.add(e.cond, s.name(), w.name, cell{err: err})

@@ -5,7 +5,7 @@
 //
 // Usage, from the repository root, as root:
 //
-//	go run ./bench [-profile quick|full] [-runs N] [flags]
+//	go run ./bench [-profile smoke|quick|full] [-runs N] [flags]
 //
 // See bench/README.md for what it measures and how.
 package main
@@ -29,14 +29,22 @@ import (
 // options are the command line, after the profile has filled in what the
 // user left out.
 type options struct {
-	profile    string
-	runs       int
-	rate       int64
-	rtts       []time.Duration // with losses, the matrix of conditions
-	losses     []float64
-	conds      []condition // the conditions to run, in order
-	bigSize    int64
-	tree       string
+	profile string
+	runs    int
+	rate    int64
+	rtts    []time.Duration // with losses, the matrix of conditions
+	losses  []float64
+	conds   []condition // the conditions to run, in order
+	bigSize int64
+	tree    string
+	// modules, docSize and upgradeDir scale the inputs of make-j2,
+	// edit-save and upgrade: the C project's modules, the document's
+	// bytes, and the directory of the module that upgrade moves ("" for
+	// all of it).
+	modules    int
+	docSize    int
+	upgradeDir string
+	note       string          // said in the report's header
 	systems    map[string]bool // nil: all
 	workloads  map[string]bool // nil: all
 	out        string
@@ -49,10 +57,28 @@ type options struct {
 	commandLog string // how the run was invoked, for the report
 }
 
-// profiles give the defaults of each profile. The quick one took 27 minutes
-// with every workload (slow peers at 100 ms dominate); the full one is the matrix of issue 3 and takes hours at 200
+// profiles give the defaults of each profile. The smoke one is one
+// condition, the issue's headline link, with every workload scaled down so
+// that it takes a few minutes, for comparing before and after a change.
+// The quick one took 27 minutes with every workload (slow peers at 100 ms
+// dominate); the full one is the matrix of issue 3 and takes hours at 200
 // ms, because sshfs pays several round trips per file.
 var profiles = map[string]options{
+	"smoke": {
+		runs:   1,
+		rtts:   []time.Duration{100 * time.Millisecond},
+		losses: []float64{0},
+		// A tree of 10 files in 4 directories keeps the nesting that the
+		// walks measure; 10 modules keep sshfs's make -j2 under a minute.
+		bigSize:    8 << 20,
+		tree:       "/usr/local/go/src/container",
+		modules:    10,
+		docSize:    1 << 20,
+		upgradeDir: "prometheus/promhttp",
+		timeout:    90 * time.Second,
+		iperfTime:  3 * time.Second,
+		note:       "smoke profile: one condition, one run of each cell and scaled-down inputs, for quick comparisons; single runs on a shared 2-core machine are noisy, so read differences under about 30% as ties.",
+	},
 	"quick": {
 		runs:   1,
 		rtts:   []time.Duration{10 * time.Millisecond, 100 * time.Millisecond},
@@ -66,6 +92,8 @@ var profiles = map[string]options{
 		},
 		bigSize:   32 << 20,
 		tree:      "/usr/local/go/src/regexp",
+		modules:   300,
+		docSize:   4 << 20,
 		timeout:   3 * time.Minute,
 		iperfTime: 4 * time.Second,
 	},
@@ -75,10 +103,15 @@ var profiles = map[string]options{
 		losses:    []float64{0, 0.01},
 		bigSize:   128 << 20,
 		tree:      "/usr/local/go/src/net",
+		modules:   300,
+		docSize:   4 << 20,
 		timeout:   20 * time.Minute,
 		iperfTime: 10 * time.Second,
 	},
 }
+
+// profileNames are the profiles from the shortest to the longest.
+var profileNames = []string{"smoke", "quick", "full"}
 
 func main() {
 	log.SetFlags(log.Ltime)
@@ -90,17 +123,17 @@ func main() {
 
 func parseFlags() (*options, error) {
 	var (
-		profile   = flag.String("profile", "quick", "`name` of the condition matrix: quick (about half an hour) or full (hours)")
-		runs      = flag.Int("runs", 0, "timed runs per cell, the report shows the median (default: 1 quick, 3 full)")
+		profile   = flag.String("profile", "quick", "`name` of the condition matrix: smoke (a few minutes), quick (about half an hour) or full (hours)")
+		runs      = flag.Int("runs", 0, "timed runs per cell, the report shows the median (default: 1 smoke and quick, 3 full)")
 		rate      = flag.String("rate", "100mbit", "link `rate` of each direction")
 		rtts      = flag.String("rtt", "", "comma-separated round trips, e.g. 0,10ms,100ms (default: the profile's)")
 		losses    = flag.String("loss", "", "comma-separated loss rates, e.g. 0,1% (default: the profile's)")
-		big       = flag.Int64("big", 0, "size of the big file in MiB (default: 32 quick, 128 full)")
+		big       = flag.Int64("big", 0, "size of the big file in MiB (default: 8 smoke, 32 quick, 128 full)")
 		tree      = flag.String("tree", "", "source `dir`ectory copied as the tree workloads' data (default: a Go source directory)")
 		systems   = flag.String("systems", "", "comma-separated systems to run (default: all): "+strings.Join(systemNames(), ","))
 		workloads = flag.String("workloads", "", "comma-separated workloads to run (default: all): "+strings.Join(workloadNames(), ","))
-		out       = flag.String("out", "", "report `file` (default: bench/REPORT.md in the repository)")
-		timeout   = flag.Duration("timeout", 0, "limit of one timed run (default: 3m quick, 20m full)")
+		out       = flag.String("out", "", "report `file` (default: bench/REPORT.md in the repository, bench/REPORT-smoke.md for -profile smoke)")
+		timeout   = flag.Duration("timeout", 0, "limit of one timed run (default: 90s smoke, 3m quick, 20m full)")
 		install   = flag.Bool("install", true, "install missing Debian packages with apt-get")
 		plots     = flag.Bool("plots", true, "draw PNG plots with python3 and matplotlib (installed from Debian if missing)")
 		keep      = flag.Bool("keep", false, "keep the work directory (data, logs, keys) instead of removing it")
@@ -115,7 +148,7 @@ func parseFlags() (*options, error) {
 	}
 	p, ok := profiles[*profile]
 	if !ok {
-		return nil, fmt.Errorf("unknown profile %q: want quick or full", *profile)
+		return nil, fmt.Errorf("unknown profile %q: want one of %s", *profile, strings.Join(profileNames, ","))
 	}
 	o := p
 	o.profile = *profile
@@ -201,7 +234,12 @@ func parseFlags() (*options, error) {
 	}
 	o.out = *out
 	if o.out == "" {
-		o.out = filepath.Join(o.root, "bench", "REPORT.md")
+		// A smoke run must not replace the report of a longer one.
+		name := "REPORT.md"
+		if o.profile == "smoke" {
+			name = "REPORT-smoke.md"
+		}
+		o.out = filepath.Join(o.root, "bench", name)
 	}
 	return &o, nil
 }

@@ -72,9 +72,11 @@ func (r *report) addCeiling(c condition, up, down float64, err error) {
 func (r *report) write(ctx context.Context, plots bool) error {
 	o := r.opts
 	dir := filepath.Dir(o.out)
-	plotDir := filepath.Join(dir, "plots")
+	plotDir := filepath.Join(dir, plotDirName(o.out))
 	var plotted map[string]string
-	if plots {
+	if plots && len(roundTrips(o.conds)) < 2 {
+		log.Printf("no plots: time against round trip needs two round trips or more")
+	} else if plots {
 		var err error
 		if plotted, err = r.plot(ctx, plotDir); err != nil {
 			log.Printf("no plots: %v", err)
@@ -93,14 +95,22 @@ func (r *report) write(ctx context.Context, plots bool) error {
 	p("- **Data:** a %d MiB file made of the files of %s concatenated (real data: sources and binaries); a copy of `%s` as the tree (%d files in %d directories, %.1f MB).\n",
 		r.data.bigSize>>20, r.data.bigFrom, r.data.treeFrom, r.data.treeFiles, r.data.treeDirs, float64(r.data.treeBytes)/1e6)
 	x := &r.data.extra
+	module := upgradeModule
+	if x.modDir != "" {
+		module = "the directory " + x.modDir + " of " + upgradeModule
+	}
 	upgrade := fmt.Sprintf("upgrade takes %s from %s (%d files) to %s (%d files; %d files differ or are only in one)",
-		upgradeModule, upgradeFrom, x.modFiles[0], upgradeTo, x.modFiles[1], x.modDiffer)
+		module, upgradeFrom, x.modFiles[0], upgradeTo, x.modFiles[1], x.modDiffer)
 	if x.modErr != nil {
 		upgrade = "upgrade has no data: " + x.modErr.Error()
 	}
 	p("- **Other data:** missing-name looks up `%s`; make-j2 builds a generated C project of %d modules; edit-save edits line %d of a %.1f MB document made of %s; %s.\n",
-		x.missing, cprojModules, x.docLine, float64(x.docBytes)/1e6, x.docFrom, upgrade)
-	p("- **Method:** wall time of the client command, the median of %d run(s), each into an empty destination and, for the mounts, from a fresh mount (cold cache; grep-warm times a second run on the mount). In parentheses: the ratio to the best peer in the column (the fastest system other than Ferry's). Bytes on the wire are whole IP packets counted by the emulator, for the median run.\n\n", o.runs)
+		x.missing, x.cprojModules, x.docLine, float64(x.docBytes)/1e6, x.docFrom, upgrade)
+	p("- **Method:** wall time of the client command, the median of %d run(s), each into an empty destination and, for the mounts, from a fresh mount (cold cache; grep-warm times a second run on the mount). In parentheses: the ratio to the best peer in the column (the fastest system other than Ferry's). Bytes on the wire are whole IP packets counted by the emulator, for the median run.\n", o.runs)
+	if o.note != "" {
+		p("- **Note:** %s\n", o.note)
+	}
+	p("\n")
 
 	conds := o.conds
 	header := func(first string) {
@@ -138,17 +148,16 @@ func (r *report) write(ctx context.Context, plots bool) error {
 		p("\n")
 	}
 
-	for _, w := range workloads {
-		var systems []string
-		for _, s := range systemNames() {
-			for _, c := range conds {
-				if _, ok := r.cells[cellKey{w.name, s, c}]; ok {
-					systems = append(systems, s)
-					break
-				}
-			}
+	// Every system run has a row in every table, also where it has no
+	// time: the row says why.
+	var systems []string
+	for _, s := range systemNames() {
+		if o.systems == nil || o.systems[s] {
+			systems = append(systems, s)
 		}
-		if len(systems) == 0 {
+	}
+	for _, w := range workloads {
+		if !slices.ContainsFunc(systems, func(s string) bool { return r.hasCells(w.name, s) }) {
 			continue
 		}
 		p("## %s: %s\n\n%s\n\n", w.name, w.title, w.desc)
@@ -172,13 +181,27 @@ func (r *report) write(ctx context.Context, plots bool) error {
 		header("system")
 		for _, s := range systems {
 			p("| %s |", s)
+			if long, short, ok := r.rowReason(w.name, s); ok {
+				// The same reason in every column: said once, in full.
+				for i := range conds {
+					if i == 0 {
+						p(" %s |", strings.ReplaceAll(long, "|", `\|`))
+					} else {
+						p(" %s |", short)
+					}
+				}
+				p("\n")
+				continue
+			}
 			for _, c := range conds {
 				x, ok := r.cells[cellKey{w.name, s, c}]
 				switch {
 				case !ok:
 					p(" – |")
 				case errors.Is(x.err, errNotApplicable):
-					p(" not applicable [%d] |", note(s+": "+strings.TrimPrefix(x.err.Error(), errNotApplicable.Error()+": ")))
+					p(" n/a [%d] |", note(s+": "+strings.TrimPrefix(x.err.Error(), errNotApplicable.Error()+": ")))
+				case errors.Is(x.err, errNotMeasured):
+					p(" not measured [%d] |", note(s+": "+x.err.Error()))
 				case errors.Is(x.err, errUnavailable):
 					p(" not yet available [%d] |", note(s+": "+x.err.Error()))
 				case errors.Is(x.err, errTimeout):
@@ -231,6 +254,61 @@ func (r *report) write(ctx context.Context, plots bool) error {
 		return err
 	}
 	return os.WriteFile(o.out, []byte(b.String()), 0o644)
+}
+
+// hasCells reports whether system has a result for workload under any
+// condition.
+func (r *report) hasCells(workload, system string) bool {
+	for _, c := range r.opts.conds {
+		if _, ok := r.cells[cellKey{workload, system, c}]; ok {
+			return true
+		}
+	}
+	return false
+}
+
+// rowReason returns what a row says when system has the same reason for
+// no time under every condition, that it is not applicable or not
+// measured: in full ("n/a: scp only copies") and short ("n/a"). ok is false
+// for a row with a time, another error, or reasons that differ.
+func (r *report) rowReason(workload, system string) (long, short string, ok bool) {
+	var msg string
+	for i, c := range r.opts.conds {
+		x, found := r.cells[cellKey{workload, system, c}]
+		if !found || !errors.Is(x.err, errNotApplicable) && !errors.Is(x.err, errNotMeasured) {
+			return "", "", false
+		}
+		if i > 0 && x.err.Error() != msg {
+			return "", "", false
+		}
+		msg = x.err.Error()
+	}
+	if why, isNA := strings.CutPrefix(msg, errNotApplicable.Error()+": "); isNA {
+		return "n/a: " + why, "n/a", true
+	}
+	return msg, errNotMeasured.Error(), msg != ""
+}
+
+// plotDirName is the directory, beside the report, of its plots: plots/
+// for REPORT.md, plots-NAME/ for REPORT-NAME.md or NAME.md, so that one
+// report's plots never replace another's.
+func plotDirName(report string) string {
+	base := strings.TrimSuffix(filepath.Base(report), filepath.Ext(report))
+	if base == "REPORT" {
+		return "plots"
+	}
+	return "plots-" + strings.TrimPrefix(base, "REPORT-")
+}
+
+// roundTrips returns the distinct round trips of conds.
+func roundTrips(conds []condition) []time.Duration {
+	var rtts []time.Duration
+	for _, c := range conds {
+		if !slices.Contains(rtts, c.RTT) {
+			rtts = append(rtts, c.RTT)
+		}
+	}
+	return rtts
 }
 
 func fmtSecs(d time.Duration) string {

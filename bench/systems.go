@@ -13,6 +13,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // A workload is one task timed for every system that can do it.
@@ -30,15 +32,15 @@ var workloads = []workload{
 	{"get-tree", "Copy the source tree from the server", "Downloads the tree into an empty local directory: `scp -r`, `rsync -a`, `cp -r` out of a fresh sshfs or Ferry mount, `ferry get`."},
 	{"put-tree", "Copy the source tree to the server", "Uploads the tree into an empty server directory: `scp -r`, `rsync -a`, `cp -r` into a fresh sshfs or Ferry mount, `ferry put`."},
 	{"find", "Walk the tree: find", "Lists every name in the tree: `find` on a fresh sshfs or Ferry mount, `rsync -r --list-only`, `ssh host find`, `ferry find`."},
-	{"ls-lR", "Walk the tree with attributes: ls -lR", "Lists every entry with its attributes: `ls -lR` on a fresh sshfs or Ferry mount, `ssh host ls -lR`, `ferry find -l`."},
+	{"ls-lR", "Walk the tree with attributes: ls -lR", "Lists every entry with its attributes: `ls -lR` on a fresh sshfs or Ferry mount, `rsync -r --list-only` (mode, size and time of each entry), `ssh host ls -lR`, `ferry find -l`."},
 	{"grep-r", "Search the tree: grep -r, cold", "Reads every file of the tree looking for a string that is not there: `grep -r` on a fresh sshfs or Ferry mount, and `ssh host grep -r`, which runs on the server and so moves no file data."},
 	{"missing-name", "Look up a name that does not exist", "Looks up a name that is not there in the tree's deepest directory and checks the answer is \"no such file\": `stat` on a fresh sshfs or Ferry mount, `rsync --list-only`, `ssh host test -e`, `ferry stat`."},
 	{"grep-warm", "Search the tree: grep -r, warm", "The same search as grep-r, timed the second time on the same mount (the first, cold one is not timed): `grep -r` on sshfs or a Ferry mount; `ssh host grep -r` runs on the server, where nothing is cold, and is there for reference."},
 	{"diff-r", "Compare the tree with a local copy: diff -r", "Compares the server's tree with an identical local copy, file by file, and checks they are found equal: `diff -r` between a fresh sshfs or Ferry mount and the local copy; `rsync -rn --checksum -i` from the local copy, which checksums on both ends and so moves no file data (its itemized output must be empty)."},
 	{"rm-tree", "Remove a tree", "Removes a copy of the tree made on the server before the run (untimed) and checks it is gone: `rm -r` on a fresh sshfs or Ferry mount, `ssh host rm -rf`, `ferry rm -r`."},
-	{"make-j2", "Compile a C project: make -j2", "Builds a C project of 300 small modules (a .c file and a header each, generated deterministically, plus main.c and a Makefile), copied to the server before the run (untimed), and checks the program it builds prints the right sum: `make -j2` on a fresh sshfs or Ferry mount (the compiler runs on the client), and `ssh host make -j2`, which builds on the server and moves no file data."},
-	{"edit-save", "Save a one-line edit of a large document", "A 4 MB text file (license texts and Go sources) is on the server; the client has a copy with one line in the middle changed and saves it over the server's, which is then checked byte for byte. On sshfs and a Ferry mount, as an editor saves: the file is read first (untimed, the editor opening it), then the timed save writes a temporary file beside it and renames it over the original. `rsync -a` of the edited file (its delta transfer sends only what changed), `scp`, `ferry put`. Upstream bytes are the point."},
-	{"upgrade", "Upgrade a source tree to the next version", "Version A of a real Go module (from the local module cache) is on the server; the client holds version B and updates the server's copy to it, which is then checked: every file of B must be there with B's content, and for rsync nothing else. `rsync -a --delete` (sends only differences, removes what B dropped), `scp -r` and `cp -r` on a fresh sshfs or Ferry mount (copy every file, leave what B dropped), `ferry put` of B over A (Ferry has no sync command yet: it sends every file and leaves what B dropped)."},
+	{"make-j2", "Compile a C project: make -j2", "Builds a C project of small modules (how many: see Other data above; a .c file and a header each, generated deterministically, plus main.c and a Makefile), copied to the server before the run (untimed), and checks the program it builds prints the right sum: `make -j2` on a fresh sshfs or Ferry mount (the compiler runs on the client), and `ssh host make -j2`, which builds on the server and moves no file data."},
+	{"edit-save", "Save a one-line edit of a large document", "A text file of a few MB (license texts and Go sources; its size is in Other data above) is on the server; the client has a copy with one line in the middle changed and saves it over the server's, which is then checked byte for byte. On sshfs and a Ferry mount, as an editor saves: the file is read first (untimed, the editor opening it), then the timed save writes a temporary file beside it and renames it over the original. `rsync -a` of the edited file (its delta transfer sends only what changed), `scp`, `ferry put`. Upstream bytes are the point."},
+	{"upgrade", "Upgrade a source tree to the next version", "Version A of a real Go module (from the local module cache), or of one directory of it, is on the server; the client holds version B and updates the server's copy to it, which is then checked: every file of B must be there with B's content, and for rsync nothing else. `rsync -a --delete` (sends only differences, removes what B dropped), `scp -r` and `cp -r` on a fresh sshfs or Ferry mount (copy every file, leave what B dropped), `ferry put` of B over A (Ferry has no sync command yet: it sends every file and leaves what B dropped)."},
 }
 
 // grepFor is a string no source file contains, so grep reads everything.
@@ -63,6 +65,11 @@ var errNotApplicable = errors.New("not applicable")
 // notApplicable returns an error wrapping errNotApplicable with the reason.
 func notApplicable(why string) error { return fmt.Errorf("%w: %s", errNotApplicable, why) }
 
+// errNotMeasured marks a system that could do a workload but that the
+// harness cannot run on this machine yet; the report says "not measured"
+// in its row, with the reason.
+var errNotMeasured = errors.New("not measured")
+
 // A system is one way to move or reach files over the link: a peer tool or
 // Ferry. The harness calls setup once per condition, then for each workload
 // script, and before every timed run reset; teardown last, also after a
@@ -74,9 +81,11 @@ type system interface {
 	// rows "not yet available"; any other error marks them failed.
 	setup(ctx context.Context, e *env) error
 	// script returns the shell script that performs w once in the client
-	// namespace. It returns "" and no error if the system has no way to
-	// do w (no row), and an error (possibly wrapping errUnavailable) for
-	// a row that says why it did not run.
+	// namespace, or an error that the report shows in w's row instead of a
+	// time: one wrapping errNotApplicable if the system has no way to do
+	// w, errNotMeasured or errUnavailable if it cannot run here or yet.
+	// It never returns "" and no error: every system has a row in every
+	// workload's table (TestEverySystemHasEveryRow).
 	script(w workload, e *env) (string, error)
 	// reset makes the next run cold (for example a fresh mount). It runs
 	// untimed before every run.
@@ -88,13 +97,13 @@ type system interface {
 
 func allSystems(h *harness) []system {
 	b := &ferryBuild{h: h}
-	return []system{sshSystem{"scp"}, sshSystem{"rsync"}, sshSystem{"ssh"}, &sshfs{}, &ferry{b: b}, &ferryMount{b: b}}
+	return []system{sshSystem{"scp"}, sshSystem{"rsync"}, sshSystem{"ssh"}, &sshfs{}, &ferry{b: b}, &ferryMount{b: b}, nfs{}}
 }
 
 // systemNames are the systems in the order of the report's rows. Every
 // system whose name starts with "ferry" is Ferry; the others are peers.
 func systemNames() []string {
-	return []string{"scp", "rsync", "ssh", "sshfs", "ferry", "ferry-mount"}
+	return []string{"scp", "rsync", "ssh", "sshfs", "ferry", "ferry-mount", "nfs"}
 }
 
 func isFerry(system string) bool { return strings.HasPrefix(system, "ferry") }
@@ -132,7 +141,9 @@ func (s sshSystem) script(w workload, e *env) (string, error) {
 		return fmt.Sprintf("rsync -a %s %s %s", rsh, remote(tree), q(e.out+"/")), nil
 	case "rsync put-tree":
 		return fmt.Sprintf("rsync -a %s %s %s", rsh, q(stree), remote(e.in+"/")), nil
-	case "rsync find":
+	case "rsync find", "rsync ls-lR":
+		// --list-only prints each entry's mode, size and mtime: rsync's
+		// listing with attributes.
 		return fmt.Sprintf("rsync -r --list-only %s %s >/dev/null", rsh, remote(tree+"/")), nil
 	case "ssh read-file":
 		return fmt.Sprintf("ssh %s bench cat %s >/dev/null", F, q(q(big))), nil
@@ -140,6 +151,12 @@ func (s sshSystem) script(w workload, e *env) (string, error) {
 		return fmt.Sprintf("ssh %s bench find %s >/dev/null", F, q(q(tree))), nil
 	case "ssh ls-lR":
 		return fmt.Sprintf("ssh %s bench ls -lR %s >/dev/null", F, q(q(tree))), nil
+	case "scp read-file", "rsync read-file":
+		return "", notApplicable(s.tool + " copies into files; `ssh host cat` is the ssh row")
+	case "ssh get-file", "ssh put-file", "ssh get-tree", "ssh put-tree":
+		return "", notApplicable("copying over ssh is what the scp and rsync rows measure")
+	case "scp find", "scp ls-lR":
+		return "", notApplicable("scp only copies; `ssh host find` and `ssh host ls -lR` are the ssh rows")
 	case "ssh grep-r", "ssh grep-warm":
 		return fmt.Sprintf("ssh %s bench grep -r %s %s >/dev/null; test $? -le 1", F, grepFor, q(q(tree))), nil
 
@@ -153,7 +170,7 @@ func (s sshSystem) script(w workload, e *env) (string, error) {
 	case "scp missing-name":
 		return "", notApplicable("scp only copies; `ssh host test -e` is the ssh row")
 
-	case "scp grep-warm", "rsync grep-warm":
+	case "scp grep-r", "rsync grep-r", "scp grep-warm", "rsync grep-warm":
 		return "", notApplicable(s.tool + " only copies; `ssh host grep -r` is the ssh row")
 
 	case "rsync diff-r":
@@ -189,7 +206,7 @@ func (s sshSystem) script(w workload, e *env) (string, error) {
 	case "ssh upgrade":
 		return "", notApplicable("ssh runs commands; copying over it is what scp and rsync do")
 	}
-	return "", nil
+	return "", fmt.Errorf("%w: the harness has no %s command for %s", errUnavailable, s.tool, w.name)
 }
 
 // sshfs mounts the server's tree over SFTP with default options, afresh
@@ -262,7 +279,7 @@ func mountScript(w workload, e *env) (string, error) {
 	case "upgrade":
 		return fmt.Sprintf("cp -r %s %s", q(x.modB), q(m+"/in/")), nil
 	}
-	return "", nil
+	return "", fmt.Errorf("%w: the harness has no mount command for %s", errUnavailable, w.name)
 }
 
 // mountWarmup returns the untimed script run on a mount after reset and
@@ -427,6 +444,7 @@ var ferryNeeds = map[string]string{
 // ferryNotApplicable says why the native client has no row for a workload
 // that the mount has.
 var ferryNotApplicable = map[string]string{
+	"grep-r":    "the native client has no search; the ferry-mount row is Ferry's",
 	"grep-warm": "the native client has no search and no cache; the ferry-mount row is Ferry's",
 	"diff-r":    "the native client has no compare command; the ferry-mount row is Ferry's",
 	"make-j2":   "the native client runs no commands on the server; the ferry-mount row is Ferry's",
@@ -448,7 +466,7 @@ func (f *ferry) script(w workload, e *env) (string, error) {
 	}
 	need, ok := ferryNeeds[w.name]
 	if !ok {
-		return "", nil
+		return "", fmt.Errorf("%w: the harness has no ferry command for %s", errUnavailable, w.name)
 	}
 	if err := f.b.need(need); err != nil {
 		return "", err
@@ -478,7 +496,7 @@ func (f *ferry) script(w workload, e *env) (string, error) {
 	case "upgrade":
 		return fmt.Sprintf("%s put %s %s", bin, q(e.h.data.extra.modB), remote(e, "/in")), nil
 	}
-	return "", nil
+	return "", fmt.Errorf("%w: the harness has no ferry command for %s", errUnavailable, w.name)
 }
 
 // ferryMount is Ferry through its FUSE adaptor: `ferry mount` of the
@@ -532,13 +550,51 @@ func (f *ferryMount) teardown(e *env) {
 
 func (f *ferryMount) script(w workload, e *env) (string, error) {
 	if err := f.b.need("mount"); err != nil {
-		// Say so in every row a mount would fill.
-		if sc, _ := mountScript(w, e); sc != "" {
-			return "", err
-		}
-		return "", nil
+		return "", err
 	}
 	return mountScript(w, e)
+}
+
+// nfs is the row of NFS (issue 3 names NFSv4 through nfs-ganesha). The
+// harness cannot run it yet, so every cell says why rather than the row
+// being left out.
+type nfs struct{}
+
+func (nfs) name() string                            { return "nfs" }
+func (nfs) setup(ctx context.Context, e *env) error { return nil }
+func (nfs) reset(ctx context.Context, e *env) error { return nil }
+func (nfs) teardown(e *env)                         {}
+
+func (nfs) script(w workload, e *env) (string, error) {
+	return "", fmt.Errorf("%w: %s", errNotMeasured, nfsWhy(kernelHasNFS()))
+}
+
+// nfsWhy says why NFS is not measured, given whether the kernel can mount
+// it: a user-space server alone would not do, since the mounts are the
+// client's.
+func nfsWhy(kernelNFS bool) string {
+	if !kernelNFS {
+		return "this kernel cannot mount NFS (no nfs in /proc/filesystems, no nfs module), and the harness has no user-space NFS client yet"
+	}
+	return "the harness does not start an NFS server (nfs-ganesha) yet"
+}
+
+// kernelHasNFS reports whether the kernel has an NFS client: listed in
+// /proc/filesystems, or as a module it can load.
+func kernelHasNFS() bool {
+	if b, err := os.ReadFile("/proc/filesystems"); err == nil {
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 0 && strings.HasPrefix(f[len(f)-1], "nfs") {
+				return true
+			}
+		}
+	}
+	var u unix.Utsname
+	if unix.Uname(&u) != nil {
+		return false
+	}
+	_, err := os.Stat(filepath.Join("/lib/modules", unix.ByteSliceToString(u.Release[:]), "kernel/fs/nfs"))
+	return err == nil
 }
 
 func firstLine(s string) string {
