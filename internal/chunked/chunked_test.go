@@ -34,7 +34,8 @@ import (
 // counts the bytes it sends (up) and receives (down), TLS included.
 type env struct {
 	dir      string
-	tree     *chunked.Tree
+	tree     *chunked.Tree // nil for a server that does not serve chunks.
+	srv      *server.Server
 	addr     string
 	key      ed25519.PrivateKey // The client's.
 	home     string
@@ -61,6 +62,18 @@ func (c countConn) Write(b []byte) (int, error) {
 
 func start(t *testing.T, oneWay time.Duration) *env {
 	t.Helper()
+	return startWith(t, oneWay, setup{})
+}
+
+// setup varies the server and the client of an env.
+type setup struct {
+	plain  bool // plain serves a local tree, without chunks.
+	noZstd bool // noZstd makes the server one without compression.
+	client func(*remote.Config)
+}
+
+func startWith(t *testing.T, oneWay time.Duration, su setup) *env {
+	t.Helper()
 	e := &env{dir: t.TempDir(), home: t.TempDir()}
 	skey, _, err := auth.LoadOrCreateKey(filepath.Join(e.home, auth.ServerKeyFile))
 	if err != nil {
@@ -70,15 +83,19 @@ func start(t *testing.T, oneWay time.Duration) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.tree, err = chunked.New(lt, "", 1<<20)
-	if err != nil {
-		t.Fatal(err)
+	var fs ferry.FS = lt
+	if !su.plain {
+		if e.tree, err = chunked.New(lt, "", 1<<20); err != nil {
+			t.Fatal(err)
+		}
+		fs = e.tree
 	}
 	az := &auth.Authorizer{KeysFile: filepath.Join(e.home, auth.AuthorizedKeysFile), TokensFile: filepath.Join(e.home, auth.TokensFile)}
-	srv, err := server.New(server.Config{FS: e.tree, Key: skey, Auth: az, Version: "test", Log: slog.New(slog.DiscardHandler)})
+	srv, err := server.New(server.Config{FS: fs, Key: skey, Auth: az, Version: "test", Log: slog.New(slog.DiscardHandler), NoZstd: su.noZstd})
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.srv = srv
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +103,15 @@ func start(t *testing.T, oneWay time.Duration) *env {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { srv.Serve(ctx, l, time.Second); close(done) }()
-	t.Cleanup(func() { cancel(); <-done; e.tree.Close() })
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		if e.tree != nil {
+			e.tree.Close()
+		} else {
+			lt.Close()
+		}
+	})
 	e.addr = l.Addr().String()
 	if oneWay > 0 {
 		e.addr = servertest.DelayProxy(t, e.addr, oneWay)
@@ -98,7 +123,7 @@ func start(t *testing.T, oneWay time.Duration) *env {
 	if err := az.Authorize(auth.Fingerprint(e.key.Public().(ed25519.PublicKey)), "tester"); err != nil {
 		t.Fatal(err)
 	}
-	e.c, err = remote.Dial(remote.Config{
+	cfg := remote.Config{
 		Addr: e.addr, Key: e.key,
 		Hosts: &auth.KnownHosts{File: filepath.Join(e.home, auth.KnownHostsFile)},
 		Dial: func(ctx context.Context, addr string) (net.Conn, error) {
@@ -108,7 +133,11 @@ func start(t *testing.T, oneWay time.Duration) *env {
 			}
 			return countConn{c, &e.up, &e.down}, nil
 		},
-	})
+	}
+	if su.client != nil {
+		su.client(&cfg)
+	}
+	e.c, err = remote.Dial(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,6 +54,20 @@
 //     fails the call with KindInvalid; a broken stream leaves the old file.
 //     With optimistic data for all new chunks a write costs one round trip
 //     plus the missing bytes; without, two.
+//   - A ChunkListReq may set inline_max: a file of at most that many bytes
+//     then comes whole in the first ChunkListReply (inline, data), so a
+//     client can ask for every file by chunks and still pay one round trip
+//     for a small one.
+//   - Compression (zstd, fastest level) is per message and negotiated per
+//     call: a client that can decompress says so (GetReq.zstd, the first
+//     ChunkReq's zstd, ChunkListReq.zstd) and the server then compresses
+//     each payload that shrinks, flagging it (Data.zstd, ChunkData.zstd,
+//     ChunkListReply.zstd); a server that accepts compressed uploads says so
+//     in its replies (DirReply.zstd, ChunkListReply.zstd_ok,
+//     ChunkPutReply.zstd_ok) and the client compresses from then on, on
+//     that connection (PutMsg.zstd, ChunkPutMsg.zstd). Peers without zstd
+//     never set the flags and so get and send plain bytes. Hashes are
+//     always of the uncompressed bytes.
 //
 // A call that fails returns a gRPC status whose code follows the error's
 // kind and whose single detail is an Error message with the ferry.Kind
@@ -69,3 +83,10 @@ const MaxData = 256 << 10
 // MaxRefs is the most chunk refs one ChunkRefs carries (about 36 KB), and
 // the most hashes one ChunkReq asks for.
 const MaxRefs = 1024
+
+// NoChunksOp is the op of the KindInvalid error with which a server refuses
+// the chunk calls when it does not serve chunks or cuts them differently:
+// a client that gets it falls back to Get and Put and stops asking. Other
+// KindInvalid errors of the chunk calls are about the request, not the
+// server.
+const NoChunksOp = "server.chunks"

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 
+	"google.golang.org/grpc"
+
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/chunk"
 	"github.com/ferryfs/ferry/internal/chunked"
@@ -17,8 +19,10 @@ type ChunkStats struct {
 	Chunks     int   // Chunks is the length of the file's chunk list.
 	Bytes      int64 // Bytes is the file's size.
 	SentChunks int   // SentChunks counts chunks whose bytes crossed the wire.
-	SentBytes  int64 // SentBytes is the chunk data that crossed the wire.
+	SentBytes  int64 // SentBytes is the chunk data that crossed the wire, uncompressed.
+	WireBytes  int64 // WireBytes is the chunk data as it crossed the wire, compressed where it shrank.
 	Optimistic int   // Optimistic counts chunks a put sent before being asked.
+	Inline     bool  // Inline says a small file came whole with its entry.
 }
 
 // GetChunked writes the content of the file at path to w and returns its
@@ -31,15 +35,52 @@ type ChunkStats struct {
 // with KindUnavailable and the caller may retry; w then holds a prefix.
 // Refs, if not nil, is called with the file's chunk list.
 func (c *Client) GetChunked(ctx context.Context, p string, cache *store.Cache, w io.Writer, refs func([]chunk.Ref)) (ferry.Dir, ChunkStats, error) {
+	return c.getChunked(ctx, p, cache, w, refs, 0)
+}
+
+// getChunked is GetChunked that asks the server to send a file of at most
+// inlineMax bytes whole with its entry, in one round trip.
+func (c *Client) getChunked(ctx context.Context, p string, cache *store.Cache, w io.Writer, refs func([]chunk.Ref), inlineMax int64) (ferry.Dir, ChunkStats, error) {
 	const op = "remote.GetChunked"
 	var stats ChunkStats
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	list, err := c.c.ChunkList(ctx, &proto.ChunkListReq{Path: p, ChunkVersion: chunk.Version})
+	list, err := c.bulk.ChunkList(ctx, &proto.ChunkListReq{Path: p, ChunkVersion: chunk.Version, InlineMax: inlineMax, Zstd: c.zip != nil})
 	if err != nil {
 		return nil, stats, c.fail(op, p, err)
 	}
-	rd, err := c.c.ReadChunks(ctx)
+	m0, err := list.Recv()
+	if err == io.EOF {
+		return nil, stats, ferry.E(op, p, ferry.KindInvalid, "the server sent no chunk list")
+	}
+	if err != nil {
+		return nil, stats, c.fail(op, p, err)
+	}
+	if m0.Dir == nil {
+		return nil, stats, ferry.E(op, p, ferry.KindInvalid, "the chunk list came without the file's entry")
+	}
+	if m0.ZstdOk {
+		c.zstdOK.Store(true)
+	}
+	d := proto.ToDir(m0.Dir)
+	if m0.Inline {
+		data, err := c.unzip(op, p, m0.Data, m0.Zstd, nil)
+		if err != nil {
+			return nil, stats, err
+		}
+		if int64(len(data)) != d.Size() {
+			return nil, stats, ferry.E(op, p, ferry.KindInvalid, "inline data does not match the entry's size")
+		}
+		if _, err := w.Write(data); err != nil {
+			return nil, stats, ferry.E(op, p, err)
+		}
+		stats.Inline, stats.Bytes, stats.SentBytes, stats.WireBytes = true, int64(len(data)), int64(len(data)), int64(len(m0.Data))
+		return d, stats, nil
+	}
+	// The stream for the chunks opens only now: the requests could not
+	// leave before the list arrives anyway, and a small file that came
+	// inline never opens it.
+	rd, err := c.bulk.ReadChunks(ctx)
 	if err != nil {
 		return nil, stats, c.fail(op, p, err)
 	}
@@ -51,30 +92,13 @@ func (c *Client) GetChunked(ctx context.Context, p string, cache *store.Cache, w
 		fromWire bool
 	}
 	queue := make(chan item, 1<<16)
-	dirc := make(chan ferry.Dir, 1)
 	listErr := make(chan error, 1)
 	go func() {
 		defer close(queue)
 		var all []chunk.Ref
 		var off int64
-		first := true
+		m := m0
 		for {
-			m, err := list.Recv()
-			if err == io.EOF {
-				break
-			}
-			if err != nil {
-				listErr <- c.fail(op, p, err)
-				return
-			}
-			if first {
-				if m.Dir == nil {
-					listErr <- ferry.E(op, p, ferry.KindInvalid, "the chunk list came without the file's entry")
-					return
-				}
-				dirc <- proto.ToDir(m.Dir)
-				first = false
-			}
 			hs, sizes, err := chunked.UnpackRefs(m.Refs)
 			if err != nil {
 				listErr <- err
@@ -82,7 +106,7 @@ func (c *Client) GetChunked(ctx context.Context, p string, cache *store.Cache, w
 			}
 			req := &proto.ChunkReq{}
 			if off == 0 {
-				req.Path = p
+				req.Path, req.Zstd = p, c.zip != nil
 			}
 			var items []item
 			for i, h := range hs {
@@ -107,22 +131,22 @@ func (c *Client) GetChunked(ctx context.Context, p string, cache *store.Cache, w
 					return
 				}
 			}
+			if m, err = list.Recv(); err == io.EOF {
+				break
+			}
+			if err != nil {
+				listErr <- c.fail(op, p, err)
+				return
+			}
 		}
 		rd.CloseSend()
-		if first {
-			listErr <- ferry.E(op, p, ferry.KindInvalid, "the server sent no chunk list")
-			return
-		}
 		if refs != nil {
 			refs(all)
 		}
 		listErr <- nil
 	}()
-	var d ferry.Dir
+	var zbuf []byte
 	for it := range queue {
-		if d == nil {
-			d = <-dirc
-		}
 		var data []byte
 		if it.fromWire {
 			m, err := rd.Recv()
@@ -135,12 +159,18 @@ func (c *Client) GetChunked(ctx context.Context, p string, cache *store.Cache, w
 			if m.Missing {
 				return nil, stats, ferry.E(op, p, ferry.KindUnavailable, "the file changed during the transfer")
 			}
-			if h, _ := chunk.FromBytes(m.Hash); h != it.ref.Hash || len(m.Data) != it.ref.Len || chunk.Sum(m.Data) != it.ref.Hash {
+			if data, err = c.unzip(op, p, m.Data, m.Zstd, zbuf); err != nil {
+				return nil, stats, err
+			}
+			if m.Zstd {
+				zbuf = data
+			}
+			if h, _ := chunk.FromBytes(m.Hash); h != it.ref.Hash || len(data) != it.ref.Len || chunk.Sum(data) != it.ref.Hash {
 				return nil, stats, ferry.E(op, p, ferry.KindIO, "the server sent a chunk that does not match its hash")
 			}
-			data = m.Data
 			stats.SentChunks++
 			stats.SentBytes += int64(len(data))
+			stats.WireBytes += int64(len(m.Data))
 			if cache != nil {
 				cache.Put(it.ref.Hash, data)
 			}
@@ -159,13 +189,25 @@ func (c *Client) GetChunked(ctx context.Context, p string, cache *store.Cache, w
 	if err := <-listErr; err != nil {
 		return nil, stats, err
 	}
-	if d == nil {
-		d = <-dirc
-	}
 	if stats.Bytes != d.Size() {
 		return nil, stats, ferry.E(op, p, ferry.KindUnavailable, "the file changed during the transfer")
 	}
 	return d, stats, nil
+}
+
+// unzip returns data, decompressed into buf if compressed says it is.
+func (c *Client) unzip(op, p string, data []byte, compressed bool, buf []byte) ([]byte, error) {
+	if !compressed {
+		return data, nil
+	}
+	if c.zip == nil {
+		return nil, ferry.E(op, p, ferry.KindInvalid, "the server sent compressed data unasked")
+	}
+	out, err := c.zip.Decompress(buf, data)
+	if err != nil {
+		return nil, ferry.E(op, p, ferry.KindIO, err)
+	}
+	return out, nil
 }
 
 // PutChunked replaces the file at path atomically with the size bytes of
@@ -178,11 +220,17 @@ func (c *Client) GetChunked(ctx context.Context, p string, cache *store.Cache, w
 // (to chunk it, and for each chunk sent); if it changes in between, the put
 // fails with KindUnavailable and the server keeps the old file.
 func (c *Client) PutChunked(ctx context.Context, p string, d ferry.Dir, src io.ReaderAt, size int64, known func(chunk.Hash) bool) (ferry.Dir, ChunkStats, error) {
+	return c.putChunked(ctx, p, d, src, size, known, nil)
+}
+
+// putChunked is PutChunked that calls keep, if not nil, with each distinct
+// chunk as it is cut (the bytes are valid only during the call).
+func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.ReaderAt, size int64, known func(chunk.Hash) bool, keep func(chunk.Hash, []byte), opts ...grpc.CallOption) (ferry.Dir, ChunkStats, error) {
 	const op = "remote.PutChunked"
 	var stats ChunkStats
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := c.c.PutChunked(ctx)
+	st, err := c.bulk.PutChunked(ctx, opts...)
 	if err != nil {
 		return nil, stats, c.fail(op, p, err)
 	}
@@ -195,10 +243,24 @@ func (c *Client) PutChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 	// sendErr notes that the stream broke; the server's answer (from Recv
 	// below) says why.
 	var sendErr error
+	var zbuf []byte
 	send := func(m *proto.ChunkPutMsg) {
 		if sendErr == nil {
 			sendErr = st.Send(m)
 		}
+	}
+	sendChunk := func(h chunk.Hash, data []byte) {
+		m := &proto.ChunkPutMsg{Hash: h[:], Data: data}
+		if c.zip != nil && c.zstdOK.Load() {
+			// zbuf is reused: Send has copied the message out.
+			if m.Data, m.Zstd = c.zip.Compress(zbuf, data); m.Zstd {
+				zbuf = m.Data
+			}
+		}
+		send(m)
+		stats.SentChunks++
+		stats.SentBytes += int64(len(data))
+		stats.WireBytes += int64(len(m.Data))
 	}
 	flush := func() {
 		if len(pending) > 0 || m.Path != "" {
@@ -207,18 +269,21 @@ func (c *Client) PutChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 			m, pending = &proto.ChunkPutMsg{}, pending[:0]
 		}
 	}
+	seen := map[chunk.Hash]bool{}
 	err = chunk.Refs(io.NewSectionReader(src, 0, size), chunk.Default, func(r chunk.Ref, data []byte) error {
 		refs = append(refs, r)
 		pending = append(pending, r)
 		stats.Chunks++
 		stats.Bytes += int64(r.Len)
+		if keep != nil && !seen[r.Hash] {
+			seen[r.Hash] = true
+			keep(r.Hash, data)
+		}
 		if known != nil && !known(r.Hash) && !sent[r.Hash] {
 			flush()
 			sent[r.Hash] = true
-			send(&proto.ChunkPutMsg{Hash: r.Hash[:], Data: data})
-			stats.SentChunks++
+			sendChunk(r.Hash, data)
 			stats.Optimistic++
-			stats.SentBytes += int64(r.Len)
 		} else if len(pending) == proto.MaxRefs {
 			flush()
 		}
@@ -240,6 +305,9 @@ func (c *Client) PutChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 				err = ferry.E(op, p, ferry.KindUnavailable, "the server ended the put without an answer")
 			}
 			return nil, stats, c.fail(op, p, err)
+		}
+		if r.ZstdOk {
+			c.zstdOK.Store(true)
 		}
 		if r.Dir != nil {
 			st.CloseSend()
@@ -264,9 +332,7 @@ func (c *Client) PutChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 			if chunk.Sum(b) != ref.Hash {
 				return nil, stats, ferry.E(op, p, ferry.KindUnavailable, "the source changed during the put")
 			}
-			send(&proto.ChunkPutMsg{Hash: ref.Hash[:], Data: b})
-			stats.SentChunks++
-			stats.SentBytes += int64(ref.Len)
+			sendChunk(ref.Hash, b)
 		}
 		if r.NeedEnd {
 			st.CloseSend()

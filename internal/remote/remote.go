@@ -28,7 +28,9 @@ import (
 	"github.com/ferryfs/ferry/internal/auth"
 	"github.com/ferryfs/ferry/internal/ctl"
 	"github.com/ferryfs/ferry/internal/proto"
+	"github.com/ferryfs/ferry/internal/store"
 	"github.com/ferryfs/ferry/internal/transport"
+	"github.com/ferryfs/ferry/internal/zwire"
 )
 
 // Config says how to reach and authenticate to a server.
@@ -47,6 +49,18 @@ type Config struct {
 	// ResumeFor is how long a Get interrupted by a broken connection keeps
 	// trying to resume where it stopped; 0 means DefaultResumeFor.
 	ResumeFor time.Duration
+	// Cache, if not nil, is the chunk cache of whole-file Gets: a Get of
+	// a whole file of more than ChunkMin bytes fetches only the chunks the
+	// cache lacks, and Puts add their chunks to it. The Client closes it
+	// in Close only if CloseCache is set.
+	Cache      *store.Cache
+	CloseCache bool
+	// ChunkMin is the least size of a file that Put and Get move by
+	// chunks; 0 means DefaultChunkMin, < 0 never.
+	ChunkMin int64
+	// NoZstd turns off compression on the wire, for tests and for links
+	// fast enough that the CPU is the bottleneck.
+	NoZstd bool
 }
 
 // DefaultResumeFor is how long an interrupted Get tries to resume: long
@@ -65,6 +79,19 @@ type Client struct {
 	addr           string
 	resumeFor      time.Duration
 	handshakeErr   atomic.Pointer[error]
+
+	cache      *store.Cache
+	closeCache bool
+	chunkMin   int64
+	// zip is nil if the Client does not compress.
+	zip *zwire.Codec
+	// zstdOK is set once the server said it accepts compressed data: a
+	// server without zstd never says so and gets plain bytes.
+	zstdOK atomic.Bool
+	// noChunks is set once the server said it does not serve chunks, so
+	// that later transfers do not ask again.
+	noChunks atomic.Bool
+	traffic  traffic
 }
 
 var (
@@ -125,6 +152,13 @@ func Dial(cfg Config) (*Client, error) {
 	if c.resumeFor <= 0 {
 		c.resumeFor = DefaultResumeFor
 	}
+	c.cache, c.closeCache, c.chunkMin = cfg.Cache, cfg.CloseCache, cfg.ChunkMin
+	if c.chunkMin == 0 {
+		c.chunkMin = DefaultChunkMin
+	}
+	if !cfg.NoZstd {
+		c.zip = zwire.New(proto.MaxData)
+	}
 	var err2 error
 	c.conn, err = grpc.NewClient("passthrough:///"+cfg.Addr, opts...)
 	if err == nil {
@@ -166,8 +200,18 @@ func (t token) GetRequestMetadata(context.Context, ...string) (map[string]string
 
 func (t token) RequireTransportSecurity() bool { return true }
 
-// Close closes the connections; calls in flight fail.
-func (c *Client) Close() error { return errors.Join(c.conn.Close(), c.bulkConn.Close()) }
+// Close closes the connections, and the cache if the Client owns it;
+// calls in flight fail.
+func (c *Client) Close() error {
+	err := errors.Join(c.conn.Close(), c.bulkConn.Close())
+	if c.zip != nil {
+		c.zip.Close()
+	}
+	if c.cache != nil && c.closeCache {
+		err = errors.Join(err, c.cache.Close())
+	}
+	return err
+}
 
 // Addr returns the server's address.
 func (c *Client) Addr() string { return c.addr }
@@ -195,15 +239,29 @@ func (c *Client) emptyCall(op, p string, call func() (*proto.Empty, error)) *fer
 // Stat implements ferry.Tree.
 func (c *Client) Stat(ctx context.Context, p string) *ferry.Future[ferry.Dir] {
 	return c.dirCall("remote.Stat", p, func() (*proto.DirReply, error) {
-		return c.c.Stat(ctx, &proto.PathReq{Path: p})
+		r, err := c.c.Stat(ctx, &proto.PathReq{Path: p})
+		if err == nil && r.Zstd {
+			c.zstdOK.Store(true)
+		}
+		return r, err
 	})
 }
 
 // Get implements ferry.Tree. The call starts at once; Read delivers its
 // data as it arrives. If the connection breaks, Read resumes the transfer
 // where it stopped once the client has reconnected, for up to ResumeFor,
-// without fetching again what arrived.
+// without fetching again what arrived. A Get of a whole file, by a Client
+// with a Cache, fetches by chunks only what the cache lacks (see
+// getByChunks).
 func (c *Client) Get(ctx context.Context, p string, off, count int64) io.ReadCloser {
+	if off == 0 && count < 0 && c.cache != nil && c.chunkMin >= 0 && !c.noChunks.Load() && p != ferry.CtlPath {
+		return c.getByChunks(ctx, p)
+	}
+	return c.getStream(ctx, p, off, count)
+}
+
+// getStream is a plain Get: one streamed call for the bytes.
+func (c *Client) getStream(ctx context.Context, p string, off, count int64) io.ReadCloser {
 	ctx, cancel := context.WithCancel(ctx)
 	r := &reader{c: c, ctx: ctx, cancel: cancel, path: p, off: off, left: count, stopResume: func() {}}
 	r.start(ctx)
@@ -219,6 +277,7 @@ type reader struct {
 	left   int64 // Bytes still wanted; < 0 to the end.
 	st     *ferry.Future[grpc.ServerStreamingClient[proto.Data]]
 	buf    []byte
+	zbuf   []byte // Holds decompressed data; buf points into it.
 	err    error
 	resume time.Time // When resuming gives up; zero until the first break.
 	// stopResume releases the deadline of the current resumed call.
@@ -226,7 +285,7 @@ type reader struct {
 }
 
 func (r *reader) start(ctx context.Context, opts ...grpc.CallOption) {
-	req := &proto.GetReq{Path: r.path, Offset: r.off, Count: r.left}
+	req := &proto.GetReq{Path: r.path, Offset: r.off, Count: r.left, Zstd: r.c.zip != nil}
 	r.st = ferry.Go(func() (grpc.ServerStreamingClient[proto.Data], error) {
 		return r.c.bulk.Get(ctx, req, opts...)
 	})
@@ -245,8 +304,21 @@ func (r *reader) Read(b []byte) (int, error) {
 		if err == nil {
 			var m *proto.Data
 			if m, err = st.Recv(); err == nil {
+				r.c.traffic.getWire.Add(int64(len(m.Data)))
 				r.buf = m.Data
-				continue
+				if m.Zstd {
+					if r.c.zip == nil {
+						err = ferry.E("remote.Get", r.path, ferry.KindInvalid, "the server sent compressed data unasked")
+					} else if r.buf, err = r.c.zip.Decompress(r.zbuf, m.Data); err == nil {
+						r.zbuf = r.buf
+					}
+				}
+				if err == nil {
+					r.c.traffic.getBytes.Add(int64(len(r.buf)))
+					continue
+				}
+				r.buf, r.err = nil, err
+				break
 			}
 		}
 		if err == io.EOF {
@@ -306,6 +378,12 @@ func (c *Client) Put(ctx context.Context, p string, d ferry.Dir, off int64, data
 				}
 				if err != nil {
 					return nil, ferry.E("remote.Put", p, err)
+				}
+				if ra, ok := data.(io.ReaderAt); ok && c.chunkable(p, d, end-start) {
+					dir, err, done := c.putByChunks(ctx, p, d, io.NewSectionReader(ra, start, end-start), end-start)
+					if done {
+						return dir, err
+					}
 				}
 				if end-start >= ResumableSize {
 					return c.putResumable(ctx, p, d, rs, start)
@@ -376,10 +454,19 @@ func (c *Client) putStream(ctx context.Context, p string, d ferry.Dir, off int64
 	}
 	if data != nil {
 		buf := make([]byte, proto.MaxData)
+		var zbuf []byte
 		for {
 			n, rerr := io.ReadFull(data, buf)
 			if n > 0 {
 				m.Data = buf[:n]
+				if c.zip != nil && c.zstdOK.Load() {
+					// zbuf is reused: Send has copied the message out.
+					if m.Data, m.Zstd = c.zip.Compress(zbuf, buf[:n]); m.Zstd {
+						zbuf = m.Data
+					}
+				}
+				c.traffic.putBytes.Add(int64(n))
+				c.traffic.putWire.Add(int64(len(m.Data)))
 				if err := st.Send(m); err != nil {
 					break // The server's reply says why.
 				}
@@ -401,6 +488,9 @@ func (c *Client) putStream(ctx context.Context, p string, d ferry.Dir, off int64
 	r, err := st.CloseAndRecv()
 	if err != nil {
 		return nil, c.fail(op, p, err)
+	}
+	if r.Zstd {
+		c.zstdOK.Store(true)
 	}
 	return proto.ToDir(r.Dir), nil
 }

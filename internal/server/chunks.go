@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"errors"
 	"io"
 
 	"google.golang.org/grpc"
@@ -10,6 +11,7 @@ import (
 	"github.com/ferryfs/ferry/internal/chunk"
 	"github.com/ferryfs/ferry/internal/chunked"
 	"github.com/ferryfs/ferry/internal/proto"
+	"github.com/ferryfs/ferry/internal/store"
 )
 
 // ChunkFS is a tree that serves and accepts files by content-defined
@@ -25,34 +27,68 @@ type ChunkFS interface {
 var _ ChunkFS = (*chunked.Tree)(nil)
 
 // chunkFS returns the served tree's chunk interface, or an error if it has
-// none or cuts chunks differently from the client.
-func (h *handler) chunkFS(op string, version int32) (ChunkFS, error) {
+// none or cuts chunks differently from the client. Both errors have the op
+// proto.NoChunksOp, which tells the client to stop asking.
+func (h *handler) chunkFS(version int32) (ChunkFS, error) {
 	cfs, ok := h.s.cfg.FS.(ChunkFS)
 	if !ok {
-		return nil, ferry.E(op, "", ferry.KindInvalid, "this server does not serve chunks")
+		return nil, ferry.E(proto.NoChunksOp, "", ferry.KindInvalid, "this server does not serve chunks")
 	}
 	if version != chunk.Version {
-		return nil, ferry.E(op, "", ferry.KindInvalid, "chunking scheme mismatch")
+		return nil, ferry.E(proto.NoChunksOp, "", ferry.KindInvalid, "chunking scheme mismatch")
 	}
 	return cfs, nil
+}
+
+// Indexer is a tree with a chunk index whose statistics the control file
+// and the metrics report, and which the "reindex" command rebuilds.
+type Indexer interface {
+	Index() *store.Index
+	Rebuild(ctx context.Context) (files, failed int, err error)
+}
+
+var _ Indexer = (*chunked.Tree)(nil)
+
+// errInline stops a chunk list whose file is sent inline.
+var errInline = errors.New("inline")
+
+// inline reads the whole small file at p (at most max bytes) for a
+// ChunkListReply.
+func (h *handler) inline(ctx context.Context, p string, max int64) ([]byte, error) {
+	rd := h.s.fs.Get(ctx, p, 0, max+1)
+	defer rd.Close()
+	b, err := io.ReadAll(rd)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, ferry.E("server.ChunkList", p, ferry.KindUnavailable, "the file grew while it was read")
+	}
+	return b, nil
 }
 
 // ChunkList streams the file's entry, then its chunk list in pieces of at
 // most proto.MaxRefs.
 func (h *handler) ChunkList(r *proto.ChunkListReq, st grpc.ServerStreamingServer[proto.ChunkListReply]) error {
-	cfs, err := h.chunkFS("server.ChunkList", r.ChunkVersion)
+	cfs, err := h.chunkFS(r.ChunkVersion)
 	if err != nil {
 		return h.done(opChunkList, err)
 	}
 	var d ferry.Dir
 	var batch []chunk.Ref
 	flush := func() error {
-		m := &proto.ChunkListReply{Dir: proto.FromDir(d), Refs: chunked.PackRefs(batch)}
+		m := &proto.ChunkListReply{Dir: proto.FromDir(d), Refs: chunked.PackRefs(batch), ZstdOk: d != nil && h.s.zstd}
 		d, batch = nil, batch[:0]
 		return st.Send(m)
 	}
 	err = cfs.ChunkList(st.Context(), r.Path,
-		func(dir ferry.Dir) error { d = dir; return nil },
+		func(dir ferry.Dir) error {
+			d = dir
+			if r.InlineMax > 0 && dir.Size() <= r.InlineMax {
+				return errInline
+			}
+			return nil
+		},
 		func(ref chunk.Ref) error {
 			batch = append(batch, ref)
 			if len(batch) == proto.MaxRefs {
@@ -60,6 +96,18 @@ func (h *handler) ChunkList(r *proto.ChunkListReq, st grpc.ServerStreamingServer
 			}
 			return nil
 		})
+	if err == errInline {
+		var data []byte
+		if data, err = h.inline(st.Context(), r.Path, r.InlineMax); err == nil {
+			d.SetInt(ferry.AttrSize, int64(len(data)))
+			m := &proto.ChunkListReply{Dir: proto.FromDir(d), Inline: true, Data: data, ZstdOk: h.s.zstd}
+			if r.Zstd && h.s.zstd {
+				m.Data, m.Zstd = h.s.zip.Compress(nil, data)
+			}
+			err = st.Send(m)
+		}
+		return h.done(opChunkList, err)
+	}
 	if err == nil && (len(batch) > 0 || d != nil) {
 		err = flush()
 	}
@@ -68,15 +116,15 @@ func (h *handler) ChunkList(r *proto.ChunkListReq, st grpc.ServerStreamingServer
 
 // ReadChunks answers each requested hash in order, as requests arrive.
 func (h *handler) ReadChunks(st grpc.BidiStreamingServer[proto.ChunkReq, proto.ChunkData]) error {
-	const op = "server.ReadChunks"
-	cfs, err := h.chunkFS(op, chunk.Version)
+	cfs, err := h.chunkFS(chunk.Version)
 	if err != nil {
 		return h.done(opReadChunks, err)
 	}
 	ctx := st.Context()
 	prefer := ""
-	var buf []byte
-	for {
+	var buf, zbuf []byte
+	zip := false
+	for first := true; ; first = false {
 		r, err := st.Recv()
 		if err == io.EOF {
 			return h.done(opReadChunks, nil)
@@ -86,6 +134,9 @@ func (h *handler) ReadChunks(st grpc.BidiStreamingServer[proto.ChunkReq, proto.C
 		}
 		if r.Path != "" {
 			prefer = r.Path
+		}
+		if first {
+			zip = r.Zstd && h.s.zstd
 		}
 		hs, err := chunked.UnpackHashes(r.Hashes)
 		if err != nil {
@@ -97,6 +148,13 @@ func (h *handler) ReadChunks(st grpc.BidiStreamingServer[proto.ChunkReq, proto.C
 			switch {
 			case err == nil:
 				m.Data, buf = b, b
+				if zip {
+					// zbuf is reused: Send has copied the last message out.
+					m.Data, m.Zstd = h.s.zip.Compress(zbuf, b)
+					if m.Zstd {
+						zbuf = m.Data
+					}
+				}
 			case ferry.IsKind(err, ferry.KindNotExist):
 				m.Missing = true
 			default:
@@ -124,7 +182,7 @@ func (h *handler) putChunked(st grpc.BidiStreamingServer[proto.ChunkPutMsg, prot
 	if err != nil {
 		return err
 	}
-	cfs, err := h.chunkFS(op, first.ChunkVersion)
+	cfs, err := h.chunkFS(first.ChunkVersion)
 	if err != nil {
 		return err
 	}
@@ -138,6 +196,7 @@ func (h *handler) putChunked(st grpc.BidiStreamingServer[proto.ChunkPutMsg, prot
 	}
 	defer u.Abort()
 	m := first
+	var zbuf []byte
 	for {
 		if m.Refs != nil {
 			hs, sizes, err := chunked.UnpackRefs(m.Refs)
@@ -153,7 +212,17 @@ func (h *handler) putChunked(st grpc.BidiStreamingServer[proto.ChunkPutMsg, prot
 			if err != nil {
 				return ferry.E(op, first.Path, ferry.KindInvalid, err)
 			}
-			if err := u.Write(hash, m.Data); err != nil {
+			data := m.Data
+			if m.Zstd {
+				if !h.s.zstd {
+					return ferry.E(op, first.Path, ferry.KindInvalid, "compressed data refused")
+				}
+				if data, err = h.s.zip.Decompress(zbuf, m.Data); err != nil {
+					return ferry.E(op, first.Path, ferry.KindInvalid, err)
+				}
+				zbuf = data
+			}
+			if err := u.Write(hash, data); err != nil {
 				return err
 			}
 		}
@@ -164,7 +233,7 @@ func (h *handler) putChunked(st grpc.BidiStreamingServer[proto.ChunkPutMsg, prot
 			}
 			for len(need) > 0 || !u.Complete() {
 				n := min(len(need), 16<<10)
-				r := &proto.ChunkPutReply{Need: make([]uint32, n), NeedEnd: n == len(need)}
+				r := &proto.ChunkPutReply{Need: make([]uint32, n), NeedEnd: n == len(need), ZstdOk: h.s.zstd}
 				for i, x := range need[:n] {
 					r.Need[i] = uint32(x)
 				}
@@ -182,7 +251,7 @@ func (h *handler) putChunked(st grpc.BidiStreamingServer[proto.ChunkPutMsg, prot
 			if err != nil {
 				return err
 			}
-			return st.Send(&proto.ChunkPutReply{Dir: proto.FromDir(d), NeedEnd: true})
+			return st.Send(&proto.ChunkPutReply{Dir: proto.FromDir(d), NeedEnd: true, ZstdOk: h.s.zstd})
 		}
 		m, err = st.Recv()
 		if err == io.EOF {

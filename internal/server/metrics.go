@@ -26,11 +26,19 @@ var (
 	descConnRx  = prometheus.NewDesc("ferry_conn_received_bytes_total", "Bytes a connection received.", connLabels, nil)
 	descConnRe  = prometheus.NewDesc("ferry_conn_retransmits_total", "Segments a connection retransmitted.", connLabels, nil)
 	descConnCC  = prometheus.NewDesc("ferry_conn_info", "A connection's congestion controller, as a label.", append(connLabels, "congestion"), nil)
+	descZstd    = prometheus.NewDesc("ferry_zstd_bytes_total", "Payload bytes that zstd shrank, before and after compression.", []string{"stage"}, nil)
+	descZSkip   = prometheus.NewDesc("ferry_zstd_skipped_total", "Payloads sent uncompressed because they did not shrink.", nil, nil)
+	descIxSize  = prometheus.NewDesc("ferry_chunk_index_chunks", "Chunk entries in the chunk index.", nil, nil)
+	descIxMax   = prometheus.NewDesc("ferry_chunk_index_max_chunks", "The chunk index's bound, in chunk entries.", nil, nil)
+	descIxFiles = prometheus.NewDesc("ferry_chunk_index_files", "Files in the chunk index.", nil, nil)
+	descIxDone  = prometheus.NewDesc("ferry_chunk_index_indexed_total", "Files chunked and indexed.", nil, nil)
+	descIxLook  = prometheus.NewDesc("ferry_chunk_index_lookups_total", "Chunk reads through the index, by result (hit, miss, stale).", []string{"result"}, nil)
 )
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCalls, descErrors, descBytes, descRAHeld, descRACanc,
-		descConnRA, descConnRTT, descConnBW, descConnTx, descConnRx, descConnRe, descConnCC} {
+		descConnRA, descConnRTT, descConnBW, descConnTx, descConnRx, descConnRe, descConnCC,
+		descZstd, descZSkip, descIxSize, descIxMax, descIxFiles, descIxDone, descIxLook} {
 		ch <- d
 	}
 }
@@ -46,6 +54,20 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	held, cancelled := s.ReadAhead()
 	ch <- prometheus.MustNewConstMetric(descRAHeld, prometheus.GaugeValue, float64(held))
 	ch <- prometheus.MustNewConstMetric(descRACanc, prometheus.CounterValue, float64(cancelled))
+	z := s.zip.Stats()
+	ch <- prometheus.MustNewConstMetric(descZstd, prometheus.CounterValue, float64(z.In), "in")
+	ch <- prometheus.MustNewConstMetric(descZstd, prometheus.CounterValue, float64(z.Out), "out")
+	ch <- prometheus.MustNewConstMetric(descZSkip, prometheus.CounterValue, float64(z.Skipped))
+	if x, ok := s.cfg.FS.(Indexer); ok {
+		st := x.Index().Stats()
+		ch <- prometheus.MustNewConstMetric(descIxSize, prometheus.GaugeValue, float64(st.Chunks))
+		ch <- prometheus.MustNewConstMetric(descIxMax, prometheus.GaugeValue, float64(st.MaxChunks))
+		ch <- prometheus.MustNewConstMetric(descIxFiles, prometheus.GaugeValue, float64(st.Files))
+		ch <- prometheus.MustNewConstMetric(descIxDone, prometheus.CounterValue, float64(st.Indexed))
+		ch <- prometheus.MustNewConstMetric(descIxLook, prometheus.CounterValue, float64(st.Hits), "hit")
+		ch <- prometheus.MustNewConstMetric(descIxLook, prometheus.CounterValue, float64(st.Misses), "miss")
+		ch <- prometheus.MustNewConstMetric(descIxLook, prometheus.CounterValue, float64(st.Stale), "stale")
+	}
 	for _, cn := range s.connections() {
 		cn.mu.Lock()
 		labels := []string{cn.addr, cn.user}

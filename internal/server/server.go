@@ -6,7 +6,8 @@
 // server serves a control file (ferry.CtlPath) reporting its version,
 // uptime, counters and connections (each client keeps two: one for bulk
 // data, one for the rest) with their users and the kernel's measurements,
-// and taking the commands "debug on|off".
+// and, when the tree keeps a chunk index (Indexer), the index's size and hit
+// counts, and taking the commands "debug on|off" and "reindex".
 // If the tree it serves is a ferry.Watcher, clients can watch it.
 package server
 
@@ -37,6 +38,7 @@ import (
 	"github.com/ferryfs/ferry/internal/ctl"
 	"github.com/ferryfs/ferry/internal/proto"
 	"github.com/ferryfs/ferry/internal/transport"
+	"github.com/ferryfs/ferry/internal/zwire"
 )
 
 // Config says what a Server serves and to whom.
@@ -56,6 +58,9 @@ type Config struct {
 	// be outside the served tree. If empty, the server makes a temporary
 	// one and removes it when Serve returns.
 	StagingDir string
+	// NoZstd turns compression on the wire off: the server then neither
+	// compresses nor accepts compressed data, as a server that predates it.
+	NoZstd bool
 }
 
 // DefaultReadAheadBudget is the server's read-ahead memory by default.
@@ -83,6 +88,13 @@ type Server struct {
 	cancelledReads atomic.Int64
 	bytesIn        atomic.Int64
 	bytesOut       atomic.Int64
+	// zip compresses and decompresses payloads for the clients that can.
+	zip *zwire.Codec
+	// zstd says whether the server compresses and accepts compressed data.
+	zstd bool
+
+	rebuildMu sync.Mutex
+	rebuild   string // The state of the last index rebuild, for the control file.
 }
 
 // conn is one client connection.
@@ -128,7 +140,8 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ReadAheadBudget <= 0 {
 		cfg.ReadAheadBudget = DefaultReadAheadBudget
 	}
-	s := &Server{cfg: cfg, start: time.Now(), conns: map[*conn]struct{}{}, raw: map[string]net.Conn{}, budget: newBudget(cfg.ReadAheadBudget)}
+	s := &Server{cfg: cfg, start: time.Now(), conns: map[*conn]struct{}{}, raw: map[string]net.Conn{}, budget: newBudget(cfg.ReadAheadBudget),
+		zip: zwire.New(proto.MaxData), zstd: !cfg.NoZstd}
 	if cfg.StagingDir == "" {
 		dir, err := os.MkdirTemp("", "ferry-uploads-")
 		if err != nil {
@@ -374,6 +387,18 @@ func (s *Server) Status(context.Context) string {
 	fmt.Fprintf(&b, "uploads.active: %d\nuploads.resumed: %d\n", len(s.uploads.active), s.uploads.resumed)
 	s.uploads.mu.Unlock()
 	fmt.Fprintf(&b, "bytes.in: %d\nbytes.out: %d\n", s.bytesIn.Load(), s.bytesOut.Load())
+	z := s.zip.Stats()
+	fmt.Fprintf(&b, "zstd.in: %d\nzstd.out: %d\nzstd.skipped: %d\nzstd.inflated: %d\n", z.In, z.Out, z.Skipped, z.Inflated)
+	if x, ok := s.cfg.FS.(Indexer); ok {
+		st := x.Index().Stats()
+		fmt.Fprintf(&b, "index.chunks: %d of %d\nindex.files: %d\nindex.indexed: %d\n", st.Chunks, st.MaxChunks, st.Files, st.Indexed)
+		fmt.Fprintf(&b, "index.hits: %d\nindex.misses: %d\nindex.stale: %d\n", st.Hits, st.Misses, st.Stale)
+		s.rebuildMu.Lock()
+		if s.rebuild != "" {
+			fmt.Fprintf(&b, "index.rebuild: %s\n", s.rebuild)
+		}
+		s.rebuildMu.Unlock()
+	}
 	return b.String()
 }
 
@@ -410,8 +435,44 @@ func (s *Server) Command(_ context.Context, args []string) error {
 		}
 		s.cfg.Log.Info("debug " + args[1])
 		return nil
+	case len(args) == 1 && args[0] == "reindex":
+		return s.Reindex()
 	}
-	return ferry.E(op, "", ferry.KindInvalid, fmt.Sprintf("unknown command %q (known: debug on|off, pass CMD)", strings.Join(args, " ")))
+	return ferry.E(op, "", ferry.KindInvalid, fmt.Sprintf("unknown command %q (known: debug on|off, reindex, pass CMD)", strings.Join(args, " ")))
+}
+
+// Reindex starts rebuilding the served tree's chunk index in the
+// background; the control file's index.rebuild says how it went. It fails
+// with KindInvalid if the tree keeps no index and with KindExist if a
+// rebuild is running. A rebuild is never needed for correctness (every
+// chunk is checked against its hash before it is used), only to recover
+// the bandwidth savings after the index was lost or damaged.
+func (s *Server) Reindex() error {
+	const op = "server.Reindex"
+	x, ok := s.cfg.FS.(Indexer)
+	if !ok {
+		return ferry.E(op, "", ferry.KindInvalid, "this server keeps no chunk index")
+	}
+	s.rebuildMu.Lock()
+	defer s.rebuildMu.Unlock()
+	if s.rebuild == "running" {
+		return ferry.E(op, "", ferry.KindExist, "a rebuild is running")
+	}
+	s.rebuild = "running"
+	s.cfg.Log.Info("rebuilding the chunk index")
+	go func() {
+		t0 := time.Now()
+		files, failed, err := x.Rebuild(context.Background())
+		st := fmt.Sprintf("done files=%d failed=%d took=%s", files, failed, time.Since(t0).Round(time.Millisecond))
+		if err != nil {
+			st = fmt.Sprintf("failed files=%d failed=%d: %v", files, failed, err)
+		}
+		s.cfg.Log.Info("chunk index rebuilt", "files", files, "failed", failed, "err", err)
+		s.rebuildMu.Lock()
+		s.rebuild = st
+		s.rebuildMu.Unlock()
+	}()
+	return nil
 }
 
 // handler implements the gRPC service over s.fs.
@@ -432,7 +493,7 @@ func (h *handler) done(op int, err error) error {
 
 func (h *handler) Stat(ctx context.Context, r *proto.PathReq) (*proto.DirReply, error) {
 	d, err := h.s.fs.Stat(ctx, r.Path).Wait()
-	return &proto.DirReply{Dir: proto.FromDir(d)}, h.done(opStat, err)
+	return &proto.DirReply{Dir: proto.FromDir(d), Zstd: h.s.zstd}, h.done(opStat, err)
 }
 
 func (h *handler) Get(r *proto.GetReq, st grpc.ServerStreamingServer[proto.Data]) error {
@@ -440,6 +501,7 @@ func (h *handler) Get(r *proto.GetReq, st grpc.ServerStreamingServer[proto.Data]
 	defer cancel()
 	rd := h.s.fs.Get(ctx, r.Path, r.Offset, r.Count)
 	defer rd.Close()
+	var zbuf []byte
 	c, _ := ctx.Value(connKey{}).(*conn)
 	ra := startReadAhead(ctx, rd, c, h.s.budget, &h.s.cancelledReads)
 	defer func() {
@@ -452,7 +514,14 @@ func (h *handler) Get(r *proto.GetReq, st grpc.ServerStreamingServer[proto.Data]
 			return h.done(opGet, ferry.E("server.Get", r.Path, ferry.KindCanceled, ctx.Err()))
 		}
 		if len(p.data) > 0 {
-			if err := st.Send(&proto.Data{Data: p.data}); err != nil {
+			m := &proto.Data{Data: p.data}
+			if r.Zstd && h.s.zstd {
+				// zbuf is reused: Send has copied the last message out.
+				if m.Data, m.Zstd = h.s.zip.Compress(zbuf, p.data); m.Zstd {
+					zbuf = m.Data
+				}
+			}
+			if err := st.Send(m); err != nil {
 				return h.done(opGet, err)
 			}
 		}
@@ -463,6 +532,23 @@ func (h *handler) Get(r *proto.GetReq, st grpc.ServerStreamingServer[proto.Data]
 			return h.done(opGet, p.err)
 		}
 	}
+}
+
+// putData returns the data of a PutMsg, decompressed into *buf if it came
+// compressed.
+func (h *handler) putData(m *proto.PutMsg, buf *[]byte) ([]byte, error) {
+	if !m.Zstd {
+		return m.Data, nil
+	}
+	if !h.s.zstd {
+		return nil, ferry.E("server.Put", m.Path, ferry.KindInvalid, "compressed data refused")
+	}
+	data, err := h.s.zip.Decompress(*buf, m.Data)
+	if err != nil {
+		return nil, ferry.E("server.Put", m.Path, ferry.KindInvalid, err)
+	}
+	*buf = data
+	return data, nil
 }
 
 // errPutDone tells a Put's pipe writer that the tree stopped reading.
@@ -491,14 +577,24 @@ func (h *handler) Put(st grpc.ClientStreamingServer[proto.PutMsg, proto.DirReply
 		<-fut.Done()
 		pr.CloseWithError(errPutDone)
 	}()
-	data := first.Data
+	var zbuf []byte
+	m := first
 	for {
+		// The pipe's Write returns once the tree has taken the bytes, so
+		// zbuf can be reused.
+		data, err := h.putData(m, &zbuf)
+		if err != nil {
+			cancel()
+			pw.CloseWithError(err)
+			fut.Wait()
+			return h.done(opPut, err)
+		}
 		if len(data) > 0 {
 			if _, err := pw.Write(data); err != nil {
 				break // The tree stopped reading: its result says why.
 			}
 		}
-		m, err := st.Recv()
+		m, err = st.Recv()
 		if err == io.EOF {
 			pw.Close()
 			break
@@ -509,13 +605,12 @@ func (h *handler) Put(st grpc.ClientStreamingServer[proto.PutMsg, proto.DirReply
 			fut.Wait()
 			return h.done(opPut, err)
 		}
-		data = m.Data
 	}
 	d, err := fut.Wait()
 	if err != nil {
 		return h.done(opPut, err)
 	}
-	return h.done(opPut, st.SendAndClose(&proto.DirReply{Dir: proto.FromDir(d)}))
+	return h.done(opPut, st.SendAndClose(&proto.DirReply{Dir: proto.FromDir(d), Zstd: h.s.zstd}))
 }
 
 func (h *handler) Move(ctx context.Context, r *proto.MoveReq) (*proto.DirReply, error) {

@@ -216,8 +216,15 @@ func (h *handler) putUpload(first *proto.PutMsg, st grpc.ClientStreamingServer[p
 		return h.done(opPut, err)
 	}
 	size := first.ResumeAt
-	data := first.Data
+	var zbuf []byte
+	m := first
 	for {
+		data, err := h.putData(m, &zbuf)
+		if err != nil {
+			f.Close()
+			h.s.uploads.release(key, up, size)
+			return h.done(opPut, err)
+		}
 		if len(data) > 0 {
 			n, err := f.WriteAt(data, size)
 			size += int64(n)
@@ -227,7 +234,7 @@ func (h *handler) putUpload(first *proto.PutMsg, st grpc.ClientStreamingServer[p
 				return h.done(opPut, ferry.E(op, first.Path, ferry.KindIO, err))
 			}
 		}
-		m, err := st.Recv()
+		m, err = st.Recv()
 		if err == io.EOF {
 			break
 		}
@@ -237,7 +244,6 @@ func (h *handler) putUpload(first *proto.PutMsg, st grpc.ClientStreamingServer[p
 			h.s.uploads.release(key, up, size)
 			return h.done(opPut, err)
 		}
-		data = m.Data
 	}
 	if err := f.Close(); err != nil {
 		h.s.uploads.release(key, up, size)
@@ -263,7 +269,7 @@ func (h *handler) putUpload(first *proto.PutMsg, st grpc.ClientStreamingServer[p
 		return h.done(opPut, err)
 	}
 	h.s.uploads.commit(key, up, d)
-	return h.done(opPut, st.SendAndClose(&proto.DirReply{Dir: proto.FromDir(d)}))
+	return h.done(opPut, st.SendAndClose(&proto.DirReply{Dir: proto.FromDir(d), Zstd: h.s.zstd}))
 }
 
 // forget drops the record of the upload key.
