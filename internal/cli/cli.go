@@ -5,6 +5,8 @@ package cli
 import (
 	"context"
 	"crypto/ed25519"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -25,6 +27,7 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/auth"
+	"github.com/ferryfs/ferry/internal/chunked"
 	"github.com/ferryfs/ferry/internal/local"
 	"github.com/ferryfs/ferry/internal/netem/netemcmd"
 	"github.com/ferryfs/ferry/internal/remote"
@@ -68,9 +71,9 @@ Keys and lists live in $FERRY_HOME (default ~/.config/ferry).`,
 	root.PersistentFlags().String("token", "", "bearer token to present instead of the client key (or $FERRY_TOKEN)")
 	root.AddCommand(
 		serveCmd(),
-		findCmd(), lsCmd(), statCmd(), catCmd(),
-		getCmd(), putCmd(), rmCmd(), mvCmd(), ctlCmd(),
-		mountCmd(), umountCmd(),
+		findCmd(), lsCmd(), statCmd(), cacheFlags(catCmd()),
+		cacheFlags(getCmd()), cacheFlags(putCmd()), rmCmd(), mvCmd(), ctlCmd(),
+		cacheFlags(mountCmd()), umountCmd(),
 		keyCmd(), authorizeCmd(), tokenCmd(),
 		netemcmd.Command(),
 	)
@@ -81,6 +84,7 @@ func serveCmd() *cobra.Command {
 	var listen, metrics string
 	var grace time.Duration
 	var noSelf bool
+	var ix indexOpts
 	c := &cobra.Command{
 		Use:   "serve DIR",
 		Short: "Serve the directory DIR",
@@ -96,16 +100,29 @@ machine work together out of the box (--no-self turns that off).
 It stops gracefully on SIGINT or SIGTERM: calls in flight get --grace to end.
 
 With --metrics ADDR it also serves Prometheus metrics over plain HTTP at
-ADDR/metrics: calls, bytes, read-ahead, and each connection's round trip,
-delivery rate, congestion controller and retransmissions.
+ADDR/metrics: calls, bytes, read-ahead, the chunk index, compression, and
+each connection's round trip, delivery rate, congestion controller and
+retransmissions.
+
+Files are served and accepted by content-defined chunks, so that a client
+sends and fetches only the chunks the other side lacks. The chunk index
+lives in --index (default $FERRY_HOME/index/NAME-HASH, one per served
+directory) and holds at most --index-max chunks (about 100 bytes each), the
+least recently used files dropped first. It is never trusted: every chunk
+is hashed again before it is used, so files changed directly in DIR are
+served correctly, and a lost or stale index costs bandwidth only. --reindex
+(or writing "reindex" to the control file) rebuilds it in the background.
 
 Limitations: all admitted users have the server process's rights on DIR;
 a real file named Ctl at the top of DIR is shadowed by the control file.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return serve(cmd.Context(), args[0], listen, metrics, grace, !noSelf, cmd.ErrOrStderr())
+			return serve(cmd.Context(), args[0], listen, metrics, grace, !noSelf, ix, cmd.ErrOrStderr())
 		},
 	}
+	c.Flags().StringVar(&ix.dir, "index", "", "directory of the chunk index (default $FERRY_HOME/index/NAME-HASH)")
+	c.Flags().Int64Var(&ix.max, "index-max", defaultIndexMax, "the most chunks the index holds")
+	c.Flags().BoolVar(&ix.rebuild, "reindex", false, "rebuild the chunk index in the background on start")
 	c.Flags().StringVar(&listen, "listen", ":"+DefaultPort, "address to listen on")
 	c.Flags().DurationVar(&grace, "grace", 10*time.Second, "how long calls in flight may take to finish on stop")
 	c.Flags().BoolVar(&noSelf, "no-self", false, "do not admit the client key of the user running the server")
@@ -113,7 +130,30 @@ a real file named Ctl at the top of DIR is shadowed by the control file.`,
 	return c
 }
 
-func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration, self bool, stderr io.Writer) error {
+// indexOpts are serve's chunk index flags.
+type indexOpts struct {
+	dir     string
+	max     int64
+	rebuild bool
+}
+
+// defaultIndexMax bounds the chunk index by default: 4 Mi chunks cover
+// about 32 GiB of files at the average chunk of 8 KiB, in a few hundred MB
+// of index.
+const defaultIndexMax = 4 << 20
+
+// indexDir returns the default index directory of the served directory
+// dir: one per absolute path, so two served trees never share one.
+func indexDir(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", ferry.E("serve", dir, ferry.KindInvalid, err)
+	}
+	sum := sha256.Sum256([]byte(abs))
+	return filepath.Join(auth.Home(), "index", filepath.Base(abs)+"-"+hex.EncodeToString(sum[:8])), nil
+}
+
+func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration, self bool, ix indexOpts, stderr io.Writer) error {
 	home := auth.Home()
 	key, created, err := auth.LoadOrCreateKey(filepath.Join(home, auth.ServerKeyFile))
 	if err != nil {
@@ -132,9 +172,24 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 			return err
 		}
 	}
-	tree, err := local.New(dir)
+	lt, err := local.New(dir)
 	if err != nil {
 		return err
+	}
+	if ix.dir == "" {
+		if ix.dir, err = indexDir(dir); err != nil {
+			lt.Close()
+			return err
+		}
+	}
+	if err := os.MkdirAll(ix.dir, 0o700); err != nil {
+		lt.Close()
+		return ferry.E("serve", ix.dir, err)
+	}
+	tree, err := chunked.New(lt, ix.dir, ix.max)
+	if err != nil {
+		lt.Close()
+		return ferry.E("serve", ix.dir, ferry.KindOf(err), fmt.Errorf("chunk index: %w (is another server using it? see --index)", err))
 	}
 	defer tree.Close()
 	level := new(slog.LevelVar)
@@ -142,6 +197,11 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 	srv, err := server.New(server.Config{FS: tree, Key: key, Auth: az, Version: Version, Log: log, Level: level})
 	if err != nil {
 		return err
+	}
+	if ix.rebuild {
+		if err := srv.Reindex(); err != nil {
+			return err
+		}
 	}
 	l, err := transport.Listen(ctx, listen)
 	if err != nil {
@@ -166,7 +226,7 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 		defer hs.Close()
 		fmt.Fprintf(stderr, "ferry: metrics on http://%s/metrics\n", ml.Addr())
 	}
-	fmt.Fprintf(stderr, "ferry: serving %s on %s\nferry: %s %s\n", dir, l.Addr(), what, auth.Fingerprint(key.Public().(ed25519.PublicKey)))
+	fmt.Fprintf(stderr, "ferry: serving %s on %s (chunk index in %s)\nferry: %s %s\n", dir, l.Addr(), ix.dir, what, auth.Fingerprint(key.Public().(ed25519.PublicKey)))
 	err = srv.Serve(ctx, l, grace)
 	fmt.Fprintln(stderr, "ferry: stopped")
 	return err
@@ -203,7 +263,13 @@ func dial(cmd *cobra.Command, addr string) (*remote.Client, error) {
 		}
 		cfg.Key = key
 	}
-	return remote.Dial(cfg)
+	cfg.Cache = openCache(cmd, addr)
+	cfg.CloseCache = true
+	c, err := remote.Dial(cfg)
+	if err != nil && cfg.Cache != nil {
+		cfg.Cache.Close()
+	}
+	return c, err
 }
 
 // withRemote parses a target, dials it and runs fn.

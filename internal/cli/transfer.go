@@ -3,6 +3,7 @@ package cli
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"io/fs"
 	"os"
@@ -28,9 +29,12 @@ func getCmd() *cobra.Command {
 		Short: "Download a file or a whole tree in one request",
 		Long: `Get copies the file or tree at PATH to LOCAL (default "."). If LOCAL is an
 existing directory the copy is made inside it under PATH's name. A tree is
-one FindGet request that streams every entry and its data; each file is
-written to a temporary name and renamed into place when complete, so an
-interrupted get leaves no half-written file. Modes and times are kept.`,
+one FindGet request that streams every entry and its data; with the chunk
+cache, files above the chunk threshold are left out of it and fetched
+beside it, up to 8 at a time, each by its chunks. Each file is written to a
+temporary name and renamed into place when complete, so an interrupted get
+leaves no half-written file. Modes and times are kept. The summary line
+says how many bytes crossed the wire for how many bytes of files.`,
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			dst := "."
@@ -38,14 +42,32 @@ interrupted get leaves no half-written file. Modes and times are kept.`,
 				dst = args[1]
 			}
 			return withRemote(cmd, args[0], func(ctx context.Context, c *remote.Client, t Target) error {
-				return get(ctx, c, t.Path, dst, newProgress(cmd.ErrOrStderr(), "get", -1), cmd.ErrOrStderr())
+				var split int64
+				if c.HasCache() {
+					split = remote.DefaultChunkMin
+				}
+				before := c.Traffic()
+				err := getSplit(ctx, c, t.Path, dst, split, newProgress(cmd.ErrOrStderr(), "get", -1), cmd.ErrOrStderr())
+				summary(cmd.ErrOrStderr(), "got", c.Traffic().Sub(before))
+				return err
 			})
 		},
 	}
 }
 
-// get downloads the tree at p from f into dst.
-func get(ctx context.Context, f ferry.Finder, p, dst string, prog *progress, errOut io.Writer) error {
+// getParallel bounds the files fetched by chunks at once in a tree
+// download: each costs a few round trips, so several in flight hide them.
+const getParallel = 8
+
+// get downloads the tree at p from f into dst in one FindGet stream.
+func get(ctx context.Context, f ferry.FS, p, dst string, prog *progress, errOut io.Writer) error {
+	return getSplit(ctx, f, p, dst, 0, prog, errOut)
+}
+
+// getSplit is get that, if split > 0, fetches files larger than split
+// bytes each by a whole-file Get (which moves them by chunks through the
+// client's cache) rather than in the FindGet stream.
+func getSplit(ctx context.Context, f ferry.FS, p, dst string, split int64, prog *progress, errOut io.Writer) error {
 	defer prog.Finish()
 	if fi, err := os.Stat(dst); err == nil && fi.IsDir() {
 		name := path.Base(p)
@@ -61,7 +83,14 @@ func get(ctx context.Context, f ferry.Finder, p, dst string, prog *progress, err
 	}
 	defer root.Close()
 	w := &treeWriter{root: root, base: filepath.Base(dst), src: p, errs: errorList{w: errOut}}
-	s := f.FindGet(ctx, p, "")
+	pred := ""
+	var big *ferry.Stream[ferry.Entry]
+	if split > 0 {
+		pred = fmt.Sprintf("type!=f | size<=%d", split)
+		big = f.Find(ctx, p, fmt.Sprintf("type=f & size>%d", split))
+		defer big.Close()
+	}
+	s := f.FindGet(ctx, p, pred)
 	for e := range s.All() {
 		if err := w.entry(e); err != nil {
 			s.Close()
@@ -73,6 +102,15 @@ func get(ctx context.Context, f ferry.Finder, p, dst string, prog *progress, err
 	if err := s.Err(); err != nil {
 		w.abort()
 		return err
+	}
+	if err := w.closeFile(); err != nil {
+		return err
+	}
+	if big != nil {
+		// Every directory exists now: fetch the large files into them.
+		if err := w.fetchAll(ctx, f, big, prog); err != nil {
+			return err
+		}
 	}
 	if err := w.finish(); err != nil {
 		return err
@@ -162,14 +200,96 @@ func (w *treeWriter) closeFile() error {
 		w.root.Remove(tempFor(rel))
 		return err
 	}
+	return w.install(rel, w.cur)
+}
+
+// install gives the received temporary file of rel the mode and time of d
+// and renames it into place.
+func (w *treeWriter) install(rel string, d ferry.Dir) error {
 	tmp := tempFor(rel)
-	if err := w.root.Chmod(tmp, w.cur.Mode()); err != nil {
+	if err := w.root.Chmod(tmp, d.Mode()); err != nil {
 		return err
 	}
-	if err := w.root.Chtimes(tmp, w.cur.Mtime(), w.cur.Mtime()); err != nil {
+	if err := w.root.Chtimes(tmp, d.Mtime(), d.Mtime()); err != nil {
 		return err
 	}
 	return w.root.Rename(tmp, rel)
+}
+
+// fetchAll fetches the files that s lists, getParallel at a time, each by
+// a whole-file Get. Errors of single files are reported and the others go
+// on; a failed listing stops it.
+func (w *treeWriter) fetchAll(ctx context.Context, t ferry.Tree, s *ferry.Stream[ferry.Entry], prog *progress) error {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, getParallel)
+	for e := range s.All() {
+		if e.Err != nil {
+			mu.Lock()
+			w.errs.add(e.Err)
+			mu.Unlock()
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			err := w.fetch(ctx, t, e.Dir, prog)
+			mu.Lock()
+			w.errs.add(err)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return s.Err()
+}
+
+// fetch gets the file d into its place below the root.
+func (w *treeWriter) fetch(ctx context.Context, t ferry.Tree, d ferry.Dir, prog *progress) error {
+	rel, err := w.rel(d.Path())
+	if err != nil {
+		return err
+	}
+	f, err := w.root.OpenFile(tempFor(rel), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	r := t.Get(ctx, d.Path(), 0, -1)
+	_, err = io.Copy(f, prog.Reader(r))
+	r.Close()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		w.root.Remove(tempFor(rel))
+		return err
+	}
+	return w.install(rel, d)
+}
+
+// summary prints what a transfer moved: the files' bytes and what crossed
+// the wire for them, after chunking and compression.
+func summary(w io.Writer, verb string, tr remote.Traffic) {
+	files, wire := tr.GetBytes+tr.PutBytes, tr.GetWire+tr.PutWire
+	saved := 0.0
+	if files > 0 {
+		saved = 100 * float64(files-wire) / float64(files)
+	}
+	fmt.Fprintf(w, "ferry: %s %s of files, %s on the wire (%.1f%% saved)\n", verb, sizeString(files), sizeString(wire), saved)
+}
+
+// sizeString formats n bytes for people.
+func sizeString(n int64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1f GiB", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20))
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1f KiB", float64(n)/(1<<10))
+	}
+	return fmt.Sprintf("%d B", n)
 }
 
 func (w *treeWriter) finish() error {
@@ -217,7 +337,10 @@ hard links are copied as separate files.`,
 				if d, err := c.Stat(ctx, dst).Wait(); err == nil && d.IsDir() {
 					dst = path.Join(dst, filepath.Base(filepath.Clean(args[0])))
 				}
-				return put(ctx, c, args[0], dst, cmd.ErrOrStderr())
+				before := c.Traffic()
+				err := put(ctx, c, args[0], dst, cmd.ErrOrStderr())
+				summary(cmd.ErrOrStderr(), "put", c.Traffic().Sub(before))
+				return err
 			})
 		},
 	}
@@ -325,6 +448,52 @@ func putOne(ctx context.Context, t ferry.Tree, e localEntry, prog *progress) err
 		return err
 	}
 	defer f.Close()
-	_, err = t.Put(ctx, e.dst, e.d, ferry.Whole, prog.Reader(f)).Wait()
+	_, err = t.Put(ctx, e.dst, e.d, ferry.Whole, &progressFile{f: f, p: prog}).Wait()
 	return err
+}
+
+// progressFile is a local file being put that counts toward the progress
+// the furthest byte read, by Read or by ReadAt. It reads at offsets and
+// seeks, so that the remote client can put it by chunks (which reads it
+// twice, at offsets) and resume it; a byte read twice counts once.
+type progressFile struct {
+	f        *os.File
+	p        *progress
+	mu       sync.Mutex
+	pos      int64 // The offset of the next Read.
+	furthest int64
+}
+
+func (r *progressFile) reached(end int64) {
+	if end > r.furthest {
+		r.p.Add(end - r.furthest)
+		r.furthest = end
+	}
+}
+
+func (r *progressFile) Read(b []byte) (int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n, err := r.f.Read(b)
+	r.pos += int64(n)
+	r.reached(r.pos)
+	return n, err
+}
+
+func (r *progressFile) ReadAt(b []byte, off int64) (int, error) {
+	n, err := r.f.ReadAt(b, off)
+	r.mu.Lock()
+	r.reached(off + int64(n))
+	r.mu.Unlock()
+	return n, err
+}
+
+func (r *progressFile) Seek(off int64, whence int) (int64, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	pos, err := r.f.Seek(off, whence)
+	if err == nil {
+		r.pos = pos
+	}
+	return pos, err
 }

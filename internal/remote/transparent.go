@@ -207,3 +207,13 @@ func (r *pipeReader) Close() error {
 	r.cancel()
 	return r.PipeReader.Close()
 }
+
+// Sub returns the traffic since before.
+func (t Traffic) Sub(before Traffic) Traffic {
+	return Traffic{GetBytes: t.GetBytes - before.GetBytes, GetWire: t.GetWire - before.GetWire,
+		PutBytes: t.PutBytes - before.PutBytes, PutWire: t.PutWire - before.PutWire}
+}
+
+// HasCache reports whether the Client has a chunk cache, so that whole-file
+// Gets move by chunks.
+func (c *Client) HasCache() bool { return c.cache != nil }

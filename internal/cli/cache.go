@@ -1,0 +1,75 @@
+package cli
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/ferryfs/ferry/internal/auth"
+	"github.com/ferryfs/ferry/internal/remote"
+	"github.com/ferryfs/ferry/internal/store"
+)
+
+// defaultCacheMax bounds the client chunk cache by default.
+const defaultCacheMax = 1 << 30
+
+// cacheFlags gives a command that moves whole files the chunk cache flags
+// and returns it; dial opens the cache of commands that have them.
+func cacheFlags(c *cobra.Command) *cobra.Command {
+	c.Flags().String("cache", "", "directory of the chunk cache (default $FERRY_HOME/cache/HOST_PORT)")
+	c.Flags().Bool("no-cache", false, "use no chunk cache: fetch whole files every time")
+	c.Flags().Int64("cache-max", defaultCacheMax, "the most bytes of chunks the cache holds")
+	c.Long += `
+
+Whole files above ` + fmt.Sprint(remote.DefaultChunkMin>>10) + ` KiB move by content-defined chunks: only
+the chunks the other side lacks cross the wire. Chunks fetched and sent are
+kept in a cache (--cache, one per server by default, at most --cache-max
+bytes, least recently used dropped first); every cached chunk is hashed
+again before use. A second ferry process using the same cache (a mount and
+a get) goes on without one.`
+	return c
+}
+
+// cacheDir returns the default chunk cache of the server at addr: one per
+// server, since what the cache holds is also what the client believes that
+// server holds.
+func cacheDir(addr string) string {
+	name := strings.Map(func(r rune) rune {
+		if r == ':' || r == '[' || r == ']' || r == '/' || r == '%' {
+			return '_'
+		}
+		return r
+	}, addr)
+	return filepath.Join(auth.Home(), "cache", name)
+}
+
+// openCache opens the chunk cache cmd's flags name for the server at addr,
+// or returns nil if the command has none, it is turned off, or it cannot be
+// opened (pebble locks it, so a second process sharing one gets none): the
+// transfer then works without it, and says so.
+func openCache(cmd *cobra.Command, addr string) *store.Cache {
+	if cmd.Flags().Lookup("cache") == nil {
+		return nil
+	}
+	if off, _ := cmd.Flags().GetBool("no-cache"); off {
+		return nil
+	}
+	dir, _ := cmd.Flags().GetString("cache")
+	if dir == "" {
+		dir = cacheDir(addr)
+	}
+	max, _ := cmd.Flags().GetInt64("cache-max")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "ferry: no chunk cache: %v\n", err)
+		return nil
+	}
+	c, err := store.OpenCache(dir, max)
+	if err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "ferry: no chunk cache (%v); going on without\n", err)
+		return nil
+	}
+	return c
+}
