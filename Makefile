@@ -25,7 +25,7 @@ fuzz:
 	scripts/fuzz.sh 30s
 
 bench-quick: setup
-	go run ./bench -profile quick
+	go run ./bench -profile smoke
 
 bench: setup
 	go run ./bench -profile full

@@ -279,7 +279,9 @@ func run() error {
 	go func() { <-ctx.Done(); stop() }()
 
 	if o.install {
-		if err := installPackages(ctx, o.plots); err != nil {
+		// Plots need two round trips or more; matplotlib is not worth
+		// installing for one.
+		if err := installPackages(ctx, o.plots && len(roundTrips(o.conds)) > 1); err != nil {
 			return err
 		}
 	}

@@ -92,8 +92,8 @@ func (r *report) write(ctx context.Context, plots bool) error {
 	p("- **Machine:** %s; load average %s at the start, %s at the end (other work on the machine skews the times).\n", machine(), r.loadStart, loadavg())
 	p("- **Link:** emulated by `internal/netem` (user-space, between two network namespaces): %g Mbit/s each way; round trip and loss per column, the same in both directions; drop-tail queue of 1.5 × the bandwidth-delay product (at least %d kB); TCP congestion control `%s` in both namespaces.\n",
 		float64(o.rate)/1e6, netem.DefaultMinQueue/1000, r.cc)
-	p("- **Data:** a %d MiB file made of the files of %s concatenated (real data: sources and binaries); a copy of `%s` as the tree (%d files in %d directories, %.1f MB).\n",
-		r.data.bigSize>>20, r.data.bigFrom, r.data.treeFrom, r.data.treeFiles, r.data.treeDirs, float64(r.data.treeBytes)/1e6)
+	p("- **Data:** a %d MiB file made of the files of %s concatenated (real data: sources and binaries); a copy of `%s` as the tree (%d files in %d directories, %s MB).\n",
+		r.data.bigSize>>20, r.data.bigFrom, r.data.treeFrom, r.data.treeFiles, r.data.treeDirs, fmtMB(r.data.treeBytes))
 	x := &r.data.extra
 	module := upgradeModule
 	if x.modDir != "" {
