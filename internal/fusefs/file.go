@@ -130,7 +130,11 @@ func (w *wbuf) writeAt(data []byte, off int64) (uint32, syscall.Errno) {
 type handle struct {
 	n  *node
 	wb *wbuf   // Set for a descriptor open for writing.
-	r  *stream // Set for one open for reading only.
+	r  *stream // Set for one open for reading only...
+	// ...unless the file's content was prefetched (see contents): then
+	// inMem is set and mem holds it.
+	mem   []byte
+	inMem bool
 }
 
 var (
@@ -185,6 +189,10 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	n.seenMtime, n.seenSize = d[ferry.AttrMtime], d.Size()
 	n.mu.Unlock()
+	if data, ok := n.s.data.get(d); ok {
+		return &handle{n: n, mem: data, inMem: true}, keep, 0
+	}
+	n.s.data.want(d)
 	return &handle{n: n, r: &stream{n: n}}, keep, 0
 }
 
@@ -305,6 +313,12 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	}
 	if wb != nil {
 		return wb.readAt(dest, off)
+	}
+	if h.inMem {
+		if off >= int64(len(h.mem)) {
+			return fuse.ReadResultData(nil), 0
+		}
+		return fuse.ReadResultData(h.mem[off:min(off+int64(len(dest)), int64(len(h.mem)))]), 0
 	}
 	return h.r.read(ctx, dest, off)
 }

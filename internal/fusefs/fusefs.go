@@ -85,6 +85,7 @@ type Server struct {
 	opt    Options
 	log    *slog.Logger
 	meta   *meta
+	data   *contents // Small files fetched ahead of their reads.
 	root   *node
 	srv    *fuse.Server
 	mnt    string
@@ -153,10 +154,12 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	s := &Server{
 		fsys: fsys, opt: opt, log: opt.Log,
 		meta:    newMeta(fsys, opt.PrefetchDepth, opt.PrefetchBudget, opt.TTL),
+		data:    newContents(fsys, opt.Log, cacheBudget),
 		done:    make(chan struct{}),
 		rootUid: d.Int(ferry.AttrUid), rootGid: d.Int(ferry.AttrGid),
 		inos: map[string]uint64{}, nextIno: 2,
 	}
+	s.meta.data = s.data
 	s.root = &node{s: s}
 	zero := time.Duration(0)
 	fopt := &fs.Options{

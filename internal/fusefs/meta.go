@@ -40,6 +40,7 @@ type meta struct {
 	lease    uint64               // The current watch's number; 0 while there is none.
 	leases   uint64               // How many leases there have been.
 	seq      uint64               // Counts invalidations.
+	data     *contents            // Prefetched small files, dropped with their entries.
 
 	// Counters, for tests and the log.
 	finds, stats uint64
@@ -437,6 +438,7 @@ func (m *meta) set(d ferry.Dir) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.markOwn(p)
+	m.data.drop(p, false)
 	m.ents[p] = &entry{d: d, at: time.Now(), lease: m.lease}
 	if l := m.dirs[path.Dir(p)]; l != nil && p != "/" {
 		l.names[d.Name()] = struct{}{}
@@ -476,6 +478,7 @@ func (m *meta) invalidateAll(p string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.seq++
+	m.data.drop(p, true)
 	for k := range m.ents {
 		if ferry.HasPrefix(k, p) {
 			delete(m.ents, k)
@@ -497,6 +500,7 @@ func (m *meta) invalidateAll(p string) {
 // dropTree drops p and, following the listings, what is cached below it.
 // Entries below p that are in no listing are left to expire. m.mu is held.
 func (m *meta) dropTree(p string) {
+	m.data.drop(p, false)
 	delete(m.ents, p)
 	if l := m.dirs[p]; l != nil {
 		delete(m.dirs, p)
@@ -511,6 +515,7 @@ func (m *meta) dropAll() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.seq++
+	m.data.drop("/", true)
 	clear(m.ents)
 	clear(m.dirs)
 }
