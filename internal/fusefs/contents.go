@@ -40,12 +40,18 @@ type contents struct {
 	max   int64
 	files int // dirFiles, a field so tests can lower it.
 
-	mu    sync.Mutex
-	size  int64                    // Bytes of data held.
-	ents  map[string]*list.Element // Path to its *content in lru.
-	lru   *list.List               // Front: most recently used.
-	dirs  map[string]bool          // Directories fetched or being fetched.
-	stats struct{ hits, fetches int64 }
+	mu   sync.Mutex
+	size int64                    // Bytes of data held.
+	ents map[string]*list.Element // Path to its *content in lru.
+	lru  *list.List               // Front: most recently used.
+	dirs map[string]bool          // Directories fetched or being fetched.
+	// seq counts drops; dropped holds each path's last, and allDropped
+	// the last of everything, so a fetch that began before a path was
+	// dropped does not bring its old content back.
+	seq        uint64
+	dropped    map[string]uint64
+	allDropped uint64
+	stats      struct{ hits, fetches int64 }
 }
 
 type content struct {
@@ -57,7 +63,8 @@ type content struct {
 
 func newContents(fsys ferry.Finder, log *slog.Logger, max int64) *contents {
 	return &contents{fsys: fsys, log: log, max: max, files: dirFiles,
-		ents: map[string]*list.Element{}, lru: list.New(), dirs: map[string]bool{}}
+		ents: map[string]*list.Element{}, lru: list.New(), dirs: map[string]bool{},
+		dropped: map[string]uint64{}}
 }
 
 // get returns the content of the file at d's path if it is held and d
@@ -101,6 +108,9 @@ func (c *contents) want(d ferry.Dir) {
 func (c *contents) fetch(dir string) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	c.mu.Lock()
+	began := c.seq
+	c.mu.Unlock()
 	pred := "depth=1 & type=f & size<=" + strconv.Itoa(smallFile)
 	st := c.fsys.FindGet(ctx, dir, pred)
 	defer st.Close()
@@ -109,7 +119,7 @@ func (c *contents) fetch(dir string) {
 	n := 0
 	keep := func() {
 		if cur != nil && int64(len(cur.data)) == cur.size {
-			c.add(cur)
+			c.add(cur, began)
 		}
 		cur = nil
 	}
@@ -144,9 +154,12 @@ func (c *contents) fetch(dir string) {
 	}
 }
 
-func (c *contents) add(f *content) {
+func (c *contents) add(f *content, began uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.allDropped > began || c.dropped[f.path] > began {
+		return
+	}
 	if e, ok := c.ents[f.path]; ok {
 		c.removeLocked(e)
 	}
@@ -171,6 +184,12 @@ func (c *contents) removeLocked(e *list.Element) {
 func (c *contents) drop(p string, tree bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.seq++
+	if len(c.dropped) >= 8192 {
+		clear(c.dropped)
+		c.allDropped = c.seq
+	}
+	c.dropped[p] = c.seq
 	if e, ok := c.ents[p]; ok {
 		c.removeLocked(e)
 	}
@@ -178,6 +197,7 @@ func (c *contents) drop(p string, tree bool) {
 	if !tree {
 		return
 	}
+	c.allDropped = c.seq
 	for q, e := range c.ents {
 		if ferry.HasPrefix(q, p) {
 			c.removeLocked(e)

@@ -47,7 +47,7 @@ type meta struct {
 	// do not discredit every answer in flight.
 	inval  map[string]uint64
 	allSeq uint64
-	data     *contents            // Prefetched small files, dropped with their entries.
+	data   *contents // Prefetched small files, dropped with their entries.
 
 	// Counters, for tests and the log.
 	finds, stats uint64
@@ -246,6 +246,14 @@ func (m *meta) stat(ctx context.Context, p string) (ferry.Dir, error) {
 		}
 		return nil, err
 	}
+	if m.changedSince(p, seq) {
+		// This mount changed p while the answer was on its way: the
+		// answer may be older than what the cache holds.
+		if c := m.cached(p); c != nil {
+			return c, nil
+		}
+		return d, nil
+	}
 	m.ents[p] = &entry{d: d, at: at, lease: m.leaseFor(p, lease, seq)}
 	if l != nil {
 		if s, ok := l.doubt[path.Base(p)]; !ok || s <= seq {
@@ -435,7 +443,7 @@ func (m *meta) run(ctx context.Context, dir string, depth, budget int, at time.T
 		if len(stack) > 0 && stack[len(stack)-1].names != nil {
 			stack[len(stack)-1].names[e.Dir.Name()] = struct{}{}
 		}
-		if _, ok := m.pending[p]; !ok {
+		if _, ok := m.pending[p]; !ok && !m.changedSince(p, seq) {
 			m.ents[p] = &entry{d: e.Dir, at: at, lease: m.leaseFor(p, lease, seq)}
 		}
 		if e.Dir.IsDir() && ferry.Depth(p)-base < depth {
@@ -475,6 +483,7 @@ func (m *meta) set(d ferry.Dir) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.markOwn(p)
+	m.invalidated(p)
 	m.data.drop(p, false)
 	m.ents[p] = &entry{d: d, at: time.Now(), lease: m.lease}
 	if l := m.dirs[path.Dir(p)]; l != nil && p != "/" {
@@ -488,6 +497,7 @@ func (m *meta) forget(p string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.markOwn(p)
+	m.invalidated(p)
 	m.dropTree(p)
 	if l := m.dirs[path.Dir(p)]; l != nil {
 		delete(l.names, path.Base(p))
@@ -575,6 +585,7 @@ func (m *meta) setLease(on bool) {
 func (m *meta) addPending(d ferry.Dir) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.invalidated(d.Path())
 	m.pending[d.Path()] = d
 }
 
@@ -591,6 +602,8 @@ func (m *meta) renamed(from string, d ferry.Dir) {
 	defer m.mu.Unlock()
 	m.markOwn(from)
 	m.markOwn(d.Path())
+	m.invalidated(from)
+	m.invalidated(d.Path())
 	m.dropTree(from)
 	if l := m.dirs[path.Dir(from)]; l != nil {
 		delete(l.names, path.Base(from))
@@ -666,12 +679,14 @@ func (m *meta) worthChecking(p string) bool {
 func (m *meta) check(p string, d ferry.Dir, err error, seq uint64) (agrees, attrs bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if m.changedSince(p, seq) {
-		return false, false // It changed again meanwhile: drop.
-	}
+	// An answer that agrees with the cache confirms it, even if p
+	// changed again meanwhile (the event often arrives before the reply
+	// to the change that caused it); one that disagrees is believed
+	// only if nothing changed p since the Stat began.
+	changed := m.changedSince(p, seq)
 	e := m.ents[p]
 	if err != nil {
-		if !ferry.IsKind(err, ferry.KindNotExist) || e != nil {
+		if changed || !ferry.IsKind(err, ferry.KindNotExist) || e != nil {
 			return false, false
 		}
 		l := m.dirs[path.Dir(p)]
@@ -693,7 +708,7 @@ func (m *meta) check(p string, d ferry.Dir, err error, seq uint64) (agrees, attr
 	if same {
 		return true, false
 	}
-	if e.d.IsDir() && d.IsDir() {
+	if !changed && e.d.IsDir() && d.IsDir() {
 		e.d = d
 		e.at, e.lease = time.Now(), m.lease
 		return true, true
