@@ -27,6 +27,7 @@ const mountReadyTimeout = time.Minute
 func mountCmd() *cobra.Command {
 	var (
 		foreground, allowOther, debug bool
+		writeBack                     bool
 		logFile                       string
 		readyFd                       int
 		ttl                           time.Duration
@@ -55,7 +56,15 @@ the ones below it, --prefetch-depth deep) and kept while the server's watch
 reports changes; without a watch it is trusted for --ttl. A file open for
 writing is buffered in a temporary file and stored whole and atomically
 when it is closed or synced: when close returns, the data is on the server
-(close-to-open consistency).
+(close-to-open consistency). Reading one small file of a directory fetches
+the directory's small files (up to 64 KiB each) in the same request, so
+that grep or a compiler does not wait a round trip per file.
+
+With --writeback, close returns at once: the file is copied into memory
+and stored in the background, and so are new directories, in the order
+the programs made their changes; fsync waits until the file is stored.
+A build that writes many small files then no longer waits a round trip
+per file. Unmounting waits (up to a minute) for what is not yet stored.
 
 Limitations:
 
@@ -70,6 +79,10 @@ Limitations:
   - A file created here reaches the server on its first close or fsync;
     until then other clients do not see it, and O_EXCL is checked only
     against what this mount knows.
+  - With --writeback, another client may not see a file for a moment
+    after close returned, and a failure to store it shows up only in the
+    log, in fsync, and in the next close of the file; changes not stored
+    when the mount process dies are lost.
   - rename with RENAME_NOREPLACE is checked, then done, in two steps;
     RENAME_EXCHANGE is not supported.
   - statfs reports fixed numbers (1 TiB free), not the server's disk.
@@ -88,6 +101,7 @@ Limitations:
 				Debug:         debug,
 				TTL:           ttl,
 				PrefetchDepth: depth,
+				WriteBack:     writeBack,
 			})
 		},
 	}
@@ -96,6 +110,7 @@ Limitations:
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	c.Flags().StringVar(&logFile, "log", "", "log file of the background process (default $FERRY_HOME/mount.log)")
 	c.Flags().DurationVar(&ttl, "ttl", time.Second, "how long metadata is trusted without a watch from the server")
+	c.Flags().BoolVar(&writeBack, "writeback", false, "let close return before the file is stored; fsync still waits")
 	c.Flags().IntVar(&depth, "prefetch-depth", 3, "how many levels below a directory its first use fetches")
 	c.Flags().IntVar(&readyFd, "ready-fd", 0, "descriptor on which to report readiness (used by the background start)")
 	c.Flags().MarkHidden("ready-fd")

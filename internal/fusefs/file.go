@@ -1,9 +1,11 @@
 package fusefs
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"os"
+	"path"
 	"sync"
 	"syscall"
 	"time"
@@ -43,6 +45,10 @@ func newWbuf(dir string, base ferry.Dir) (*wbuf, error) {
 func (w *wbuf) attrs() ferry.Dir {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.attrsLocked()
+}
+
+func (w *wbuf) attrsLocked() ferry.Dir {
 	d := w.base.Clone()
 	d.SetInt(ferry.AttrSize, w.size)
 	if w.dirty {
@@ -130,7 +136,11 @@ func (w *wbuf) writeAt(data []byte, off int64) (uint32, syscall.Errno) {
 type handle struct {
 	n  *node
 	wb *wbuf   // Set for a descriptor open for writing.
-	r  *stream // Set for one open for reading only.
+	r  *stream // Set for one open for reading only...
+	// ...unless the file's content was prefetched (see contents): then
+	// inMem is set and mem holds it.
+	mem   []byte
+	inMem bool
 }
 
 var (
@@ -166,7 +176,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	defer cancel()
 	if n.s.meta.leased() {
 		d, err = n.s.meta.getattr(cctx, p)
-	} else {
+	} else if err = n.s.wback.wait(cctx, p); err == nil {
 		// Without a watch, an open asks the server: it must see the
 		// last close by anyone.
 		d, err = n.s.meta.stat(cctx, p)
@@ -185,6 +195,10 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	n.seenMtime, n.seenSize = d[ferry.AttrMtime], d.Size()
 	n.mu.Unlock()
+	if data, ok := n.s.data.get(d); ok {
+		return &handle{n: n, mem: data, inMem: true}, keep, 0
+	}
+	n.s.data.want(d)
 	return &handle{n: n, r: &stream{n: n}}, keep, 0
 }
 
@@ -205,6 +219,9 @@ func (n *node) openWrite(ctx context.Context, trunc bool) (*wbuf, syscall.Errno)
 	}
 	cctx, cancel := n.s.ctx(ctx)
 	defer cancel()
+	if err := n.s.wback.wait(cctx, p); err != nil {
+		return nil, errno(err)
+	}
 	d, err := n.s.meta.stat(cctx, p)
 	if err != nil {
 		return nil, errno(err)
@@ -238,23 +255,30 @@ func (n *node) openWrite(ctx context.Context, trunc bool) (*wbuf, syscall.Errno)
 }
 
 // flush stores the node's buffer if it holds changes: close-to-open
-// consistency, the data is on the server when close returns.
+// consistency, the data is on the server when close returns. With
+// Options.WriteBack it is stored in the background instead, where it can.
+// Either way it reports a background store of the file that failed since
+// the last flush.
 func (n *node) flush(ctx context.Context) syscall.Errno {
 	n.mu.Lock()
 	wb := n.wb
 	n.mu.Unlock()
+	p, ok := n.path()
+	if ok {
+		if err := n.s.wback.failed(p); err != nil {
+			return errno(err)
+		}
+	}
 	if wb == nil {
 		return 0
 	}
 	wb.mu.Lock()
+	defer wb.mu.Unlock()
 	if !wb.dirty || wb.unlinked {
-		wb.mu.Unlock()
 		return 0
 	}
-	p, ok := n.path()
 	if !ok {
 		wb.unlinked = true
-		wb.mu.Unlock()
 		return 0
 	}
 	d := ferry.Dir{ferry.AttrType: ferry.TypeFile}
@@ -270,28 +294,102 @@ func (n *node) flush(ctx context.Context) syscall.Errno {
 			d.SetInt(ferry.AttrGid, g)
 		}
 	}
+	if n.s.opt.WriteBack {
+		if e, done := n.flushBehind(wb, p, d); done {
+			return e
+		}
+	}
 	// The Put is not interrupted with the request: see Server.ctx.
-	got, err := n.s.put(context.WithoutCancel(ctx), p, d, ferry.Whole, func() io.Reader {
+	cctx := context.WithoutCancel(ctx)
+	if err := n.s.wback.wait(cctx, p); err != nil {
+		return errno(err)
+	}
+	got, err := n.s.put(cctx, p, d, ferry.Whole, func() io.Reader {
 		return io.NewSectionReader(wb.f, 0, wb.size)
 	})
 	if err != nil {
-		wb.mu.Unlock()
 		n.s.log.Warn("storing a file failed", "path", p, "err", err)
 		return errno(err)
 	}
 	wb.dirty, wb.created = false, false
 	wb.base, wb.set = got, ferry.Dir{}
-	wb.mu.Unlock()
-	n.s.meta.set(got)
-	n.s.meta.dropPending(p)
-	n.remember(got)
+	n.stored(p, got)
 	// The kernel holds the attributes of the buffer (the mtime of the
 	// last write here); the server's are now the truth.
 	n.NotifyContent(-1, 0)
-	n.mu.Lock()
-	n.seenMtime, n.seenSize = got[ferry.AttrMtime], got.Size()
-	n.mu.Unlock()
 	return 0
+}
+
+// stored records that the file at p is on the server with attributes d.
+func (n *node) stored(p string, d ferry.Dir) {
+	n.s.meta.set(d)
+	n.s.meta.dropPending(p)
+	n.remember(d)
+	n.mu.Lock()
+	n.seenMtime, n.seenSize = d[ferry.AttrMtime], d.Size()
+	n.mu.Unlock()
+}
+
+// flushBehind stores the buffer of the file at p in the background, with
+// the attributes d, from a copy taken now. It reports false if the
+// write-back budget cannot take the file. wb.mu is held.
+func (n *node) flushBehind(wb *wbuf, p string, d ferry.Dir) (syscall.Errno, bool) {
+	if wb.size > snapshotMax {
+		return 0, false
+	}
+	data := make([]byte, wb.size)
+	if _, err := wb.f.ReadAt(data, 0); err != nil && err != io.EOF {
+		return errno(ferry.E("fusefs.Flush", p, ferry.KindIO, err)), true
+	}
+	// The server takes the mtime the kernel has seen, so that the
+	// attributes this mount shows until the store ends stay true.
+	if _, ok := d[ferry.AttrMtime]; !ok {
+		d.SetMtime(wb.mtime)
+	}
+	local := wb.attrsLocked()
+	local[ferry.AttrPath], local[ferry.AttrName] = p, path.Base(p)
+	local[ferry.AttrMtime] = d[ferry.AttrMtime]
+	n.mu.Lock()
+	n.stores++
+	gen := n.stores
+	n.mu.Unlock()
+	ok := n.s.wback.start(p, wb.size, func(ctx context.Context) error {
+		got, err := n.s.put(ctx, p, d, ferry.Whole, func() io.Reader { return bytes.NewReader(data) })
+		if err != nil {
+			n.s.log.Error("storing a file in the background failed: its changes are lost", "path", p, "err", err)
+			n.s.meta.dropPending(p)
+			n.s.meta.forget(p)
+			// Not from here: an fsync waiting for this call may
+			// hold the directory's lock that the kernel needs to
+			// take the notice.
+			go n.s.notify(p, false)
+			return err
+		}
+		// A later store of the file is queued: what this mount shows
+		// is already newer than got.
+		n.mu.Lock()
+		last := n.stores == gen
+		n.mu.Unlock()
+		if last {
+			n.stored(p, got)
+		}
+		return nil
+	})
+	if !ok {
+		return 0, false
+	}
+	wb.dirty, wb.created = false, false
+	wb.base, wb.set = local, ferry.Dir{}
+	n.s.meta.set(local)
+	n.s.meta.addPending(local)
+	n.remember(local)
+	n.mu.Lock()
+	n.seenMtime, n.seenSize = local[ferry.AttrMtime], local.Size()
+	n.mu.Unlock()
+	// As after a store: the kernel's attributes are those of its own
+	// writes, and the mtime is now the one sent.
+	n.NotifyContent(-1, 0)
+	return 0, true
 }
 
 // Read implements fs.FileReader: from the buffer while the file is open
@@ -305,6 +403,12 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	}
 	if wb != nil {
 		return wb.readAt(dest, off)
+	}
+	if h.inMem {
+		if off >= int64(len(h.mem)) {
+			return fuse.ReadResultData(nil), 0
+		}
+		return fuse.ReadResultData(h.mem[off:min(off+int64(len(dest)), int64(len(h.mem)))]), 0
 	}
 	return h.r.read(ctx, dest, off)
 }
@@ -387,6 +491,12 @@ func (s *stream) start(off int64) syscall.Errno {
 		return syscall.ENOENT
 	}
 	ctx, cancel := context.WithCancel(context.Background())
+	// The pump is bounded by the connection's own timeouts (see next);
+	// so is waiting for the file's background store.
+	if err := s.n.s.wback.wait(ctx, p); err != nil {
+		cancel()
+		return errno(err)
+	}
 	r := s.n.s.fsys.Get(ctx, p, off, -1)
 	ch := make(chan chunk, readAhead)
 	go func() {

@@ -74,6 +74,15 @@ type Options struct {
 	Debug bool
 	// FsName is shown as the file system's source by mount and df.
 	FsName string
+	// WriteBack makes close return before the file is stored: the data
+	// is copied into memory and stored in the background, in order with
+	// the mount's other calls on the same paths, and directories are
+	// made the same way. fsync still waits until the file is stored, and
+	// reports a failure of the background store, as does the next close
+	// of the file; otherwise a failure is only logged. Files above 16 MiB
+	// and writes beyond 256 MiB not yet stored are stored on close, as
+	// without WriteBack.
+	WriteBack bool
 	// WatchBackoff is the first wait before re-establishing a lost watch
 	// (default 100 ms); it doubles up to a minute.
 	WatchBackoff time.Duration
@@ -85,6 +94,8 @@ type Server struct {
 	opt    Options
 	log    *slog.Logger
 	meta   *meta
+	data   *contents  // Small files fetched ahead of their reads.
+	wback  *writeback // Orders calls with those in the background.
 	root   *node
 	srv    *fuse.Server
 	mnt    string
@@ -153,10 +164,13 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	s := &Server{
 		fsys: fsys, opt: opt, log: opt.Log,
 		meta:    newMeta(fsys, opt.PrefetchDepth, opt.PrefetchBudget, opt.TTL),
+		data:    newContents(fsys, opt.Log, cacheBudget),
+		wback:   newWriteback(),
 		done:    make(chan struct{}),
 		rootUid: d.Int(ferry.AttrUid), rootGid: d.Int(ferry.AttrGid),
 		inos: map[string]uint64{}, nextIno: 2,
 	}
+	s.meta.data = s.data
 	s.root = &node{s: s}
 	zero := time.Duration(0)
 	fopt := &fs.Options{
@@ -219,14 +233,30 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 // Wait blocks until the file system is unmounted.
 func (s *Server) Wait() {
 	s.srv.Wait()
+	s.drain()
 	s.cancel()
 	<-s.done
+}
+
+// drain waits, for up to a minute, for the stores write-back has in the
+// background.
+func (s *Server) drain() {
+	if ops, bytes := s.wback.pending(); ops > 0 {
+		s.log.Info("storing what was written", "files", ops, "bytes", bytes)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := s.wback.wait(ctx, "/"); err != nil {
+		ops, bytes := s.wback.pending()
+		s.log.Error("changes not stored", "files", ops, "bytes", bytes)
+	}
 }
 
 // Unmount unmounts the file system and waits until it is no longer served.
 // If programs still use it, it is detached lazily: it disappears from the
 // namespace at once and is released when they are done.
 func (s *Server) Unmount() error {
+	s.drain()
 	err := s.srv.Unmount()
 	if err != nil {
 		s.log.Warn("unmount failed, detaching", "at", s.mnt, "err", err)

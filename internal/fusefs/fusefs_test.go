@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -37,7 +38,12 @@ func needFUSE(t *testing.T) {
 // counting is a tree that counts the calls made to it.
 type counting struct {
 	ferry.FS
-	finds, stats, gets, puts, wstats atomic.Int64
+	finds, stats, gets, puts, wstats, findgets atomic.Int64
+}
+
+func (c *counting) FindGet(ctx context.Context, p, pred string) *ferry.Stream[ferry.Entry] {
+	c.findgets.Add(1)
+	return c.FS.FindGet(ctx, p, pred)
 }
 
 func (c *counting) Find(ctx context.Context, p, pred string) *ferry.Stream[ferry.Entry] {
@@ -71,6 +77,7 @@ func (c *counting) reset() {
 	c.gets.Store(0)
 	c.puts.Store(0)
 	c.wstats.Store(0)
+	c.findgets.Store(0)
 }
 
 func testLog(t *testing.T) *slog.Logger {
@@ -460,6 +467,63 @@ func TestPrefetch(t *testing.T) {
 	if n := c.finds.Load() + c.stats.Load(); n != 0 {
 		t.Errorf("negative lookups in a listed directory made %d calls", n)
 	}
+}
+
+func TestSmallFiles(t *testing.T) {
+	dir, mnt, c, s := mountLocal(t, Options{TTL: 50 * time.Millisecond})
+	want := map[string]string{}
+	for i := range 30 {
+		name := fmt.Sprintf("f%02d.c", i)
+		want[name] = strings.Repeat(name+" ", i*100)
+		writeFile(t, filepath.Join(dir, "src", name), want[name])
+	}
+	big := strings.Repeat("big ", smallFile/2)
+	writeFile(t, filepath.Join(dir, "src", "big"), big)
+	readAll := func() {
+		t.Helper()
+		for name, w := range want {
+			if got := readFile(t, filepath.Join(mnt, "src", name)); got != w {
+				t.Errorf("%s: got %.20q... (%d bytes), want %.20q... (%d bytes)", name, got, len(got), w, len(w))
+			}
+		}
+	}
+	c.reset()
+	if got := readFile(t, filepath.Join(mnt, "src", "f00.c")); got != want["f00.c"] {
+		t.Fatalf("f00.c: got %q", got)
+	}
+	// The other files arrive with the first one's prefetch.
+	held := func() int { _, _, n := s.data.counts(); return n }
+	if !waitFor(5*time.Second, func() bool { return held() >= 30 }) {
+		t.Fatalf("prefetch brought %d files, want 30", held())
+	}
+	readAll()
+	if got := readFile(t, filepath.Join(mnt, "src", "big")); got != big {
+		t.Errorf("big: got %d bytes, want %d", len(got), len(big))
+	}
+	hits, fetches, _ := s.data.counts()
+	if fg, g := c.findgets.Load(), c.gets.Load(); fg != 1 || g > 2 || fetches != 1 || hits < 29 {
+		t.Errorf("reading 30 small files and a big one: %d FindGets, %d Gets, %d prefetches, %d hits; want 1, at most 2, 1, at least 29", fg, g, fetches, hits)
+	}
+
+	// A file changed behind the mount's back is read anew once its
+	// attributes are, even at the same size.
+	want["f03.c"] = strings.ToUpper(want["f03.c"])
+	writeFile(t, filepath.Join(dir, "src", "f03.c"), want["f03.c"])
+	later := time.Now().Add(time.Hour)
+	os.Chtimes(filepath.Join(dir, "src", "f03.c"), later, later)
+	time.Sleep(100 * time.Millisecond)
+	readAll()
+	// So is one replaced here by a rename, whatever its attributes.
+	os.Chtimes(filepath.Join(dir, "src", "f04.c"), later, later)
+	time.Sleep(100 * time.Millisecond)
+	readAll()
+	writeFile(t, filepath.Join(mnt, "src", "new"), strings.ToUpper(want["f04.c"]))
+	os.Chtimes(filepath.Join(mnt, "src", "new"), later, later)
+	if err := os.Rename(filepath.Join(mnt, "src", "new"), filepath.Join(mnt, "src", "f04.c")); err != nil {
+		t.Fatal(err)
+	}
+	want["f04.c"] = strings.ToUpper(want["f04.c"])
+	readAll()
 }
 
 // watching is a tree with a Watch the test drives: each watch's events

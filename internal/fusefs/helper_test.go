@@ -19,7 +19,8 @@ import (
 // exec needs the mount, and serving it needs the garbage collector to stop
 // the world, the process that serves the mount deadlocks.
 
-// helperEnv names the directories of a helper process: "SERVED MOUNTPOINT".
+// helperEnv names the directories of a helper process and its mode:
+// "SERVED MOUNTPOINT [writeback]".
 const helperEnv = "FERRY_FUSEFS_HELPER"
 
 // TestServeHelper is not a test: started by serveElsewhere, it serves a
@@ -32,7 +33,8 @@ func TestServeHelper(t *testing.T) {
 	}
 	f := strings.Fields(arg)
 	srv := servertest.Start(t, f[0])
-	s, err := Mount(f[1], srv.Client(t, "root"), Options{AllowOther: true, Log: testLog(t), TempDir: t.TempDir()})
+	s, err := Mount(f[1], srv.Client(t, "root"), Options{AllowOther: true, Log: testLog(t), TempDir: t.TempDir(),
+		WriteBack: len(f) > 2 && f[2] == "writeback"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,13 +46,18 @@ func TestServeHelper(t *testing.T) {
 }
 
 // serveElsewhere serves dir through a real server and a mount on a new
-// temporary directory, both in a helper process, until the test ends.
-func serveElsewhere(t *testing.T, dir string) (mnt string) {
+// temporary directory, both in a helper process, until the test ends; the
+// mount writes back (Options.WriteBack) if writeBack is set.
+func serveElsewhere(t *testing.T, dir string, writeBack bool) (mnt string) {
 	t.Helper()
 	needFUSE(t)
 	mnt = t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestServeHelper$", "-test.v")
-	cmd.Env = append(os.Environ(), helperEnv+"="+dir+" "+mnt, "GORACE=atexit_sleep_ms=0")
+	arg := dir + " " + mnt
+	if writeBack {
+		arg += " writeback"
+	}
+	cmd.Env = append(os.Environ(), helperEnv+"="+arg, "GORACE=atexit_sleep_ms=0")
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)

@@ -40,6 +40,14 @@ type meta struct {
 	lease    uint64               // The current watch's number; 0 while there is none.
 	leases   uint64               // How many leases there have been.
 	seq      uint64               // Counts invalidations.
+	// inval holds the paths invalidated lately, each with the seq of
+	// its last invalidation, and allSeq the seq of the last time
+	// everything was: a result is doubted only if its own path or one
+	// above it changed while it was on its way, so a busy tree's events
+	// do not discredit every answer in flight.
+	inval  map[string]uint64
+	allSeq uint64
+	data   *contents // Prefetched small files, dropped with their entries.
 
 	// Counters, for tests and the log.
 	finds, stats uint64
@@ -77,6 +85,7 @@ func newMeta(fsys ferry.FS, depth, budget int, ttl time.Duration) *meta {
 		fetching: map[string]*fetch{},
 		pending:  map[string]ferry.Dir{},
 		own:      map[string]time.Time{},
+		inval:    map[string]uint64{},
 	}
 	m.cond = sync.NewCond(&m.mu)
 	return m
@@ -121,13 +130,42 @@ func (m *meta) stamp() (at time.Time, lease, seq uint64) {
 	return time.Now(), m.lease, m.seq
 }
 
-// leaseFor returns the lease to record for a result whose call began at
-// seq under lease: none if an invalidation came in between. m.mu is held.
-func (m *meta) leaseFor(lease, seq uint64) uint64 {
-	if seq != m.seq || lease != m.lease {
+// leaseFor returns the lease to record for a result about p whose call
+// began at seq under lease: none if p was invalidated in between. m.mu is
+// held.
+func (m *meta) leaseFor(p string, lease, seq uint64) uint64 {
+	if lease != m.lease || m.changedSince(p, seq) {
 		return 0
 	}
 	return lease
+}
+
+// changedSince reports whether p, or a directory above it, was invalidated
+// after seq. m.mu is held.
+func (m *meta) changedSince(p string, seq uint64) bool {
+	if m.allSeq > seq {
+		return true
+	}
+	for {
+		if m.inval[p] > seq {
+			return true
+		}
+		if p == "/" || p == "." || p == "" {
+			return false
+		}
+		p = path.Dir(p)
+	}
+}
+
+// invalidated records that p changed at a new seq. m.mu is held.
+func (m *meta) invalidated(p string) {
+	m.seq++
+	if len(m.inval) >= 8192 {
+		// Forget the details: everything before now is in doubt.
+		clear(m.inval)
+		m.allSeq = m.seq
+	}
+	m.inval[p] = m.seq
 }
 
 // lookup returns the entry for name in dir. It answers from the cache
@@ -208,7 +246,15 @@ func (m *meta) stat(ctx context.Context, p string) (ferry.Dir, error) {
 		}
 		return nil, err
 	}
-	m.ents[p] = &entry{d: d, at: at, lease: m.leaseFor(lease, seq)}
+	if m.changedSince(p, seq) {
+		// This mount changed p while the answer was on its way: the
+		// answer may be older than what the cache holds.
+		if c := m.cached(p); c != nil {
+			return c, nil
+		}
+		return d, nil
+	}
+	m.ents[p] = &entry{d: d, at: at, lease: m.leaseFor(p, lease, seq)}
 	if l != nil {
 		if s, ok := l.doubt[path.Base(p)]; !ok || s <= seq {
 			l.names[path.Base(p)] = struct{}{}
@@ -368,7 +414,7 @@ func (m *meta) run(ctx context.Context, dir string, depth, budget int, at time.T
 	base := ferry.Depth(dir)
 	n := 0
 	complete := func(o open) { // m.mu is held.
-		m.dirs[o.path] = &listing{names: o.names, at: at, lease: m.leaseFor(lease, seq)}
+		m.dirs[o.path] = &listing{names: o.names, at: at, lease: m.leaseFor(o.path, lease, seq)}
 	}
 	for e := range s.All() {
 		p := e.Dir.Path()
@@ -397,8 +443,8 @@ func (m *meta) run(ctx context.Context, dir string, depth, budget int, at time.T
 		if len(stack) > 0 && stack[len(stack)-1].names != nil {
 			stack[len(stack)-1].names[e.Dir.Name()] = struct{}{}
 		}
-		if _, ok := m.pending[p]; !ok {
-			m.ents[p] = &entry{d: e.Dir, at: at, lease: m.leaseFor(lease, seq)}
+		if _, ok := m.pending[p]; !ok && !m.changedSince(p, seq) {
+			m.ents[p] = &entry{d: e.Dir, at: at, lease: m.leaseFor(p, lease, seq)}
 		}
 		if e.Dir.IsDir() && ferry.Depth(p)-base < depth {
 			stack = append(stack, open{path: p, names: map[string]struct{}{}})
@@ -437,6 +483,8 @@ func (m *meta) set(d ferry.Dir) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.markOwn(p)
+	m.invalidated(p)
+	m.data.drop(p, false)
 	m.ents[p] = &entry{d: d, at: time.Now(), lease: m.lease}
 	if l := m.dirs[path.Dir(p)]; l != nil && p != "/" {
 		l.names[d.Name()] = struct{}{}
@@ -449,6 +497,7 @@ func (m *meta) forget(p string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.markOwn(p)
+	m.invalidated(p)
 	m.dropTree(p)
 	if l := m.dirs[path.Dir(p)]; l != nil {
 		delete(l.names, path.Base(p))
@@ -460,7 +509,7 @@ func (m *meta) forget(p string) {
 func (m *meta) invalidate(p string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.seq++
+	m.invalidated(p)
 	m.dropTree(p)
 	if l := m.dirs[path.Dir(p)]; l != nil && p != "/" {
 		if l.doubt == nil {
@@ -475,7 +524,8 @@ func (m *meta) invalidate(p string) {
 func (m *meta) invalidateAll(p string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.seq++
+	m.invalidated(p)
+	m.data.drop(p, true)
 	for k := range m.ents {
 		if ferry.HasPrefix(k, p) {
 			delete(m.ents, k)
@@ -497,6 +547,7 @@ func (m *meta) invalidateAll(p string) {
 // dropTree drops p and, following the listings, what is cached below it.
 // Entries below p that are in no listing are left to expire. m.mu is held.
 func (m *meta) dropTree(p string) {
+	m.data.drop(p, false)
 	delete(m.ents, p)
 	if l := m.dirs[p]; l != nil {
 		delete(m.dirs, p)
@@ -511,6 +562,8 @@ func (m *meta) dropAll() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.seq++
+	m.allSeq = m.seq
+	m.data.drop("/", true)
 	clear(m.ents)
 	clear(m.dirs)
 }
@@ -532,6 +585,7 @@ func (m *meta) setLease(on bool) {
 func (m *meta) addPending(d ferry.Dir) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.invalidated(d.Path())
 	m.pending[d.Path()] = d
 }
 
@@ -548,6 +602,8 @@ func (m *meta) renamed(from string, d ferry.Dir) {
 	defer m.mu.Unlock()
 	m.markOwn(from)
 	m.markOwn(d.Path())
+	m.invalidated(from)
+	m.invalidated(d.Path())
 	m.dropTree(from)
 	if l := m.dirs[path.Dir(from)]; l != nil {
 		delete(l.names, path.Base(from))
@@ -623,12 +679,14 @@ func (m *meta) worthChecking(p string) bool {
 func (m *meta) check(p string, d ferry.Dir, err error, seq uint64) (agrees, attrs bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if seq != m.seq {
-		return false, false // Something else changed meanwhile: drop.
-	}
+	// An answer that agrees with the cache confirms it, even if p
+	// changed again meanwhile (the event often arrives before the reply
+	// to the change that caused it); one that disagrees is believed
+	// only if nothing changed p since the Stat began.
+	changed := m.changedSince(p, seq)
 	e := m.ents[p]
 	if err != nil {
-		if !ferry.IsKind(err, ferry.KindNotExist) || e != nil {
+		if changed || !ferry.IsKind(err, ferry.KindNotExist) || e != nil {
 			return false, false
 		}
 		l := m.dirs[path.Dir(p)]
@@ -650,7 +708,7 @@ func (m *meta) check(p string, d ferry.Dir, err error, seq uint64) (agrees, attr
 	if same {
 		return true, false
 	}
-	if e.d.IsDir() && d.IsDir() {
+	if !changed && e.d.IsDir() && d.IsDir() {
 		e.d = d
 		e.at, e.lease = time.Now(), m.lease
 		return true, true

@@ -31,6 +31,9 @@ type node struct {
 	// kernel's cached pages may be kept.
 	seenMtime string
 	seenSize  int64
+	// stores counts the background stores of the file begun
+	// (Options.WriteBack): only the last one's result is recorded.
+	stores uint64
 }
 
 var (
@@ -307,6 +310,9 @@ func (n *node) wstat(ctx context.Context, want ferry.Dir) syscall.Errno {
 	}
 	ctx, cancel := n.s.ctx(ctx)
 	defer cancel()
+	if err := n.s.wback.wait(ctx, p); err != nil {
+		return errno(err)
+	}
 	d, err := n.s.fsys.Wstat(ctx, p, want).Wait()
 	if err != nil {
 		return errno(err)
@@ -473,10 +479,17 @@ func (n *node) make(ctx context.Context, name string, mode uint32, d ferry.Dir, 
 	} else if !ferry.IsKind(err, ferry.KindNotExist) {
 		return nil, errno(err)
 	}
-	var data func() io.Reader
-	got, err := n.s.put(cctx, p, d, ferry.Whole, data)
-	if err != nil {
-		return nil, errno(err)
+	var got ferry.Dir
+	if n.s.opt.WriteBack && d.IsDir() {
+		got = n.makeBehind(p, d)
+	} else {
+		if err := n.s.wback.wait(cctx, p); err != nil {
+			return nil, errno(err)
+		}
+		var err error
+		if got, err = n.s.put(cctx, p, d, ferry.Whole, nil); err != nil {
+			return nil, errno(err)
+		}
 	}
 	n.s.meta.set(got)
 	var nlink int64
@@ -488,6 +501,36 @@ func (n *node) make(ctx context.Context, name string, mode uint32, d ferry.Dir, 
 	c := n.child(ctx, name, got)
 	n.entryOut(c, got, out)
 	return c, 0
+}
+
+// makeBehind makes the directory p with the attributes d in the
+// background (Options.WriteBack) and returns what it will be.
+func (n *node) makeBehind(p string, d ferry.Dir) ferry.Dir {
+	local := d.Clone()
+	local[ferry.AttrPath], local[ferry.AttrName] = p, path.Base(p)
+	if _, ok := local[ferry.AttrUid]; !ok {
+		local.SetInt(ferry.AttrUid, n.s.rootUid)
+	}
+	if _, ok := local[ferry.AttrGid]; !ok {
+		local.SetInt(ferry.AttrGid, n.s.rootGid)
+	}
+	local.SetMtime(time.Now())
+	local.SetInt(ferry.AttrNlink, 2)
+	n.s.wback.start(p, 0, func(ctx context.Context) error {
+		got, err := n.s.put(ctx, p, d, ferry.Whole, nil)
+		if err != nil {
+			n.s.log.Error("making a directory in the background failed", "path", p, "err", err)
+			n.s.meta.forget(p)
+			// Not from here: an fsync waiting for this call may
+			// hold the directory's lock that the kernel needs to
+			// take the notice.
+			go n.s.notify(p, false)
+			return err
+		}
+		n.s.meta.set(got)
+		return nil
+	})
+	return local
 }
 
 // Unlink implements fs.NodeUnlinker. A file created here and not yet
@@ -522,6 +565,9 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 	}
 	cctx, cancel := n.s.ctx(ctx)
 	defer cancel()
+	if err := n.s.wback.wait(cctx, p); err != nil {
+		return errno(err)
+	}
 	if _, err := n.s.fsys.Remove(cctx, p).Wait(); err != nil {
 		return errno(err)
 	}
@@ -587,6 +633,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			}
 		}
 	}
+	if err := n.s.wback.wait(cctx, from, to); err != nil {
+		return errno(err)
+	}
 	if flags&renameNoReplace != 0 {
 		if _, err := n.s.fsys.Stat(cctx, to).Wait(); err == nil {
 			return syscall.EEXIST
@@ -644,13 +693,20 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	return []byte(d[ferry.AttrTarget]), 0
 }
 
-// Fsync implements fs.NodeFsyncer: a file's buffer is stored; a directory
-// has nothing buffered.
+// Fsync implements fs.NodeFsyncer: a file's buffer is stored, and the
+// background stores of the file, or of everything below a directory, are
+// waited for.
 func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
 	if h, ok := fh.(*handle); ok && h.wb != nil {
-		return n.flush(ctx)
+		if e := n.flush(ctx); e != 0 {
+			return e
+		}
 	}
-	return 0
+	p, ok := n.path()
+	if !ok {
+		return 0
+	}
+	return errno(n.s.wback.sync(ctx, p))
 }
 
 // Statfs implements fs.NodeStatfser. The tree does not report its space,

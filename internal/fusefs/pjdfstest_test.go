@@ -31,7 +31,7 @@ func TestPjdfstest(t *testing.T) {
 	conf := filepath.Join(filepath.Dir(file), "../../scripts/pjdfstest-ferry.toml")
 	served := t.TempDir()
 	os.Chmod(served, 0o755)
-	mnt := serveElsewhere(t, served)
+	mnt := serveElsewhere(t, served, false)
 	// The suite acts as other users too, who must reach the mount.
 	os.Chmod(filepath.Dir(mnt), 0o755)
 	os.Chmod(filepath.Dir(filepath.Dir(mnt)), 0o755)

@@ -13,9 +13,27 @@ import (
 
 // TestPrograms runs real programs on a mount of a real server over the
 // wire and checks what they leave, on the mount and on the server.
+// TestPrograms runs programs on a mount with strict close-to-open and on
+// one with write-back, checking what the server ends up with.
 func TestPrograms(t *testing.T) {
+	for _, wb := range []bool{false, true} {
+		t.Run(map[bool]string{false: "strict", true: "writeback"}[wb], func(t *testing.T) { testPrograms(t, wb) })
+	}
+}
+
+func testPrograms(t *testing.T, writeBack bool) {
 	served := t.TempDir()
-	mnt := serveElsewhere(t, served)
+	mnt := serveElsewhere(t, served, writeBack)
+	// server returns where rel is in the served directory, once
+	// everything written through the mount is stored there (with
+	// write-back, fsync of the mount's root waits for it).
+	server := func(rel string) string {
+		t.Helper()
+		if err := syncDir(mnt); err != nil {
+			t.Fatalf("fsync of the mount: %v", err)
+		}
+		return filepath.Join(served, rel)
+	}
 	local := t.TempDir()
 	run := func(t *testing.T, dir, name string, args ...string) string {
 		t.Helper()
@@ -46,7 +64,7 @@ func TestPrograms(t *testing.T) {
 		os.Mkdir(dst, 0o755)
 		run(t, dst, "tar", "xf", filepath.Join(local, "src.tar"))
 		run(t, local, "diff", "-r", "--no-dereference", src, filepath.Join(dst, "src"))
-		run(t, local, "diff", "-r", "--no-dereference", src, filepath.Join(served, "tar/src"))
+		run(t, local, "diff", "-r", "--no-dereference", src, server("tar/src"))
 		// And back out.
 		run(t, dst, "tar", "cf", filepath.Join(local, "back.tar"), "src")
 		back := filepath.Join(local, "back")
@@ -59,7 +77,7 @@ func TestPrograms(t *testing.T) {
 		dst := filepath.Join(mnt, "grep")
 		run(t, local, "cp", "-a", src, dst)
 		got := run(t, dst, "grep", "-r", "-c", "of file 1[0-9]$", ".")
-		want := run(t, filepath.Join(served, "grep"), "grep", "-r", "-c", "of file 1[0-9]$", ".")
+		want := run(t, server("grep"), "grep", "-r", "-c", "of file 1[0-9]$", ".")
 		got, want = sortLines(got), sortLines(want)
 		if got != want || !strings.Contains(got, "file12.txt:13") {
 			t.Errorf("grep -r on the mount:\n%s\non the server:\n%s", got, want)
@@ -70,10 +88,10 @@ func TestPrograms(t *testing.T) {
 	t.Run("rsync", func(t *testing.T) {
 		dst := filepath.Join(mnt, "rsync")
 		run(t, local, "rsync", "-a", src+"/", dst+"/")
-		run(t, local, "diff", "-r", "--no-dereference", src, filepath.Join(served, "rsync"))
+		run(t, local, "diff", "-r", "--no-dereference", src, server("rsync"))
 		writeFile(t, filepath.Join(src, "dir1/file1.txt"), "changed\n")
 		run(t, local, "rsync", "-a", src+"/", dst+"/")
-		if got := readFile(t, filepath.Join(served, "rsync/dir1/file1.txt")); got != "changed\n" {
+		if got := readFile(t, server("rsync/dir1/file1.txt")); got != "changed\n" {
 			t.Errorf("after a second rsync, the server has %q", got)
 		}
 		out := filepath.Join(local, "rsync-out")
@@ -105,11 +123,11 @@ func TestPrograms(t *testing.T) {
 			if got := readFile(t, p); got != want {
 				t.Errorf("after save %d the mount has %q", i, got)
 			}
-			if got := readFile(t, filepath.Join(served, "doc.txt")); got != want {
+			if got := readFile(t, server("doc.txt")); got != want {
 				t.Errorf("after save %d the server has %q", i, got)
 			}
 		}
-		if _, err := os.Stat(filepath.Join(served, ".doc.txt.swp")); !os.IsNotExist(err) {
+		if _, err := os.Stat(server(".doc.txt.swp")); !os.IsNotExist(err) {
 			t.Errorf("the temporary file is left: %v", err)
 		}
 	})
@@ -142,7 +160,7 @@ func TestPrograms(t *testing.T) {
 			t.Errorf("git status in a clone on the mount: %q", out)
 		}
 		// The server's copy is a working repository too.
-		if out := run(t, filepath.Join(served, "repo"), "git", "log", "--oneline"); strings.Count(out, "\n") != 2 {
+		if out := run(t, server("repo"), "git", "log", "--oneline"); strings.Count(out, "\n") != 2 {
 			t.Errorf("git log on the server: %q", out)
 		}
 	})
@@ -176,7 +194,7 @@ func TestPrograms(t *testing.T) {
 		if out := run(t, proj, "./prog"); out != "166\n" {
 			t.Errorf("the rebuilt program printed %q", out)
 		}
-		if out := run(t, filepath.Join(served, "proj"), "./prog"); out != "166\n" {
+		if out := run(t, server("proj"), "./prog"); out != "166\n" {
 			t.Errorf("the program on the server printed %q", out)
 		}
 	})

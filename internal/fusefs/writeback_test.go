@@ -1,0 +1,163 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/local"
+)
+
+// slowPuts is a tree whose Puts take a while, so that background stores
+// overlap what the test does next, and fail for names containing "bad".
+type slowPuts struct {
+	ferry.FS
+	delay time.Duration
+}
+
+func (s *slowPuts) Put(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) *ferry.Future[ferry.Dir] {
+	if strings.Contains(p, "bad") {
+		return ferry.Resolved[ferry.Dir](nil, ferry.E("test.Put", p, ferry.KindIO, "refused"))
+	}
+	time.Sleep(s.delay)
+	return s.FS.Put(ctx, p, d, off, data)
+}
+
+func mountWriteBack(t *testing.T) (dir, mnt string) {
+	t.Helper()
+	needFUSE(t)
+	dir = t.TempDir()
+	tree, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tree.Close() })
+	mnt, _ = mountFS(t, &slowPuts{FS: tree, delay: 20 * time.Millisecond}, Options{WriteBack: true})
+	return dir, mnt
+}
+
+// syncDir fsyncs the directory p: it returns once what was written below
+// it is stored, with the first failure.
+func syncDir(p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+func TestWriteBack(t *testing.T) {
+	dir, mnt := mountWriteBack(t)
+	want := map[string]string{}
+	for i := range 10 {
+		for j := range 5 {
+			rel := fmt.Sprintf("d%d/sub/f%d", i, j)
+			if err := os.MkdirAll(filepath.Join(mnt, filepath.Dir(rel)), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			want[rel] = strings.Repeat(rel, i+j+1)
+			writeFile(t, filepath.Join(mnt, rel), want[rel])
+		}
+	}
+	// Changes to the same paths, each depending on the last, while the
+	// stores of the first ones may still be under way.
+	steps := []struct {
+		what string
+		do   func() error
+	}{
+		{"write x", func() error { return os.WriteFile(filepath.Join(mnt, "x"), []byte("one"), 0o644) }},
+		{"rename x y", func() error { return os.Rename(filepath.Join(mnt, "x"), filepath.Join(mnt, "y")) }},
+		{"write x again", func() error { return os.WriteFile(filepath.Join(mnt, "x"), []byte("two"), 0o644) }},
+		{"overwrite y", func() error { return os.WriteFile(filepath.Join(mnt, "y"), []byte("three"), 0o644) }},
+		{"remove d0/sub/f0", func() error { return os.Remove(filepath.Join(mnt, "d0/sub/f0")) }},
+		{"rename d1 e1", func() error { return os.Rename(filepath.Join(mnt, "d1"), filepath.Join(mnt, "e1")) }},
+		{"chmod y", func() error { return os.Chmod(filepath.Join(mnt, "y"), 0o600) }},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			t.Fatalf("%s: %v", s.what, err)
+		}
+	}
+	want["x"], want["y"] = "two", "three"
+	delete(want, "d0/sub/f0")
+	for j := range 5 {
+		rel := fmt.Sprintf("d1/sub/f%d", j)
+		want["e1/sub/"+filepath.Base(rel)] = want[rel]
+		delete(want, rel)
+	}
+	// The mount shows the changes at once...
+	for rel, w := range want {
+		if got := readFile(t, filepath.Join(mnt, rel)); got != w {
+			t.Errorf("mount: %s = %q, want %q", rel, got, w)
+		}
+	}
+	// ...and the server has them once the root is synced.
+	if err := syncDir(mnt); err != nil {
+		t.Fatalf("fsync of the root: %v", err)
+	}
+	got := map[string]string{}
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && fi.Mode().IsRegular() {
+			rel, _ := filepath.Rel(dir, p)
+			b, _ := os.ReadFile(p)
+			got[rel] = string(b)
+		}
+		return nil
+	})
+	for rel, w := range want {
+		if got[rel] != w {
+			t.Errorf("server: %s = %q, want %q", rel, got[rel], w)
+		}
+	}
+	for rel := range got {
+		if _, ok := want[rel]; !ok {
+			t.Errorf("server has %s, which was removed or renamed", rel)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "y")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("server: y's mode = %v (%v), want 0600", fi.Mode().Perm(), err)
+	}
+}
+
+func TestWriteBackFailure(t *testing.T) {
+	dir, mnt := mountWriteBack(t)
+	os.Mkdir(filepath.Join(mnt, "d"), 0o755)
+	// The close succeeds: the store fails later, in the background.
+	if err := os.WriteFile(filepath.Join(mnt, "d", "bad"), []byte("lost"), 0o644); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	writeFile(t, filepath.Join(mnt, "d", "good"), "kept")
+	// fsync of the directory reports it, once.
+	if err := syncDir(filepath.Join(mnt, "d")); !errors.Is(err, syscall.EIO) {
+		t.Errorf("fsync after a failed background store: got %v, want EIO", err)
+	}
+	if err := syncDir(filepath.Join(mnt, "d")); err != nil {
+		t.Errorf("second fsync: got %v, want the failure reported only once", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "d", "bad")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("server: bad exists (%v)", err)
+	}
+	if got := readFile(t, filepath.Join(dir, "d", "good")); got != "kept" {
+		t.Errorf("server: good = %q, want %q", got, "kept")
+	}
+	// fsync of the file itself waits for its store and reports its
+	// failure.
+	f, err := os.Create(filepath.Join(mnt, "bad2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("lost too")
+	if err := f.Sync(); !errors.Is(err, syscall.EIO) {
+		t.Errorf("fsync of a file whose store fails: got %v, want EIO", err)
+	}
+	f.Close()
+}
