@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -160,17 +161,21 @@ func makeDoc(ctx context.Context, d *dataset, x *extraData) error {
 }
 
 // makeModules copies the two versions of upgradeModule (or of its
-// directory x.modDir) out of the local module cache (never downloading
-// them), writable, and counts what differs.
+// directory x.modDir) out of the module cache, downloading them through
+// the Go module proxy if they are not there, writable, and counts what
+// differs.
 func makeModules(ctx context.Context, x *extraData) error {
-	cache, err := output(ctx, "go", "env", "GOMODCACHE")
-	if err != nil {
-		return fmt.Errorf("%w: %v", errUnavailable, err)
-	}
 	for _, c := range []struct{ version, dst string }{{upgradeFrom, x.modA}, {upgradeTo, x.modB}} {
-		src := filepath.Join(strings.TrimSpace(cache), upgradeModule+"@"+c.version, x.modDir)
+		// go mod download answers from the cache when it can; its Dir
+		// is the module's directory, whatever the escaping of its path.
+		out, err := output(ctx, "go", "mod", "download", "-json", upgradeModule+"@"+c.version)
+		var m struct{ Dir, Error string }
+		if jerr := json.Unmarshal([]byte(out), &m); err != nil || jerr != nil || m.Dir == "" {
+			return fmt.Errorf("%w: cannot download %s@%s: %v %s", errUnavailable, upgradeModule, c.version, err, m.Error)
+		}
+		src := filepath.Join(m.Dir, x.modDir)
 		if _, err := os.Stat(src); err != nil {
-			return fmt.Errorf("%w: %s@%s is not in the module cache (go mod download it)", errUnavailable, upgradeModule, c.version)
+			return fmt.Errorf("%w: %s@%s has no %s", errUnavailable, upgradeModule, c.version, x.modDir)
 		}
 		if err := os.MkdirAll(filepath.Dir(c.dst), 0o755); err != nil {
 			return err
