@@ -53,7 +53,12 @@ type Options struct {
 	// Log receives the adaptor's messages; nothing is logged if nil.
 	Log *slog.Logger
 	// PrefetchDepth bounds the Find issued on first use of a directory
-	// (default 3: the directory's children, grandchildren and theirs).
+	// (default 16). The entry budget is what bounds a walk of a big tree;
+	// the depth mostly keeps a deep one from delaying the listings near
+	// its top. Lookups and listings below a directory being fetched wait
+	// for that walk rather than asking again. A 328-directory tree of
+	// 2,700 entries at 100 ms took one Find and 0.34 s to ls -lR cold
+	// with 16, and 187 Finds and 3.4 s with 3.
 	PrefetchDepth int
 	// PrefetchBudget stops a prefetch after this many entries (default
 	// 20000); what it completed is kept.
@@ -132,7 +137,7 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
 	if opt.PrefetchDepth <= 0 {
-		opt.PrefetchDepth = 3
+		opt.PrefetchDepth = 16
 	}
 	if opt.PrefetchBudget <= 0 {
 		opt.PrefetchBudget = 20000

@@ -73,8 +73,22 @@ type listing struct {
 
 // fetch is a prefetch in flight.
 type fetch struct {
-	done bool
-	err  error
+	done  bool
+	err   error
+	depth int // How far below its directory it lists.
+}
+
+// covering returns an unfinished fetch of a directory above dir whose walk
+// will reach dir, so that a lookup or listing in dir waits for it rather
+// than asking again. m.mu is held.
+func (m *meta) covering(dir string) *fetch {
+	for a, n := dir, 0; a != "/" && a != "." && a != ""; n++ {
+		a = path.Dir(a)
+		if f := m.fetching[a]; f != nil && !f.done && n+1 < f.depth {
+			return f
+		}
+	}
+	return nil
 }
 
 func newMeta(fsys ferry.FS, depth, budget int, ttl time.Duration) *meta {
@@ -191,6 +205,9 @@ func (m *meta) lookup(ctx context.Context, dir, name string) (ferry.Dir, error) 
 			break // Listed, but its entry has expired or was dropped.
 		}
 		f := m.fetching[dir]
+		if f == nil {
+			f = m.covering(dir)
+		}
 		if f == nil {
 			if started {
 				break // The prefetch ended without an answer (budget, error).
@@ -322,6 +339,9 @@ func (m *meta) list(ctx context.Context, dir string) ([]ferry.Dir, error) {
 			delete(m.dirs, dir)
 		}
 		f := m.fetching[dir]
+		if f == nil && !started {
+			f = m.covering(dir)
+		}
 		if f == nil && last != nil && last.err != nil {
 			m.mu.Unlock()
 			return nil, last.err
@@ -372,7 +392,7 @@ func (m *meta) start(dir string, depth, budget, gen int) {
 	if m.fetching[dir] != nil {
 		return
 	}
-	f := &fetch{}
+	f := &fetch{depth: depth}
 	m.fetching[dir] = f
 	m.finds++
 	at, lease, seq := time.Now(), m.lease, m.seq
