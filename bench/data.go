@@ -44,7 +44,7 @@ func prepareData(ctx context.Context, o *options, work string) (*dataset, error)
 		src:      filepath.Join(work, "src"),
 		bigSize:  o.bigSize,
 		treeFrom: o.tree,
-		extra:    extraData{cprojModules: o.modules, docSize: o.docSize, modDir: o.upgradeDir},
+		extra:    extraData{cprojModules: o.modules, docSize: o.docSize, modDir: o.upgradeDir, repoFrom: o.repo},
 	}
 	goroot, err := output(ctx, "go", "env", "GOROOT")
 	if err != nil {
@@ -142,6 +142,7 @@ var packages = []struct{ pkg, bin string }{
 	{"fuse3", "fusermount3"},
 	{"rsync", "rsync"},
 	{"iperf3", "iperf3"},
+	{"git", "git"},
 	{"make", "make"},
 	{"gcc", "cc"},
 }
@@ -206,7 +207,7 @@ func lastLines(s string, n int) string {
 // checkTools fails early, with the list, if a peer's tool is missing.
 func checkTools() error {
 	var missing []string
-	for _, b := range []string{"ssh", "scp", "ssh-keygen", "sshfs", "fusermount3", "rsync", "iperf3", "nsenter", "ip", "make", "cc", "diff"} {
+	for _, b := range []string{"ssh", "scp", "ssh-keygen", "sshfs", "fusermount3", "rsync", "iperf3", "nsenter", "ip", "make", "cc", "diff", "git"} {
 		if _, err := exec.LookPath(b); err != nil {
 			missing = append(missing, b)
 		}

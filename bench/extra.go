@@ -21,6 +21,7 @@ import (
 const (
 	missingName = "ferry-bench-no-such-name"
 	cprojName   = "cproj"
+	repoName    = "repo"
 	docName     = "doc.txt"
 	modName     = "mod"
 
@@ -53,6 +54,10 @@ type extraData struct {
 	modFiles   [2]int // files of A and B
 	modDiffer  int    // files of B that are new or differ from A, plus files of A not in B
 	modErr     error  // why the upgrade workload's data could not be made
+
+	repoFrom  string // the directory the git repository is made of
+	repoFiles int    // the files it tracks
+	repoErr   error  // why the git-status workload's data could not be made
 }
 
 // prepareExtra makes the extra data under work and d.src.
@@ -96,7 +101,32 @@ func prepareExtra(ctx context.Context, d *dataset, work string) error {
 	x.modA = filepath.Join(pristine, "mod-"+upgradeFrom)
 	x.modB = filepath.Join(d.src, "up", modName)
 	x.modErr = makeModules(ctx, x)
+	x.repoFiles, x.repoErr = makeRepo(ctx, x.repoFrom, filepath.Join(d.srv, repoName))
 	return nil
+}
+
+// makeRepo makes a git repository at dst of a copy of the directory from,
+// with everything committed, and returns how many files it tracks.
+func makeRepo(ctx context.Context, from, dst string) (int, error) {
+	if from == "" {
+		return 0, fmt.Errorf("%w: the profile names no directory for the repository", errUnavailable)
+	}
+	if _, err := output(ctx, "cp", "-a", from, dst); err != nil {
+		return 0, err
+	}
+	git := func(args ...string) (string, error) {
+		return output(ctx, "git", append([]string{"-C", dst, "-c", "user.name=bench", "-c", "user.email=bench@example.com"}, args...)...)
+	}
+	for _, args := range [][]string{{"init", "-q"}, {"add", "-A"}, {"commit", "-q", "-m", "bench"}} {
+		if _, err := git(args...); err != nil {
+			return 0, err
+		}
+	}
+	out, err := git("ls-files")
+	if err != nil {
+		return 0, err
+	}
+	return strings.Count(out, "\n"), nil
 }
 
 // makeDoc writes the document: Debian's license texts, then Go source files
@@ -338,8 +368,11 @@ clean:
 
 // unavailable returns why w's data could not be made, or nil.
 func (d *dataset) unavailable(w workload) error {
-	if w.name == "upgrade" {
+	switch w.name {
+	case "upgrade":
 		return d.extra.modErr
+	case "git-status":
+		return d.extra.repoErr
 	}
 	return nil
 }
@@ -372,6 +405,11 @@ func warmup(s system, w workload, e *env) string {
 	switch s.(type) {
 	case *sshfs, *ferryMount:
 		return mountWarmup(w, e)
+	case localDisk:
+		if w.name == "git-status" {
+			sc, _ := s.script(w, e)
+			return sc
+		}
 	}
 	return ""
 }

@@ -44,6 +44,8 @@ type options struct {
 	modules    int
 	docSize    int
 	upgradeDir string
+	// repo is the directory a git repository is made of for git-status.
+	repo       string
 	note       string          // said in the report's header
 	systems    map[string]bool // nil: all
 	workloads  map[string]bool // nil: all
@@ -75,6 +77,7 @@ var profiles = map[string]options{
 		modules:    10,
 		docSize:    1 << 20,
 		upgradeDir: "prometheus/promhttp",
+		repo:       "/usr/local/go/src/math",
 		timeout:    90 * time.Second,
 		iperfTime:  3 * time.Second,
 		note:       "smoke profile: one condition, one run of each cell and scaled-down inputs, for quick comparisons; single runs on a shared 2-core machine are noisy, so read differences under about 30% as ties.",
@@ -94,6 +97,7 @@ var profiles = map[string]options{
 		tree:      "/usr/local/go/src/regexp",
 		modules:   300,
 		docSize:   4 << 20,
+		repo:      "/usr/local/go/src/cmd",
 		timeout:   3 * time.Minute,
 		iperfTime: 4 * time.Second,
 	},
@@ -105,6 +109,7 @@ var profiles = map[string]options{
 		tree:      "/usr/local/go/src/net",
 		modules:   300,
 		docSize:   4 << 20,
+		repo:      "/usr/local/go/src/cmd",
 		timeout:   20 * time.Minute,
 		iperfTime: 10 * time.Second,
 	},

@@ -104,9 +104,13 @@ func (r *report) write(ctx context.Context, plots bool) error {
 	if x.modErr != nil {
 		upgrade = "upgrade has no data: " + x.modErr.Error()
 	}
-	p("- **Other data:** missing-name looks up `%s`; make-j2 builds a generated C project of %d modules; edit-save edits line %d of a %.1f MB document made of %s; %s.\n",
-		x.missing, x.cprojModules, x.docLine, float64(x.docBytes)/1e6, x.docFrom, upgrade)
-	p("- **Method:** wall time of the client command, the median of %d run(s), each into an empty destination and, for the mounts, from a fresh mount (cold cache; grep-warm times a second run on the mount). In parentheses: the ratio to the best peer in the column (the fastest system other than Ferry's). Bytes on the wire are whole IP packets counted by the emulator, for the median run.\n", o.runs)
+	repo := fmt.Sprintf("git-status runs in a repository of %s (%d files)", x.repoFrom, x.repoFiles)
+	if x.repoErr != nil {
+		repo = "git-status has no data: " + x.repoErr.Error()
+	}
+	p("- **Other data:** missing-name looks up `%s`; make-j2 builds a generated C project of %d modules; edit-save edits line %d of a %.1f MB document made of %s; %s; %s.\n",
+		x.missing, x.cprojModules, x.docLine, float64(x.docBytes)/1e6, x.docFrom, upgrade, repo)
+	p("- **Method:** wall time of the client command, the median of %d run(s), each into an empty destination and, for the mounts, from a fresh mount (cold cache; grep-warm times a second run on the mount). In parentheses: the ratio to the best peer in the column (the fastest system other than Ferry's and the local-disk reference). Bytes on the wire are whole IP packets counted by the emulator, for the median run.\n", o.runs)
 	if o.note != "" {
 		p("- **Note:** %s\n", o.note)
 	}
@@ -165,7 +169,7 @@ func (r *report) write(ctx context.Context, plots bool) error {
 		for _, c := range conds {
 			for _, s := range systems {
 				x, ok := r.cells[cellKey{w.name, s, c}]
-				if ok && x.err == nil && !isFerry(s) && (best[c] == 0 || x.median < best[c]) {
+				if ok && x.err == nil && isPeer(s) && (best[c] == 0 || x.median < best[c]) {
 					best[c] = x.median
 				}
 			}

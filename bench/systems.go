@@ -40,6 +40,7 @@ var workloads = []workload{
 	{"rm-tree", "Remove a tree", "Removes a copy of the tree made on the server before the run (untimed) and checks it is gone: `rm -r` on a fresh sshfs or Ferry mount, `ssh host rm -rf`, `ferry rm -r`."},
 	{"make-j2", "Compile a C project: make -j2", "Builds a C project of small modules (how many: see Other data above; a .c file and a header each, generated deterministically, plus main.c and a Makefile), copied to the server before the run (untimed), and checks the program it builds prints the right sum: `make -j2` on a fresh sshfs or Ferry mount (the compiler runs on the client), and `ssh host make -j2`, which builds on the server and moves no file data."},
 	{"edit-save", "Save a one-line edit of a large document", "A text file of a few MB (license texts and Go sources; its size is in Other data above) is on the server; the client has a copy with one line in the middle changed and saves it over the server's, which is then checked byte for byte. On sshfs and a Ferry mount, as an editor saves: the file is read first (untimed, the editor opening it), then the timed save writes a temporary file beside it and renames it over the original. `rsync -a` of the edited file (its delta transfer sends only what changed), `scp`, `ferry put`. Upstream bytes are the point."},
+	{"git-status", "git status in a repository, warm", "`git status` in a git repository of the profile's directory (see Other data; made and committed on the server before the runs), timed the second time on the same mount (the first, cold one is not timed): on sshfs or a Ferry mount; `ssh host git status`, where nothing is cold; and on the local disk, for reference."},
 	{"upgrade", "Upgrade a source tree to the next version", "Version A of a real Go module (from the local module cache), or of one directory of it, is on the server; the client holds version B and updates the server's copy to it, which is then checked: every file of B must be there with B's content, and for rsync nothing else. `rsync -a --delete` (sends only differences, removes what B dropped), `scp -r` and `cp -r` on a fresh sshfs or Ferry mount (copy every file, leave what B dropped), `ferry put` of B over A (Ferry has no sync command yet: it sends every file and leaves what B dropped)."},
 }
 
@@ -97,16 +98,20 @@ type system interface {
 
 func allSystems(h *harness) []system {
 	b := &ferryBuild{h: h}
-	return []system{sshSystem{"scp"}, sshSystem{"rsync"}, sshSystem{"ssh"}, &sshfs{}, &ferry{b: b}, &ferryMount{b: b}, &ferryMount{b: b, writeBack: true}, nfs{}}
+	return []system{sshSystem{"scp"}, sshSystem{"rsync"}, sshSystem{"ssh"}, &sshfs{}, &ferry{b: b}, &ferryMount{b: b}, &ferryMount{b: b, writeBack: true}, nfs{}, localDisk{}}
 }
 
 // systemNames are the systems in the order of the report's rows. Every
 // system whose name starts with "ferry" is Ferry; the others are peers.
 func systemNames() []string {
-	return []string{"scp", "rsync", "ssh", "sshfs", "ferry", "ferry-mount", "ferry-mount-wb", "nfs"}
+	return []string{"scp", "rsync", "ssh", "sshfs", "ferry", "ferry-mount", "ferry-mount-wb", "nfs", "local-disk"}
 }
 
 func isFerry(system string) bool { return strings.HasPrefix(system, "ferry") }
+
+// isPeer reports whether system is a tool Ferry is compared with: not
+// Ferry, and not the local-disk reference.
+func isPeer(system string) bool { return !isFerry(system) && system != "local-disk" }
 
 // sshSystem is scp, rsync or plain ssh commands, all through the harness's
 // sshd and client configuration. They keep no state between runs.
@@ -186,6 +191,11 @@ func (s sshSystem) script(w workload, e *env) (string, error) {
 		return "", notApplicable("scp only copies")
 	case "rsync rm-tree":
 		return "", notApplicable("rsync removes only while syncing (--delete); `ssh host rm -rf` is the ssh row")
+
+	case "ssh git-status":
+		return fmt.Sprintf("ssh %s bench git -C %s status >/dev/null", F, q(q(filepath.Join(e.srv, repoName)))), nil
+	case "scp git-status", "rsync git-status":
+		return "", notApplicable(s.tool + " only copies; `ssh host git status` is the ssh row")
 
 	case "ssh make-j2":
 		return fmt.Sprintf("ssh %s bench make -j2 -C %s", F, q(q(filepath.Join(e.in, cprojName)))), nil
@@ -271,6 +281,8 @@ func mountScript(w workload, e *env) (string, error) {
 		return fmt.Sprintf("rm -r %s", q(m+"/in/"+treeName)), nil
 	case "make-j2":
 		return fmt.Sprintf("make -j2 -C %s", q(m+"/in/"+cprojName)), nil
+	case "git-status":
+		return fmt.Sprintf("git -C %s status >/dev/null", q(m+"/"+repoName)), nil
 	case "edit-save":
 		// As an editor saves: a temporary file beside the original,
 		// renamed over it.
@@ -286,7 +298,7 @@ func mountScript(w workload, e *env) (string, error) {
 // before the timed run of w, or "".
 func mountWarmup(w workload, e *env) string {
 	switch w.name {
-	case "grep-warm":
+	case "grep-warm", "git-status":
 		sc, _ := mountScript(w, e)
 		return sc
 	case "edit-save":
@@ -444,10 +456,11 @@ var ferryNeeds = map[string]string{
 // ferryNotApplicable says why the native client has no row for a workload
 // that the mount has.
 var ferryNotApplicable = map[string]string{
-	"grep-r":    "the native client has no search; the ferry-mount row is Ferry's",
-	"grep-warm": "the native client has no search and no cache; the ferry-mount row is Ferry's",
-	"diff-r":    "the native client has no compare command; the ferry-mount row is Ferry's",
-	"make-j2":   "the native client runs no commands on the server; the ferry-mount row is Ferry's",
+	"grep-r":     "the native client has no search; the ferry-mount row is Ferry's",
+	"grep-warm":  "the native client has no search and no cache; the ferry-mount row is Ferry's",
+	"diff-r":     "the native client has no compare command; the ferry-mount row is Ferry's",
+	"make-j2":    "the native client runs no commands on the server; the ferry-mount row is Ferry's",
+	"git-status": "the native client runs no commands; the ferry-mount row is Ferry's",
 }
 
 func (f *ferry) setup(ctx context.Context, e *env) error {
@@ -581,6 +594,27 @@ func (f *ferryMount) script(w workload, e *env) (string, error) {
 		return "", fmt.Errorf("%w: it reads as ferry-mount does; write-back changes only writes", errNotApplicable)
 	}
 	return mountScript(w, e)
+}
+
+// localDisk is the reference the issue's targets name: the command run on
+// the server's own disk (the same file system the servers serve), with no
+// link in between. It has rows for make-j2 and git-status only, and is not
+// a peer: ratios are to the best peer, never to it.
+type localDisk struct{}
+
+func (localDisk) name() string                            { return "local-disk" }
+func (localDisk) setup(ctx context.Context, e *env) error { return nil }
+func (localDisk) reset(ctx context.Context, e *env) error { return nil }
+func (localDisk) teardown(e *env)                         {}
+
+func (localDisk) script(w workload, e *env) (string, error) {
+	switch w.name {
+	case "make-j2":
+		return fmt.Sprintf("make -j2 -C %s", q(filepath.Join(e.in, cprojName))), nil
+	case "git-status":
+		return fmt.Sprintf("git -C %s status >/dev/null", q(filepath.Join(e.srv, repoName))), nil
+	}
+	return "", notApplicable("the local disk is a reference for make-j2 and git-status only")
 }
 
 // nfs is the row of NFS (issue 3 names NFSv4 through nfs-ganesha). The
