@@ -7,11 +7,26 @@
 //
 // Security: the server serves one tree to every authenticated user, and each
 // of them may read every file of it (Get). The index holds only chunks of
-// files in the tree (never temporary or staging files), and every answer
-// about a chunk comes from reading it back from such a file, so a client
-// learns nothing through chunk queries that it could not read with Get.
-// When per-user permissions arrive, Tree.Allowed must scope ReadChunk and
-// the put's index lookups to the files the user may read.
+// files in the tree (never temporary or staging files) and of files in the
+// trash, and every answer about a chunk comes from reading it back from such
+// a file, so a client learns nothing through chunk queries that it could not
+// read with Get. Trash files hold the rule because each was a readable file
+// of the tree until it was replaced, truncated or removed, and holds the
+// bytes Get returned then; the trash lies outside the tree (Options.TrashDir)
+// and the index knows its files under TrashPrefix, which no tree path
+// starts with, so they cannot be named, listed or fetched, only their chunks
+// read. When per-user permissions arrive, Tree.Allowed must scope ReadChunk
+// and the put's index lookups to the files the user may read, and judge a
+// trash file by the file it was kept from.
+//
+// The trash keeps the last versions of files replaced, truncated or removed
+// through the Tree a while (bounded by bytes and age, oldest evicted first),
+// with their chunks in the index, because the next version of a file
+// usually shares most chunks with the last one: a client that puts it sends
+// only what changed even when the server no longer holds the last version
+// under its name (an editor that removes and rewrites, a truncation before
+// a rewrite). Writes in place and files changed directly on the server's
+// disk are not kept.
 package chunked
 
 import (
@@ -34,6 +49,7 @@ type Tree struct {
 	*local.Tree
 	root  *os.Root
 	index *store.Index
+	trash *trash
 	// Allowed, if not nil, says which files chunks may be read from on
 	// behalf of a caller; nil allows the whole tree.
 	Allowed func(path string) bool
@@ -45,22 +61,39 @@ var (
 )
 
 // New returns a Tree over t with a chunk index in indexDir ("" keeps it in
-// memory) of at most maxChunks entries.
+// memory) of at most maxChunks entries, and a trash of the default bounds.
 func New(t *local.Tree, indexDir string, maxChunks int64) (*Tree, error) {
+	return Open(t, Options{IndexDir: indexDir, MaxChunks: maxChunks})
+}
+
+// Open returns a Tree over t configured by o.
+func Open(t *local.Tree, o Options) (*Tree, error) {
 	root, err := os.OpenRoot(t.Dir())
 	if err != nil {
-		return nil, ferry.E("chunked.New", t.Dir(), err)
+		return nil, ferry.E("chunked.Open", t.Dir(), err)
 	}
-	x, err := store.OpenIndex(indexDir, store.RootFiles{Root: root}, chunk.Default, maxChunks)
+	tr, err := openTrash(root, o)
 	if err != nil {
 		root.Close()
 		return nil, err
 	}
-	return &Tree{Tree: t, root: root, index: x}, nil
+	fs := files{tree: store.RootFiles{Root: root}}
+	if tr != nil {
+		fs.trash = store.RootFiles{Root: tr.dir}
+	}
+	x, err := store.OpenIndex(o.IndexDir, fs, chunk.Default, o.MaxChunks)
+	if err != nil {
+		tr.close()
+		root.Close()
+		return nil, err
+	}
+	tr.start(x)
+	return &Tree{Tree: t, root: root, index: x, trash: tr}, nil
 }
 
 // Close closes the index and the tree.
 func (t *Tree) Close() error {
+	t.trash.close()
 	err := t.index.Close()
 	t.root.Close()
 	if cerr := t.Tree.Close(); err == nil {
@@ -122,13 +155,14 @@ func (t *Tree) ReadChunk(ctx context.Context, h chunk.Hash, prefer string, buf [
 	return b, err
 }
 
-// Rebuild forgets the index and indexes every regular file below path
-// again, for when the index is lost or suspect. It reports files it could
-// not read in the returned count and goes on.
+// Rebuild forgets the index and indexes every regular file of the tree
+// and the trash again, for when the index is lost or suspect. It reports
+// files it could not read in the returned count and goes on.
 func (t *Tree) Rebuild(ctx context.Context) (files, failed int, err error) {
 	if err := t.index.Reset(); err != nil {
 		return 0, 0, err
 	}
+	t.trash.reindex(ctx)
 	s := t.Find(ctx, "/", "type=f")
 	for e := range s.All() {
 		if e.Err != nil {
@@ -335,12 +369,15 @@ func (u *Put) Commit() (ferry.Dir, error) {
 			attrs.SetMode(fi.Mode().Perm())
 		}
 	}
-	if _, err := u.t.Wstat(u.ctx, u.tmp, attrs).Wait(); err != nil {
+	if _, err := u.t.Tree.Wstat(u.ctx, u.tmp, attrs).Wait(); err != nil {
 		return nil, err
 	}
+	k := u.t.trash.keep(u.path, false)
 	if err := u.t.root.Rename(u.tmp[1:], u.path[1:]); err != nil {
+		k.undo()
 		return nil, ferry.E(op, u.path, err)
 	}
+	k.done()
 	u.done = true
 	d, err := u.t.Stat(u.ctx, u.path).Wait()
 	if err != nil {

@@ -40,6 +40,7 @@ type env struct {
 	key      ed25519.PrivateKey // The client's.
 	home     string
 	c        *remote.Client
+	cfg      remote.Config // c's, for dialing more clients.
 	up, down atomic.Int64
 }
 
@@ -67,8 +68,9 @@ func start(t *testing.T, oneWay time.Duration) *env {
 
 // setup varies the server and the client of an env.
 type setup struct {
-	plain  bool // plain serves a local tree, without chunks.
-	noZstd bool // noZstd makes the server one without compression.
+	plain  bool            // plain serves a local tree, without chunks.
+	opts   chunked.Options // opts configures the chunked tree; MaxChunks defaults to 1<<20.
+	noZstd bool            // noZstd makes the server one without compression.
 	client func(*remote.Config)
 }
 
@@ -85,7 +87,10 @@ func startWith(t *testing.T, oneWay time.Duration, su setup) *env {
 	}
 	var fs ferry.FS = lt
 	if !su.plain {
-		if e.tree, err = chunked.New(lt, "", 1<<20); err != nil {
+		if su.opts.MaxChunks == 0 {
+			su.opts.MaxChunks = 1 << 20
+		}
+		if e.tree, err = chunked.Open(lt, su.opts); err != nil {
 			t.Fatal(err)
 		}
 		fs = e.tree
@@ -137,6 +142,7 @@ func startWith(t *testing.T, oneWay time.Duration, su setup) *env {
 	if su.client != nil {
 		su.client(&cfg)
 	}
+	e.cfg = cfg
 	e.c, err = remote.Dial(cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -165,18 +165,7 @@ func (x *Index) Chunks(ctx context.Context, path string, fn func(chunk.Ref) erro
 	}
 	defer f.Close()
 	if old, _, _, ok := x.fileInfo(path); ok && old == st {
-		var refs []chunk.Ref
-		err := scan(x.db, recipePrefix(path), func(k, v []byte) bool {
-			if len(v) < chunk.HashSize+1 {
-				return false
-			}
-			var r chunk.Ref
-			copy(r.Hash[:], v)
-			l, _ := binary.Uvarint(v[chunk.HashSize:])
-			r.Off, r.Len = int64(binary.BigEndian.Uint64(k[len(k)-8:])), int(l)
-			refs = append(refs, r)
-			return true
-		})
+		refs, err := x.recipe(path)
 		if err == nil && coversExactly(refs, st.Size) {
 			x.touch(path)
 			for _, r := range refs {
@@ -205,6 +194,23 @@ func (x *Index) Chunks(ctx context.Context, path string, fn func(chunk.Ref) erro
 		return x.Set(path, st, refs)
 	}
 	return nil
+}
+
+// recipe returns the chunk list the index holds for path.
+func (x *Index) recipe(path string) ([]chunk.Ref, error) {
+	var refs []chunk.Ref
+	err := scan(x.db, recipePrefix(path), func(k, v []byte) bool {
+		if len(v) < chunk.HashSize+1 {
+			return false
+		}
+		var r chunk.Ref
+		copy(r.Hash[:], v)
+		l, _ := binary.Uvarint(v[chunk.HashSize:])
+		r.Off, r.Len = int64(binary.BigEndian.Uint64(k[len(k)-8:])), int(l)
+		refs = append(refs, r)
+		return true
+	})
+	return refs, err
 }
 
 // coversExactly reports whether refs tile [0, size).
@@ -241,6 +247,16 @@ func (x *Index) Set(path string, st Stamp, refs []chunk.Ref) error {
 	defer x.mu.Unlock()
 	b := x.db.NewBatch()
 	x.dropLocked(b, path)
+	x.setLocked(b, path, st, refs)
+	if err := b.Commit(noSync); err != nil {
+		return ferry.E(op, path, ferry.KindIO, err)
+	}
+	return x.evictLocked()
+}
+
+// setLocked adds to b the entries of path, whose old entries b already
+// drops. x.mu is held.
+func (x *Index) setLocked(b *pebble.Batch, path string, st Stamp, refs []chunk.Ref) {
 	x.seq++
 	b.Set(fileKey(path), u64(u64(st.append(nil), uint64(len(refs))), x.seq), nil)
 	b.Set(useKey(x.seq, path), nil, nil)
@@ -251,10 +267,35 @@ func (x *Index) Set(path string, st Stamp, refs []chunk.Ref) error {
 	}
 	x.n += int64(len(refs))
 	x.nfiles++
-	if err := b.Commit(noSync); err != nil {
-		return ferry.E(op, path, ferry.KindIO, err)
+}
+
+// Rename moves the entries of the file at from to the file at to, as its
+// version st, if the index holds from in its version old. It is for a file
+// whose bytes now lie at another path (renamed, linked or copied there)
+// without chunking them again. It reports whether it moved them; if not,
+// the entries of from stay as they were and to is untouched.
+func (x *Index) Rename(from, to string, old, st Stamp) (bool, error) {
+	const op = "store.Index.Rename"
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if have, _, _, ok := x.fileInfo(from); !ok || have != old || from == to {
+		return false, nil
 	}
-	return x.evictLocked()
+	refs, err := x.recipe(from)
+	if err != nil {
+		return false, ferry.E(op, from, ferry.KindIO, err)
+	}
+	if !coversExactly(refs, old.Size) || st.Size != old.Size {
+		return false, nil
+	}
+	b := x.db.NewBatch()
+	x.dropLocked(b, from)
+	x.dropLocked(b, to)
+	x.setLocked(b, to, st, refs)
+	if err := b.Commit(noSync); err != nil {
+		return false, ferry.E(op, from, ferry.KindIO, err)
+	}
+	return true, nil
 }
 
 // Drop forgets the file at path (removed, or replaced by a Put that will

@@ -1,0 +1,240 @@
+package chunked_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/chunk"
+	"github.com/ferryfs/ferry/internal/chunked"
+	"github.com/ferryfs/ferry/internal/local"
+	"github.com/ferryfs/ferry/internal/remote"
+)
+
+// dial returns another client of e's server, without a chunk cache, whose
+// bytes count in e's counters.
+func (e *env) dial(t *testing.T) *remote.Client {
+	t.Helper()
+	cfg := e.cfg
+	cfg.Cache, cfg.CloseCache = nil, false
+	c, err := remote.Dial(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := c.Stat(context.Background(), "/").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestTrashPut puts a file from one client and, from another, neither with
+// a chunk cache, removes or truncates it and puts it again with one line
+// changed: with the trash, only the changed chunks go up.
+func TestTrashPut(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		opts  chunked.Options
+		clear func(ctx context.Context, c *remote.Client) error // What the second client does before its put.
+		most  float64                                           // The most bytes up, as a share of the file.
+	}{
+		{"remove", chunked.Options{}, func(ctx context.Context, c *remote.Client) error {
+			_, err := c.Remove(ctx, "/doc").Wait()
+			return err
+		}, 0.10},
+		{"truncate", chunked.Options{}, func(ctx context.Context, c *remote.Client) error {
+			_, err := c.Wstat(ctx, "/doc", ferry.Dir{ferry.AttrSize: "0"}).Wait()
+			return err
+		}, 0.10},
+		{"move over", chunked.Options{}, func(ctx context.Context, c *remote.Client) error {
+			if _, err := c.Put(ctx, "/other", nil, ferry.Whole, bytes.NewReader(randomDoc(100<<10))).Wait(); err != nil {
+				return err
+			}
+			_, err := c.Move(ctx, "/other", "/doc").Wait()
+			return err
+		}, 0.10},
+		// Without the trash the same put sends nearly the whole file: the
+		// test measures the trash, not something else.
+		{"remove, no trash", chunked.Options{TrashMax: -1}, func(ctx context.Context, c *remote.Client) error {
+			_, err := c.Remove(ctx, "/doc").Wait()
+			return err
+		}, 1.5},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startWith(t, 0, setup{opts: tc.opts})
+			doc := randomDoc(4 << 20)
+			e.put(t, e.c, "/doc", doc)
+			c2 := e.dial(t)
+			if err := tc.clear(ctxT(t), c2); err != nil {
+				t.Fatal(err)
+			}
+			edited := editLine(doc, 30000, "one changed line")
+			up := e.up.Load()
+			e.put(t, c2, "/doc", edited)
+			sent := e.up.Load() - up
+			if !bytes.Equal(e.read(t, "doc"), edited) {
+				t.Fatal("the server's file differs from what was put")
+			}
+			if share := float64(sent) / float64(len(doc)); share > tc.most {
+				t.Errorf("put after %s sent %d bytes (%.1f%% of %d), want at most %.0f%%", tc.name, sent, 100*share, len(doc), 100*tc.most)
+			}
+			if tc.opts.TrashMax == 0 && e.tree.Trash().Files == 0 {
+				t.Error("the trash holds no file")
+			}
+			t.Logf("%s, then a one-line edit of %d bytes put from a cold client: %d bytes up (%.2f%%)", tc.name, len(doc), sent, 100*float64(sent)/float64(len(doc)))
+		})
+	}
+}
+
+// hashes returns the chunk hashes of b.
+func hashes(t *testing.T, b []byte) []chunk.Hash {
+	var hs []chunk.Hash
+	if err := chunk.Refs(bytes.NewReader(b), chunk.Default, func(r chunk.Ref, _ []byte) error {
+		hs = append(hs, r.Hash)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return hs
+}
+
+// holds reports whether tr serves every chunk of b.
+func holds(t *testing.T, tr *chunked.Tree, b []byte) bool {
+	for _, h := range hashes(t, b) {
+		if _, err := tr.ReadChunk(ctxT(t), h, "", nil); err != nil {
+			return false
+		}
+	}
+	return true
+}
+
+func openTree(t *testing.T, dir string, o chunked.Options) *chunked.Tree {
+	t.Helper()
+	lt, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.MaxChunks = 1 << 20
+	tr, err := chunked.Open(lt, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
+// TestTrashBounds fills the trash past its bound in bytes, then checks that
+// the oldest files went first, that the trash survives a restart, and that
+// files leave it as they age.
+func TestTrashBounds(t *testing.T) {
+	dir, trashDir, indexDir := t.TempDir(), t.TempDir(), filepath.Join(t.TempDir(), "index")
+	o := chunked.Options{IndexDir: indexDir, TrashDir: trashDir, TrashMax: 350 << 10, TrashMin: 1}
+	tr := openTree(t, dir, o)
+	ctx := ctxT(t)
+	var docs [][]byte
+	for i := range 4 {
+		doc := randomDoc(100 << 10)
+		docs = append(docs, doc)
+		if err := os.WriteFile(filepath.Join(dir, "f"), doc, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var ino uint64
+		if fi, err := os.Stat(filepath.Join(dir, "f")); err == nil {
+			ino = fi.Sys().(*syscall.Stat_t).Ino
+		}
+		if _, err := tr.Remove(ctx, "/f").Wait(); err != nil {
+			t.Fatal(err)
+		}
+		// The file went to the trash as a hard link, not a copy.
+		ents, _ := os.ReadDir(trashDir)
+		last, _ := ents[len(ents)-1].Info()
+		if got := last.Sys().(*syscall.Stat_t).Ino; got != ino {
+			t.Errorf("file %d: trash inode %d, want the removed file's %d (a hard link)", i, got, ino)
+		}
+	}
+	if got, want := tr.Trash(), (chunked.TrashStats{Files: 3, Bytes: int64(len(docs[1]) + len(docs[2]) + len(docs[3]))}); got != want {
+		t.Errorf("trash after 4 files of 100 KiB in 350 KiB: got %+v, want %+v", got, want)
+	}
+	// Give the background indexing of the trash time to finish.
+	waitFor(t, "the kept files' chunks", func() bool { return holds(t, tr, docs[1]) && holds(t, tr, docs[3]) })
+	if holds(t, tr, docs[0]) {
+		t.Error("the oldest file's chunks are still served after its eviction")
+	}
+	if err := tr.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	o.TrashAge = 300 * time.Millisecond
+	tr = openTree(t, dir, o)
+	defer tr.Close()
+	if got := tr.Trash().Files; got != 3 && got != 0 {
+		t.Errorf("trash after a restart holds %d files, want 3", got)
+	}
+	waitFor(t, "the trash to empty with age", func() bool { return tr.Trash().Files == 0 })
+	if holds(t, tr, docs[3]) {
+		t.Error("an aged file's chunks are still served")
+	}
+	if ents, _ := os.ReadDir(trashDir); len(ents) != 0 {
+		t.Errorf("trash directory holds %d entries after they aged, want 0", len(ents))
+	}
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+// TestTrashHidden checks that nothing of the trash is reachable through the
+// Tree: it lies outside the served directory and no path names it.
+func TestTrashHidden(t *testing.T) {
+	trashDir := t.TempDir()
+	e := startWith(t, 0, setup{opts: chunked.Options{TrashDir: trashDir}})
+	doc := randomDoc(200 << 10)
+	e.put(t, e.c, "/doc", doc)
+	e.put(t, e.c, "/doc", randomDoc(200<<10))
+	ctx := ctxT(t)
+	if _, err := e.c.Remove(ctx, "/doc").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	ents, _ := os.ReadDir(trashDir)
+	if len(ents) != 2 {
+		t.Fatalf("trash directory holds %d files, want 2", len(ents))
+	}
+	if got, _ := os.ReadDir(e.dir); len(got) != 0 {
+		t.Errorf("served directory holds %d entries, want 0", len(got))
+	}
+	for e := range e.c.Find(ctx, "/", "").All() {
+		if e.Dir.Path() != "/" {
+			t.Errorf("Find lists %s, want nothing but /", e.Dir.Path())
+		}
+	}
+	for _, p := range []string{"/" + chunked.TrashPrefix + ents[0].Name(), chunked.TrashPrefix + ents[0].Name(), "/" + ents[0].Name(), "/../" + filepath.Base(trashDir) + "/" + ents[0].Name()} {
+		if _, err := e.c.Stat(ctx, p).Wait(); err == nil {
+			t.Errorf("Stat(%q) succeeded, want an error", p)
+		}
+		r := e.c.Get(ctx, p, 0, -1)
+		if _, err := io.ReadAll(r); err == nil {
+			t.Errorf("Get(%q) succeeded, want an error", p)
+		}
+		r.Close()
+		s := e.c.Find(ctx, p, "")
+		for range s.All() {
+		}
+		if err := s.Err(); err == nil || errors.Is(err, io.EOF) {
+			t.Errorf("Find(%q): got %v, want an error", p, err)
+		}
+	}
+	if !holds(t, e.tree, doc) {
+		t.Error("the trash does not serve the chunks of the removed file")
+	}
+}
