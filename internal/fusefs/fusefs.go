@@ -19,9 +19,15 @@
 //     atomic Put (ferry.Whole) when a descriptor is closed (flush) or
 //     synced: close-to-open consistency, the data is on the server when
 //     close returns. A new file exists only here until that Put, so creating
-//     a file costs one round trip, not two.
+//     a file costs one round trip, not two. With Options.WriteBack the Put
+//     runs in the background instead, ordered with every other call on the
+//     same paths (see writeback), and fsync waits for it.
 //   - Reads. A file open for reading streams with one Get from the offset
 //     read, with read-ahead; a jump backwards or far ahead starts a new Get.
+//     The first read of a small file starts a FindGet of its directory's
+//     small files, kept in memory for the reads that follow (see contents).
+//   - Bytes. Whole-file Puts and Gets go through the Tree, which may send
+//     only the chunks the other side lacks (remote.Client does).
 //
 // Errnos are made only at this boundary, from one kind-to-errno table
 // (errno.go). Hard links are not supported (the Tree has no link call):
