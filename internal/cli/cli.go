@@ -72,7 +72,7 @@ Keys and lists live in $FERRY_HOME (default ~/.config/ferry).`,
 	root.AddCommand(
 		serveCmd(),
 		findCmd(), lsCmd(), statCmd(), cacheFlags(catCmd()),
-		cacheFlags(getCmd()), cacheFlags(putCmd()), rmCmd(), mvCmd(), ctlCmd(),
+		cacheFlags(getCmd()), cacheFlags(putCmd()), cacheFlags(syncCmd()), rmCmd(), mvCmd(), ctlCmd(),
 		cacheFlags(mountCmd()), umountCmd(),
 		keyCmd(), authorizeCmd(), tokenCmd(),
 		netemcmd.Command(),
