@@ -306,3 +306,36 @@ func FuzzIndexValues(f *testing.F) {
 		tr.x.Stats()
 	})
 }
+
+// TestIndexRename moves a file's entries to another path without chunking
+// it again, and refuses when the index holds another version.
+func TestIndexRename(t *testing.T) {
+	tr := newTree(t, 1<<20)
+	a := random(3, 200<<10)
+	tr.write(t, "a", a)
+	refs := tr.chunks(t, "a")
+	stamp := func(name string) Stamp {
+		st, err := tr.x.files.Stamp("/" + name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st
+	}
+	old := stamp("a")
+	if err := os.Rename(filepath.Join(tr.dir, "a"), filepath.Join(tr.dir, "b")); err != nil {
+		t.Fatal(err)
+	}
+	if moved, err := tr.x.Rename("/a", "/b", Stamp{Size: 1}, stamp("b")); moved || err != nil {
+		t.Fatalf("Rename from a version not indexed: got %v, %v; want false, nil", moved, err)
+	}
+	if moved, err := tr.x.Rename("/a", "/b", old, stamp("b")); !moved || err != nil {
+		t.Fatalf("Rename: got %v, %v; want true, nil", moved, err)
+	}
+	if got := tr.chunks(t, "b"); len(got) != len(refs) || tr.x.Stats().Indexed != 1 || tr.x.Stats().Files != 1 {
+		t.Errorf("after Rename: %d chunks, stats %+v; want %d chunks from the index, 1 file", len(got), tr.x.Stats(), len(refs))
+	}
+	locs, _ := tr.x.Lookup(refs[0].Hash)
+	if len(locs) != 1 || locs[0].Path != "/b" {
+		t.Errorf("locations of the first chunk: got %+v, want one in /b", locs)
+	}
+}
