@@ -350,6 +350,18 @@ func (k *pending) done() {
 	tr.evict(time.Now())
 }
 
+// wait waits for f, the operation that replaces or removes the kept file,
+// and ends k by its outcome.
+func wait[T any](k *pending, f *ferry.Future[T]) (T, error) {
+	v, err := f.Wait()
+	if err != nil {
+		k.undo()
+	} else {
+		k.done()
+	}
+	return v, err
+}
+
 // evict removes the oldest files until the trash is within its bounds of
 // bytes and age at now.
 func (tr *trash) evict(now time.Time) {
@@ -410,14 +422,7 @@ func (t *Tree) Put(ctx context.Context, p string, d ferry.Dir, off int64, data i
 		return t.Tree.Put(ctx, p, d, off, data)
 	}
 	return ferry.Go(func() (ferry.Dir, error) {
-		k := t.trash.keep(c, false)
-		dir, err := t.Tree.Put(ctx, p, d, off, data).Wait()
-		if err != nil {
-			k.undo()
-			return nil, err
-		}
-		k.done()
-		return dir, nil
+		return wait(t.trash.keep(c, false), t.Tree.Put(ctx, p, d, off, data))
 	})
 }
 
@@ -434,12 +439,10 @@ func (t *Tree) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Di
 	if toFi, err := t.root.Lstat(rel(ct)); ferr == nil && err == nil && !os.SameFile(fromFi, toFi) {
 		k = t.trash.keep(ct, false)
 	}
-	d, err := t.Tree.Move(ctx, from, to).Wait()
+	d, err := wait(k, t.Tree.Move(ctx, from, to))
 	if err != nil {
-		k.undo()
 		return ferry.Resolved(d, err)
 	}
-	k.done()
 	if ferr == nil && fromFi.Mode().IsRegular() {
 		if fi, err := t.root.Lstat(rel(ct)); err == nil {
 			t.index.Rename(cf, ct, store.StampOf(fromFi), store.StampOf(fi))
@@ -454,13 +457,10 @@ func (t *Tree) Remove(ctx context.Context, p string) *ferry.Future[struct{}] {
 	if !ok || ctx.Err() != nil || c == "/" {
 		return t.Tree.Remove(ctx, p)
 	}
-	k := t.trash.keep(c, false)
-	_, err := t.Tree.Remove(ctx, p).Wait()
+	_, err := wait(t.trash.keep(c, false), t.Tree.Remove(ctx, p))
 	if err != nil {
-		k.undo()
 		return ferry.Resolved(struct{}{}, err)
 	}
-	k.done()
 	t.index.Drop(c)
 	return ferry.Resolved(struct{}{}, nil)
 }
@@ -508,11 +508,5 @@ func (t *Tree) Wstat(ctx context.Context, p string, d ferry.Dir) *ferry.Future[f
 	if fi, err := t.root.Lstat(rel(c)); err == nil && fi.Mode().IsRegular() && d.Size() < fi.Size() && d.Size() >= 0 {
 		k = t.trash.keep(c, true)
 	}
-	dir, err := t.Tree.Wstat(ctx, p, d).Wait()
-	if err != nil {
-		k.undo()
-		return ferry.Resolved(dir, err)
-	}
-	k.done()
-	return ferry.Resolved(dir, nil)
+	return ferry.Resolved(wait(k, t.Tree.Wstat(ctx, p, d)))
 }

@@ -364,32 +364,11 @@ func syncTrees(ctx context.Context, src, dst syncSide, o syncOpts) (syncStats, e
 			return dst.fs.Put(ctx, dstPath(it.rel), ferry.Dir{ferry.AttrType: ferry.TypeDir, ferry.AttrMode: "0700"}, 0, nil)
 		})
 	// Files and links without waiting for each.
-	var mu sync.Mutex
-	var cw sync.WaitGroup
-	sem := make(chan struct{}, putParallel)
-	for _, it := range copies {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			cw.Wait()
-			return st, ctx.Err()
-		}
-		cw.Add(1)
-		go func() {
-			defer cw.Done()
-			defer func() { <-sem }()
-			err := syncCopy(ctx, src, dst, it)
-			mu.Lock()
-			errs.add(err)
-			mu.Unlock()
-		}()
+	if err := inFlight(ctx, copies, putParallel, &errs, func(it syncItem) error { return syncCopy(ctx, src, dst, it) }); err != nil {
+		return st, err
 	}
-	cw.Wait()
 	var afuts []*ferry.Future[ferry.Dir]
-	for _, it := range attrs {
-		afuts = append(afuts, dst.fs.Wstat(ctx, dstPath(it.rel), ferry.Dir{ferry.AttrMode: it.src[ferry.AttrMode], ferry.AttrMtime: it.src[ferry.AttrMtime]}))
-	}
-	for _, it := range dirAttrs {
+	for _, it := range append(attrs, dirAttrs...) {
 		afuts = append(afuts, dst.fs.Wstat(ctx, dstPath(it.rel), ferry.Dir{ferry.AttrMode: it.src[ferry.AttrMode], ferry.AttrMtime: it.src[ferry.AttrMtime]}))
 	}
 	for _, f := range afuts {

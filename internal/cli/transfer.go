@@ -405,27 +405,9 @@ func put(ctx context.Context, t ferry.Tree, src, dst string, errOut io.Writer) e
 		return errs.err()
 	}
 
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, putParallel)
-	for _, e := range files {
-		select {
-		case sem <- struct{}{}:
-		case <-ctx.Done():
-			wg.Wait()
-			return ctx.Err()
-		}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			defer func() { <-sem }()
-			err := putOne(ctx, t, e, prog)
-			mu.Lock()
-			errs.add(err)
-			mu.Unlock()
-		}()
+	if err := inFlight(ctx, files, putParallel, &errs, func(e localEntry) error { return putOne(ctx, t, e, prog) }); err != nil {
+		return err
 	}
-	wg.Wait()
 	// Directory times last: creating entries inside changed them.
 	futs := make([]*ferry.Future[ferry.Dir], len(dirs))
 	for i, d := range dirs {
@@ -436,6 +418,35 @@ func put(ctx context.Context, t ferry.Tree, src, dst string, errOut io.Writer) e
 		errs.add(err)
 	}
 	return errs.err()
+}
+
+// inFlight calls fn for each item with up to n calls running at once, so
+// that a slow link carries many requests without waiting for each, and adds
+// their errors to errs. It returns ctx's error if ctx ends first, once the
+// calls started have ended.
+func inFlight[E any](ctx context.Context, items []E, n int, errs *errorList, fn func(E) error) error {
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, n)
+	for _, e := range items {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			wg.Wait()
+			return ctx.Err()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			err := fn(e)
+			mu.Lock()
+			errs.add(err)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return nil
 }
 
 func putOne(ctx context.Context, t ferry.Tree, e localEntry, prog *progress) error {
