@@ -229,14 +229,23 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	s.srv, s.mnt = srv, mnt
 	wctx, wcancel := context.WithCancel(context.Background())
 	s.cancel = wcancel
+	firstLease := make(chan struct{})
 	go func() {
 		defer close(s.done)
-		s.watch(wctx)
+		s.watch(wctx, firstLease)
 	}()
 	go func() {
 		srv.Wait()
 		wcancel()
 	}()
+	// The first walks are worth making under the lease: one begun before
+	// the watch is in place cannot be trusted past the TTL, and is made
+	// again. Waiting costs a round trip here rather than in the first
+	// command; a watch slow to come is not waited for long.
+	select {
+	case <-firstLease:
+	case <-time.After(5 * time.Second):
+	}
 	opt.Log.Info("mounted", "tree", root, "at", mnt)
 	return s, nil
 }

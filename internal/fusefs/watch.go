@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"path"
+	"sync"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -16,7 +17,12 @@ import (
 // each event drops what it names here and in the kernel. When the watch
 // ends, everything is dropped and it is re-established with backoff;
 // meanwhile nothing is trusted for longer than Options.TTL.
-func (s *Server) watch(ctx context.Context) {
+func (s *Server) watch(ctx context.Context, firstLease chan struct{}) {
+	// firstLease is closed once the first watch is in place, or has
+	// failed or is not to be had.
+	var once sync.Once
+	first := func() { once.Do(func() { close(firstLease) }) }
+	defer first()
 	w, ok := s.fsys.(ferry.Watcher)
 	if !ok {
 		s.log.Info("the tree offers no watch: metadata is trusted for a short time only", "ttl", s.opt.TTL)
@@ -44,6 +50,7 @@ func (s *Server) watch(ctx context.Context) {
 					leased = true
 					s.meta.setLease(true)
 					s.log.Info("watch in place: metadata is cached until it changes")
+					first()
 				}
 				continue
 			}
@@ -55,6 +62,7 @@ func (s *Server) watch(ctx context.Context) {
 			s.notify(p, false)
 		}
 		err := st.Err()
+		first()
 		if leased {
 			s.meta.setLease(false)
 		}
