@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -74,6 +75,20 @@ func TestTrashPut(t *testing.T) {
 			c2 := e.dial(t)
 			if err := tc.clear(ctxT(t), c2); err != nil {
 				t.Fatal(err)
+			}
+			// The control file says what the trash holds.
+			r := c2.Get(ctxT(t), ferry.CtlPath, 0, -1)
+			ctl, err := io.ReadAll(r)
+			r.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := "trash.files: 1\n"
+			if tc.opts.TrashMax < 0 {
+				want = "trash.files: 0\n"
+			}
+			if !strings.Contains(string(ctl), want) {
+				t.Errorf("control file lacks %q:\n%s", want, ctl)
 			}
 			edited := editLine(doc, 30000, "one changed line")
 			up := e.up.Load()

@@ -112,6 +112,9 @@ least recently used files dropped first. It is never trusted: every chunk
 is hashed again before it is used, so files changed directly in DIR are
 served correctly, and a lost or stale index costs bandwidth only. --reindex
 (or writing "reindex" to the control file) rebuilds it in the background.
+Files replaced, truncated or removed are kept a while outside DIR (beside
+the index; --trash-max bytes, --trash-age long) with their chunks indexed,
+because the next version of a file usually shares most of its chunks.
 
 Limitations: all admitted users have the server process's rights on DIR;
 a real file named Ctl at the top of DIR is shadowed by the control file.`,
@@ -123,6 +126,8 @@ a real file named Ctl at the top of DIR is shadowed by the control file.`,
 	c.Flags().StringVar(&ix.dir, "index", "", "directory of the chunk index (default $FERRY_HOME/index/NAME-HASH)")
 	c.Flags().Int64Var(&ix.max, "index-max", defaultIndexMax, "the most chunks the index holds")
 	c.Flags().BoolVar(&ix.rebuild, "reindex", false, "rebuild the chunk index in the background on start")
+	c.Flags().Int64Var(&ix.trashMax, "trash-max", chunked.DefaultTrashMax, "the most bytes of replaced and removed files kept for their chunks (negative: none)")
+	c.Flags().DurationVar(&ix.trashAge, "trash-age", chunked.DefaultTrashAge, "how long a replaced or removed file is kept for its chunks")
 	c.Flags().StringVar(&listen, "listen", ":"+DefaultPort, "address to listen on")
 	c.Flags().DurationVar(&grace, "grace", 10*time.Second, "how long calls in flight may take to finish on stop")
 	c.Flags().BoolVar(&noSelf, "no-self", false, "do not admit the client key of the user running the server")
@@ -132,9 +137,11 @@ a real file named Ctl at the top of DIR is shadowed by the control file.`,
 
 // indexOpts are serve's chunk index flags.
 type indexOpts struct {
-	dir     string
-	max     int64
-	rebuild bool
+	dir      string
+	max      int64
+	rebuild  bool
+	trashMax int64
+	trashAge time.Duration
 }
 
 // defaultIndexMax bounds the chunk index by default: 4 Mi chunks cover
@@ -186,7 +193,7 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 		lt.Close()
 		return ferry.E("serve", ix.dir, err)
 	}
-	tree, err := chunked.New(lt, ix.dir, ix.max)
+	tree, err := chunked.Open(lt, chunked.Options{IndexDir: ix.dir, MaxChunks: ix.max, TrashMax: ix.trashMax, TrashAge: ix.trashAge})
 	if err != nil {
 		lt.Close()
 		return ferry.E("serve", ix.dir, ferry.KindOf(err), fmt.Errorf("chunk index: %w (is another server using it? see --index)", err))

@@ -49,6 +49,14 @@ type Indexer interface {
 
 var _ Indexer = (*chunked.Tree)(nil)
 
+// Trasher is a tree that keeps replaced and removed files for their chunks;
+// the control file and the metrics report its size.
+type Trasher interface {
+	Trash() chunked.TrashStats
+}
+
+var _ Trasher = (*chunked.Tree)(nil)
+
 // errInline stops a chunk list whose file is sent inline.
 var errInline = errors.New("inline")
 

@@ -13,32 +13,34 @@ func (s *Server) Collector() prometheus.Collector { return collector{s} }
 type collector struct{ s *Server }
 
 var (
-	connLabels  = []string{"addr", "user"}
-	descCalls   = prometheus.NewDesc("ferry_calls_total", "Calls answered, by operation.", []string{"op"}, nil)
-	descErrors  = prometheus.NewDesc("ferry_errors_total", "Calls that failed.", nil, nil)
-	descBytes   = prometheus.NewDesc("ferry_payload_bytes_total", "Payload bytes of all calls, by direction.", []string{"dir"}, nil)
-	descRAHeld  = prometheus.NewDesc("ferry_readahead_bytes", "Bytes read ahead of all connections.", nil, nil)
-	descRACanc  = prometheus.NewDesc("ferry_readahead_cancelled_total", "Read-aheads stopped by a cancelled stream or a broken connection.", nil, nil)
-	descConnRA  = prometheus.NewDesc("ferry_conn_readahead_bytes", "Bytes read ahead for a connection.", connLabels, nil)
-	descConnRTT = prometheus.NewDesc("ferry_conn_rtt_seconds", "Smoothed round trip of a connection.", connLabels, nil)
-	descConnBW  = prometheus.NewDesc("ferry_conn_delivery_rate_bytes", "Recent delivery rate of a connection, bytes per second.", connLabels, nil)
-	descConnTx  = prometheus.NewDesc("ferry_conn_sent_bytes_total", "Bytes a connection sent, retransmissions included.", connLabels, nil)
-	descConnRx  = prometheus.NewDesc("ferry_conn_received_bytes_total", "Bytes a connection received.", connLabels, nil)
-	descConnRe  = prometheus.NewDesc("ferry_conn_retransmits_total", "Segments a connection retransmitted.", connLabels, nil)
-	descConnCC  = prometheus.NewDesc("ferry_conn_info", "A connection's congestion controller, as a label.", append(connLabels, "congestion"), nil)
-	descZstd    = prometheus.NewDesc("ferry_zstd_bytes_total", "Payload bytes that zstd shrank, before and after compression.", []string{"stage"}, nil)
-	descZSkip   = prometheus.NewDesc("ferry_zstd_skipped_total", "Payloads sent uncompressed because they did not shrink.", nil, nil)
-	descIxSize  = prometheus.NewDesc("ferry_chunk_index_chunks", "Chunk entries in the chunk index.", nil, nil)
-	descIxMax   = prometheus.NewDesc("ferry_chunk_index_max_chunks", "The chunk index's bound, in chunk entries.", nil, nil)
-	descIxFiles = prometheus.NewDesc("ferry_chunk_index_files", "Files in the chunk index.", nil, nil)
-	descIxDone  = prometheus.NewDesc("ferry_chunk_index_indexed_total", "Files chunked and indexed.", nil, nil)
-	descIxLook  = prometheus.NewDesc("ferry_chunk_index_lookups_total", "Chunk reads through the index, by result (hit, miss, stale).", []string{"result"}, nil)
+	connLabels     = []string{"addr", "user"}
+	descCalls      = prometheus.NewDesc("ferry_calls_total", "Calls answered, by operation.", []string{"op"}, nil)
+	descErrors     = prometheus.NewDesc("ferry_errors_total", "Calls that failed.", nil, nil)
+	descBytes      = prometheus.NewDesc("ferry_payload_bytes_total", "Payload bytes of all calls, by direction.", []string{"dir"}, nil)
+	descRAHeld     = prometheus.NewDesc("ferry_readahead_bytes", "Bytes read ahead of all connections.", nil, nil)
+	descRACanc     = prometheus.NewDesc("ferry_readahead_cancelled_total", "Read-aheads stopped by a cancelled stream or a broken connection.", nil, nil)
+	descConnRA     = prometheus.NewDesc("ferry_conn_readahead_bytes", "Bytes read ahead for a connection.", connLabels, nil)
+	descConnRTT    = prometheus.NewDesc("ferry_conn_rtt_seconds", "Smoothed round trip of a connection.", connLabels, nil)
+	descConnBW     = prometheus.NewDesc("ferry_conn_delivery_rate_bytes", "Recent delivery rate of a connection, bytes per second.", connLabels, nil)
+	descConnTx     = prometheus.NewDesc("ferry_conn_sent_bytes_total", "Bytes a connection sent, retransmissions included.", connLabels, nil)
+	descConnRx     = prometheus.NewDesc("ferry_conn_received_bytes_total", "Bytes a connection received.", connLabels, nil)
+	descConnRe     = prometheus.NewDesc("ferry_conn_retransmits_total", "Segments a connection retransmitted.", connLabels, nil)
+	descConnCC     = prometheus.NewDesc("ferry_conn_info", "A connection's congestion controller, as a label.", append(connLabels, "congestion"), nil)
+	descZstd       = prometheus.NewDesc("ferry_zstd_bytes_total", "Payload bytes that zstd shrank, before and after compression.", []string{"stage"}, nil)
+	descZSkip      = prometheus.NewDesc("ferry_zstd_skipped_total", "Payloads sent uncompressed because they did not shrink.", nil, nil)
+	descIxSize     = prometheus.NewDesc("ferry_chunk_index_chunks", "Chunk entries in the chunk index.", nil, nil)
+	descIxMax      = prometheus.NewDesc("ferry_chunk_index_max_chunks", "The chunk index's bound, in chunk entries.", nil, nil)
+	descIxFiles    = prometheus.NewDesc("ferry_chunk_index_files", "Files in the chunk index.", nil, nil)
+	descTrashFiles = prometheus.NewDesc("ferry_trash_files", "Replaced and removed files kept for their chunks.", nil, nil)
+	descTrashBytes = prometheus.NewDesc("ferry_trash_bytes", "Bytes of the files kept in the trash.", nil, nil)
+	descIxDone     = prometheus.NewDesc("ferry_chunk_index_indexed_total", "Files chunked and indexed.", nil, nil)
+	descIxLook     = prometheus.NewDesc("ferry_chunk_index_lookups_total", "Chunk reads through the index, by result (hit, miss, stale).", []string{"result"}, nil)
 )
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCalls, descErrors, descBytes, descRAHeld, descRACanc,
 		descConnRA, descConnRTT, descConnBW, descConnTx, descConnRx, descConnRe, descConnCC,
-		descZstd, descZSkip, descIxSize, descIxMax, descIxFiles, descIxDone, descIxLook} {
+		descZstd, descZSkip, descIxSize, descIxMax, descIxFiles, descIxDone, descIxLook, descTrashFiles, descTrashBytes} {
 		ch <- d
 	}
 }
@@ -67,6 +69,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descIxLook, prometheus.CounterValue, float64(st.Hits), "hit")
 		ch <- prometheus.MustNewConstMetric(descIxLook, prometheus.CounterValue, float64(st.Misses), "miss")
 		ch <- prometheus.MustNewConstMetric(descIxLook, prometheus.CounterValue, float64(st.Stale), "stale")
+		if t, ok := s.cfg.FS.(Trasher); ok {
+			ts := t.Trash()
+			ch <- prometheus.MustNewConstMetric(descTrashFiles, prometheus.GaugeValue, float64(ts.Files))
+			ch <- prometheus.MustNewConstMetric(descTrashBytes, prometheus.GaugeValue, float64(ts.Bytes))
+		}
 	}
 	for _, cn := range s.connections() {
 		cn.mu.Lock()

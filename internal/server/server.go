@@ -393,6 +393,10 @@ func (s *Server) Status(context.Context) string {
 		st := x.Index().Stats()
 		fmt.Fprintf(&b, "index.chunks: %d of %d\nindex.files: %d\nindex.indexed: %d\n", st.Chunks, st.MaxChunks, st.Files, st.Indexed)
 		fmt.Fprintf(&b, "index.hits: %d\nindex.misses: %d\nindex.stale: %d\n", st.Hits, st.Misses, st.Stale)
+		if t, ok := s.cfg.FS.(Trasher); ok {
+			ts := t.Trash()
+			fmt.Fprintf(&b, "trash.files: %d\ntrash.bytes: %d\n", ts.Files, ts.Bytes)
+		}
 		s.rebuildMu.Lock()
 		if s.rebuild != "" {
 			fmt.Fprintf(&b, "index.rebuild: %s\n", s.rebuild)
