@@ -24,9 +24,17 @@ import (
 const (
 	smallFile   = 64 << 10
 	dirBudget   = 4 << 20
-	cacheBudget = 64 << 20
+	cacheBudget = 96 << 20
 	// dirFiles bounds how many files one prefetch brings.
 	dirFiles = 2000
+	// treeFile, treeBudget and treeFiles bound a prefetch of a whole
+	// subtree, made once a program is seen going through a tree (see
+	// want). It takes bigger files than a directory's prefetch: such a
+	// program reads them all, and one stream carries them without a
+	// round trip each.
+	treeFile   = 1 << 20
+	treeBudget = 48 << 20
+	treeFiles  = 20000
 )
 
 // contents keeps the content of small files that a FindGet of their
@@ -40,11 +48,12 @@ type contents struct {
 	max   int64
 	files int // dirFiles, a field so tests can lower it.
 
-	mu   sync.Mutex
-	size int64                    // Bytes of data held.
-	ents map[string]*list.Element // Path to its *content in lru.
-	lru  *list.List               // Front: most recently used.
-	dirs map[string]bool          // Directories fetched or being fetched.
+	mu    sync.Mutex
+	size  int64                    // Bytes of data held.
+	ents  map[string]*list.Element // Path to its *content in lru.
+	lru   *list.List               // Front: most recently used.
+	dirs  map[string]bool          // Directories fetched or being fetched.
+	trees map[string]bool          // Roots of subtrees fetched or being fetched whole.
 	// seq counts drops; dropped holds each path's last, and allDropped
 	// the last of everything, so a fetch that began before a path was
 	// dropped does not bring its old content back.
@@ -63,7 +72,7 @@ type content struct {
 
 func newContents(fsys ferry.Finder, log *slog.Logger, max int64) *contents {
 	return &contents{fsys: fsys, log: log, max: max, files: dirFiles,
-		ents: map[string]*list.Element{}, lru: list.New(), dirs: map[string]bool{},
+		ents: map[string]*list.Element{}, lru: list.New(), dirs: map[string]bool{}, trees: map[string]bool{},
 		dropped: map[string]uint64{}}
 }
 
@@ -88,30 +97,82 @@ func (c *contents) get(d ferry.Dir) ([]byte, bool) {
 
 // want starts a prefetch of the small files of the directory of the file d
 // describes, unless that directory was fetched already or d is not small.
+// If the directory's parent, or another directory beside it, was fetched
+// before, a program is going through the tree (grep -r, git status, a
+// build): then the parent's whole subtree is fetched in one request, so
+// that each directory does not cost a round trip of its own.
 func (c *contents) want(d ferry.Dir) {
 	if d.Type() != ferry.TypeFile || d.Size() > smallFile {
 		return
 	}
 	dir := path.Dir(d.Path())
 	c.mu.Lock()
-	if c.dirs[dir] {
-		c.mu.Unlock()
+	defer c.mu.Unlock()
+	if c.dirs[dir] || c.inTree(dir) {
+		return
+	}
+	c.stats.fetches++
+	if parent := path.Dir(dir); parent != dir && c.scanned(parent) {
+		c.trees[parent] = true
+		go c.fetch(parent, true)
 		return
 	}
 	c.dirs[dir] = true
-	c.stats.fetches++
-	c.mu.Unlock()
-	go c.fetch(dir)
+	go c.fetch(dir, false)
 }
 
-// fetch brings the small files directly in dir with one FindGet.
-func (c *contents) fetch(dir string) {
+// inTree reports whether a subtree fetch covers dir. c.mu is held.
+func (c *contents) inTree(dir string) bool {
+	for a := dir; ; a = path.Dir(a) {
+		if c.trees[a] {
+			return true
+		}
+		if a == "/" || a == "." {
+			return false
+		}
+	}
+}
+
+// scanned reports whether dir or one of its subdirectories was fetched.
+// c.mu is held.
+func (c *contents) scanned(dir string) bool {
+	if c.dirs[dir] {
+		return true
+	}
+	for q := range c.dirs {
+		if path.Dir(q) == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// fetch brings the small files directly in dir, or with tree everywhere
+// below it, with one FindGet.
+func (c *contents) fetch(dir string, tree bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	c.mu.Lock()
 	began := c.seq
 	c.mu.Unlock()
 	pred := "depth=1 & type=f & size<=" + strconv.Itoa(smallFile)
+	files, budget := c.files, int64(dirBudget)
+	if tree {
+		pred = "type=f & size<=" + strconv.Itoa(treeFile)
+		files, budget = treeFiles, treeBudget
+	}
+	// A subtree fetch cut short by its budget leaves the directories it
+	// did not finish to fetches of their own.
+	complete := false
+	var last string
+	defer func() {
+		if tree && !complete {
+			c.mu.Lock()
+			delete(c.trees, dir)
+			delete(c.dirs, last)
+			c.mu.Unlock()
+		}
+	}()
 	st := c.fsys.FindGet(ctx, dir, pred)
 	defer st.Close()
 	var cur *content
@@ -132,11 +193,19 @@ func (c *contents) fetch(dir string) {
 			if e.Dir.Type() != ferry.TypeFile {
 				continue
 			}
-			if n == c.files || got+e.Dir.Size() > dirBudget {
+			if n == files || got+e.Dir.Size() > budget {
 				return
 			}
 			n++
 			got += e.Dir.Size()
+			if tree {
+				if d := path.Dir(e.Dir.Path()); d != last {
+					last = d
+					c.mu.Lock()
+					c.dirs[d] = true
+					c.mu.Unlock()
+				}
+			}
 			cur = &content{path: e.Dir.Path(), mtime: e.Dir[ferry.AttrMtime], size: e.Dir.Size(),
 				data: make([]byte, 0, e.Dir.Size())}
 		case cur != nil:
@@ -151,7 +220,9 @@ func (c *contents) fetch(dir string) {
 	keep()
 	if err := st.Err(); err != nil {
 		c.log.Debug("prefetching small files failed", "dir", dir, "err", err)
+		return
 	}
+	complete = true
 }
 
 func (c *contents) add(f *content, began uint64) {
@@ -206,6 +277,11 @@ func (c *contents) drop(p string, tree bool) {
 	for q := range c.dirs {
 		if ferry.HasPrefix(q, p) {
 			delete(c.dirs, q)
+		}
+	}
+	for q := range c.trees {
+		if ferry.HasPrefix(q, p) {
+			delete(c.trees, q)
 		}
 	}
 }

@@ -653,3 +653,38 @@ func waitFor(d time.Duration, cond func() bool) bool {
 	}
 	return cond()
 }
+
+// TestTreeFetch checks that a program going through a tree (reading files
+// in two directories side by side) gets the rest of the tree's files, big
+// ones included, with one more request.
+func TestTreeFetch(t *testing.T) {
+	dir, mnt, c, s := mountLocal(t, Options{})
+	want := map[string]string{}
+	for i := range 6 {
+		for j := range 4 {
+			rel := fmt.Sprintf("t/d%d/f%d", i, j)
+			want[rel] = strings.Repeat(rel+" ", 1+j*(smallFile/8))
+			writeFile(t, filepath.Join(dir, rel), want[rel])
+		}
+	}
+	c.reset()
+	// d0 and d1 are read by hand first: the second starts a fetch of t.
+	for _, rel := range []string{"t/d0/f0", "t/d1/f0"} {
+		if got := readFile(t, filepath.Join(mnt, rel)); got != want[rel] {
+			t.Fatalf("%s: got %d bytes, want %d", rel, len(got), len(want[rel]))
+		}
+	}
+	if !waitFor(5*time.Second, func() bool { _, _, n := s.data.counts(); return n >= 20 }) {
+		_, _, n := s.data.counts()
+		t.Fatalf("the subtree fetch brought %d files, want at least 20", n)
+	}
+	gets := c.gets.Load()
+	for rel, w := range want {
+		if got := readFile(t, filepath.Join(mnt, rel)); got != w {
+			t.Errorf("%s: got %d bytes, want %d", rel, len(got), len(w))
+		}
+	}
+	if g, fg := c.gets.Load()-gets, c.findgets.Load(); g != 0 || fg != 2 {
+		t.Errorf("reading the tree after two directories: %d more Gets, %d FindGets in all; want 0 and 2", g, fg)
+	}
+}
