@@ -129,6 +129,14 @@ func (m *meta) cached(p string) ferry.Dir {
 	return nil
 }
 
+// known returns what the cache holds for p, if it is trusted, without
+// asking the server.
+func (m *meta) known(p string) ferry.Dir {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.cached(p)
+}
+
 // listed returns the trusted listing of dir, if any. m.mu is held.
 func (m *meta) listed(dir string) *listing {
 	if l := m.dirs[dir]; l != nil && m.trusted(l.at, l.lease) {
@@ -706,7 +714,7 @@ func (m *meta) check(p string, d ferry.Dir, err error, seq uint64) (agrees, attr
 	changed := m.changedSince(p, seq)
 	e := m.ents[p]
 	if err != nil {
-		if changed || !ferry.IsKind(err, ferry.KindNotExist) || e != nil {
+		if !ferry.IsKind(err, ferry.KindNotExist) || e != nil {
 			return false, false
 		}
 		l := m.dirs[path.Dir(p)]

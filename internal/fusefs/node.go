@@ -563,6 +563,36 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 		n.touch(0)
 		return 0
 	}
+	if n.s.opt.WriteBack && nlink == 0 {
+		// A file's removal goes in the background too, after the
+		// calls on it before it; only rmdir must hear from the server
+		// whether the directory was empty.
+		if d := n.s.meta.known(p); d != nil && !d.IsDir() {
+			n.s.wback.start(p, 0, func(ctx context.Context) error {
+				_, err := n.s.fsys.Remove(ctx, p).Wait()
+				if err != nil {
+					n.s.log.Error("removing a file in the background failed", "path", p, "err", err)
+				}
+				// Whatever a store before it recorded is gone now.
+				n.s.meta.forget(p)
+				go n.s.notify(p, false)
+				return err
+			})
+			if cn != nil {
+				cn.orphan()
+				// A store of the file still under way must not
+				// record it again when it ends.
+				cn.mu.Lock()
+				cn.stores++
+				cn.mu.Unlock()
+			}
+			n.s.meta.dropPending(p)
+			n.s.meta.forget(p)
+			n.s.dropIno(p)
+			n.touch(nlink)
+			return 0
+		}
+	}
 	cctx, cancel := n.s.ctx(ctx)
 	defer cancel()
 	if err := n.s.wback.wait(cctx, p); err != nil {

@@ -81,18 +81,44 @@ func TestWriteBack(t *testing.T) {
 		{"remove d0/sub/f0", func() error { return os.Remove(filepath.Join(mnt, "d0/sub/f0")) }},
 		{"rename d1 e1", func() error { return os.Rename(filepath.Join(mnt, "d1"), filepath.Join(mnt, "e1")) }},
 		{"chmod y", func() error { return os.Chmod(filepath.Join(mnt, "y"), 0o600) }},
+		// A lock file's life, as git leads it: made exclusively,
+		// removed, made again, renamed into place.
+		{"lock, unlock, lock, commit", func() error {
+			lock := filepath.Join(mnt, "z.lock")
+			for i, content := range []string{"first", "second"} {
+				f, err := os.OpenFile(lock, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+				if err != nil {
+					return err
+				}
+				f.WriteString(content)
+				if err := f.Close(); err != nil {
+					return err
+				}
+				if i == 0 {
+					if err := os.Remove(lock); err != nil {
+						return err
+					}
+				}
+			}
+			return os.Rename(lock, filepath.Join(mnt, "z"))
+		}},
+		{"remove e1/sub/f1", func() error { return os.Remove(filepath.Join(mnt, "e1/sub/f1")) }},
 	}
 	for _, s := range steps {
 		if err := s.do(); err != nil {
 			t.Fatalf("%s: %v", s.what, err)
 		}
 	}
-	want["x"], want["y"] = "two", "three"
+	want["x"], want["y"], want["z"] = "two", "three", "second"
 	delete(want, "d0/sub/f0")
 	for j := range 5 {
 		rel := fmt.Sprintf("d1/sub/f%d", j)
 		want["e1/sub/"+filepath.Base(rel)] = want[rel]
 		delete(want, rel)
+	}
+	delete(want, "e1/sub/f1")
+	if _, err := os.Stat(filepath.Join(mnt, "e1/sub/f1")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("mount: e1/sub/f1 after its removal: %v", err)
 	}
 	// The mount shows the changes at once...
 	for rel, w := range want {
