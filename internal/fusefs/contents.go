@@ -274,16 +274,8 @@ func (c *contents) drop(p string, tree bool) {
 			c.removeLocked(e)
 		}
 	}
-	for q := range c.dirs {
-		if ferry.HasPrefix(q, p) {
-			delete(c.dirs, q)
-		}
-	}
-	for q := range c.trees {
-		if ferry.HasPrefix(q, p) {
-			delete(c.trees, q)
-		}
-	}
+	deleteBelow(c.dirs, p)
+	deleteBelow(c.trees, p)
 }
 
 // counts returns the hits, the prefetches started and the files held, for

@@ -313,17 +313,22 @@ func (n *node) flush(ctx context.Context) syscall.Errno {
 	}
 	wb.dirty, wb.created = false, false
 	wb.base, wb.set = got, ferry.Dir{}
-	n.stored(p, got)
+	n.record(p, got, false)
 	// The kernel holds the attributes of the buffer (the mtime of the
 	// last write here); the server's are now the truth.
 	n.NotifyContent(-1, 0)
 	return 0
 }
 
-// stored records that the file at p is on the server with attributes d.
-func (n *node) stored(p string, d ferry.Dir) {
+// record records that the file at p has the attributes d: on the server,
+// or, with pending, once its store in the background is done.
+func (n *node) record(p string, d ferry.Dir, pending bool) {
 	n.s.meta.set(d)
-	n.s.meta.dropPending(p)
+	if pending {
+		n.s.meta.addPending(d)
+	} else {
+		n.s.meta.dropPending(p)
+	}
 	n.remember(d)
 	n.mu.Lock()
 	n.seenMtime, n.seenSize = d[ferry.AttrMtime], d.Size()
@@ -371,7 +376,7 @@ func (n *node) flushBehind(wb *wbuf, p string, d ferry.Dir) (syscall.Errno, bool
 		last := n.stores == gen
 		n.mu.Unlock()
 		if last {
-			n.stored(p, got)
+			n.record(p, got, false)
 		}
 		return nil
 	})
@@ -380,12 +385,7 @@ func (n *node) flushBehind(wb *wbuf, p string, d ferry.Dir) (syscall.Errno, bool
 	}
 	wb.dirty, wb.created = false, false
 	wb.base, wb.set = local, ferry.Dir{}
-	n.s.meta.set(local)
-	n.s.meta.addPending(local)
-	n.remember(local)
-	n.mu.Lock()
-	n.seenMtime, n.seenSize = local[ferry.AttrMtime], local.Size()
-	n.mu.Unlock()
+	n.record(p, local, true)
 	// As after a store: the kernel's attributes are those of its own
 	// writes, and the mtime is now the one sent.
 	n.NotifyContent(-1, 0)

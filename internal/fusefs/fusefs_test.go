@@ -110,17 +110,25 @@ func mountFS(t *testing.T, fsys ferry.FS, opt Options) (string, *Server) {
 	return mnt, s
 }
 
-// mountLocal serves a new temporary directory through the adaptor over
-// the local tree, counting calls.
-func mountLocal(t *testing.T, opt Options) (dir, mnt string, c *counting, s *Server) {
+// localTree is a local tree over a new temporary directory, closed when
+// the test ends.
+func localTree(t *testing.T) (string, *local.Tree) {
 	t.Helper()
 	needFUSE(t)
-	dir = t.TempDir()
+	dir := t.TempDir()
 	tree, err := local.New(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tree.Close() })
+	return dir, tree
+}
+
+// mountLocal serves a new temporary directory through the adaptor over
+// the local tree, counting calls.
+func mountLocal(t *testing.T, opt Options) (dir, mnt string, c *counting, s *Server) {
+	t.Helper()
+	dir, tree := localTree(t)
 	c = &counting{FS: tree}
 	mnt, s = mountFS(t, c, opt)
 	return dir, mnt, c, s

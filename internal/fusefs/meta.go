@@ -554,21 +554,22 @@ func (m *meta) invalidateAll(p string) {
 	defer m.mu.Unlock()
 	m.invalidated(p)
 	m.data.drop(p, true)
-	for k := range m.ents {
-		if ferry.HasPrefix(k, p) {
-			delete(m.ents, k)
-		}
-	}
-	for k := range m.dirs {
-		if ferry.HasPrefix(k, p) {
-			delete(m.dirs, k)
-		}
-	}
+	deleteBelow(m.ents, p)
+	deleteBelow(m.dirs, p)
 	if l := m.dirs[path.Dir(p)]; l != nil && p != "/" {
 		if l.doubt == nil {
 			l.doubt = map[string]uint64{}
 		}
 		l.doubt[path.Base(p)] = m.seq
+	}
+}
+
+// deleteBelow deletes the keys of m that are p or paths below it.
+func deleteBelow[V any](m map[string]V, p string) {
+	for k := range m {
+		if ferry.HasPrefix(k, p) {
+			delete(m, k)
+		}
 	}
 }
 

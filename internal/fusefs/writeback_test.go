@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/ferryfs/ferry"
-	"github.com/ferryfs/ferry/internal/local"
 )
 
 // slowPuts is a tree whose Puts take a while, so that background stores
@@ -33,13 +32,7 @@ func (s *slowPuts) Put(ctx context.Context, p string, d ferry.Dir, off int64, da
 
 func mountWriteBack(t *testing.T) (dir, mnt string) {
 	t.Helper()
-	needFUSE(t)
-	dir = t.TempDir()
-	tree, err := local.New(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tree.Close() })
+	dir, tree := localTree(t)
 	mnt, _ = mountFS(t, &slowPuts{FS: tree, delay: 20 * time.Millisecond}, Options{WriteBack: true})
 	return dir, mnt
 }
