@@ -22,6 +22,7 @@ import (
 	"github.com/ferryfs/ferry/internal/auth"
 	"github.com/ferryfs/ferry/internal/remote"
 	"github.com/ferryfs/ferry/internal/servertest"
+	"github.com/ferryfs/ferry/internal/transport"
 )
 
 func ctx(t *testing.T) context.Context {
@@ -339,9 +340,10 @@ func TestGetResumesAfterCut(t *testing.T) {
 // interrupted download fails once ResumeFor has passed; it does not hang.
 func TestGetGivesUpWhenServerGone(t *testing.T) {
 	dir := t.TempDir()
-	// Random bytes: zstd would fit a run of one byte in the socket
-	// buffers, and the download would end before the cut.
-	data := make([]byte, 8<<20)
+	// Random bytes, more than a stream's flow-control window: zstd would
+	// fit a run of one byte in the socket buffers, and a smaller file in
+	// the client's window, and the download would end before the cut.
+	data := make([]byte, transport.StreamWindow+8<<20)
 	rand.Read(data)
 	if err := os.WriteFile(filepath.Join(dir, "f"), data, 0o644); err != nil {
 		t.Fatal(err)

@@ -87,6 +87,13 @@ type Info struct {
 	BytesSent    int64         // BytesSent counts bytes sent, retransmissions included.
 	BytesRecv    int64         // BytesRecv counts bytes received.
 	Retrans      int64         // Retrans counts retransmitted segments.
+	Cwnd         int64         // Cwnd is the congestion window in segments.
+	SendWindow   int64         // SendWindow is the window the peer last advertised, in bytes.
+	// Busy is how long the connection has had data in flight; RwndLimited
+	// and SndbufLimited are the parts of it when sending was held back by
+	// the peer's receive window and by this socket's send buffer. (The
+	// rest is the congestion window's, or the application's.)
+	Busy, RwndLimited, SndbufLimited time.Duration
 }
 
 // BDP returns the bandwidth-delay product the kernel has measured: what the
@@ -96,9 +103,10 @@ func (i Info) BDP() int64 {
 }
 
 func (i Info) String() string {
-	return fmt.Sprintf("cc=%s rtt=%v minrtt=%v rate=%.1fMbit/s notsent=%d sent=%d recv=%d retrans=%d",
+	return fmt.Sprintf("cc=%s rtt=%v minrtt=%v rate=%.1fMbit/s notsent=%d sent=%d recv=%d retrans=%d cwnd=%d sndwnd=%d busy=%v rwnd_limited=%v sndbuf_limited=%v",
 		i.Congestion, i.RTT.Round(time.Microsecond), i.MinRTT.Round(time.Microsecond),
-		float64(i.DeliveryRate)*8/1e6, i.NotSent, i.BytesSent, i.BytesRecv, i.Retrans)
+		float64(i.DeliveryRate)*8/1e6, i.NotSent, i.BytesSent, i.BytesRecv, i.Retrans,
+		i.Cwnd, i.SendWindow, i.Busy.Round(time.Millisecond), i.RwndLimited.Round(time.Millisecond), i.SndbufLimited.Round(time.Millisecond))
 }
 
 // ConnInfo reads the kernel's measurements of a TCP connection.
@@ -127,6 +135,12 @@ func ConnInfo(c net.Conn) (Info, error) {
 			BytesSent:    int64(ti.Bytes_sent),
 			BytesRecv:    int64(ti.Bytes_received),
 			Retrans:      int64(ti.Total_retrans),
+			Cwnd:         int64(ti.Snd_cwnd),
+			SendWindow:   int64(ti.Snd_wnd),
+			// The kernel counts these in microseconds.
+			Busy:          time.Duration(ti.Busy_time) * time.Microsecond,
+			RwndLimited:   time.Duration(ti.Rwnd_limited) * time.Microsecond,
+			SndbufLimited: time.Duration(ti.Sndbuf_limited) * time.Microsecond,
 		}
 		info.Congestion, _ = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
 	})
@@ -139,13 +153,28 @@ func ConnInfo(c net.Conn) (Info, error) {
 // Flow-control windows for gRPC. gRPC-go starts its windows at 64 KiB and
 // doubles them about once per round trip, which costs 3-15% of a 64 MiB
 // transfer at 100 ms and keeps BBR in its start-up mode; a static window
-// turns that estimator off. StreamWindow covers the bandwidth-delay product
-// of 100 Mbit/s at 600 ms or 1 Gbit/s at 60 ms; NOTSENT_LOWAT keeps the
-// large window from piling data unsent in the kernel, where other calls
-// would wait behind it.
+// turns that estimator off. NOTSENT_LOWAT keeps the large window from
+// piling data unsent in the kernel, where other calls would wait behind it.
+//
+// The window must cover what BBR puts in flight, not just the
+// bandwidth-delay product: in start-up BBR sends at 2.89 times the rate it
+// has measured until the link's queue overflows, so the data in flight
+// reaches the BDP plus a full queue (at the netem bed's queue of 1.5 BDP,
+// 2.5 BDP, and a round trip of 200 ms becomes 500 ms), and the receiver
+// returns window only after a quarter of it is read. A window short of
+// that stalls the sender each round trip; the socket then runs dry, BBR
+// marks its samples application-limited, never sees the bandwidth stop
+// growing, and stays in start-up for the whole transfer, overfilling the
+// queue. Measured with an 8 MiB stream window, `ferry get` of 128 MiB at
+// 100 Mbit/s and 200 ms stayed in start-up and retransmitted 10% of the
+// bytes (14.6 s, and 30 s at 1% loss); with 32 MiB it leaves start-up after
+// about 2 s, retransmits 2% (13.8 s; 15.1 s at 1% loss). StreamWindow is
+// about four times the BDP of 100 Mbit/s at 600 ms, ConnWindow two full
+// streams. They bound what a peer may send ahead of a reader that is not
+// reading, per stream and per connection.
 const (
-	StreamWindow = 8 << 20
-	ConnWindow   = 32 << 20
+	StreamWindow = 32 << 20
+	ConnWindow   = 64 << 20
 	// WriteBuffer is gRPC's read and write buffer: large writes mean few
 	// system calls on fast links.
 	WriteBuffer = 256 << 10
