@@ -165,7 +165,7 @@ func ConnInfo(c net.Conn) (Info, error) {
 // that stalls the sender each round trip; the socket then runs dry, BBR
 // marks its samples application-limited, never sees the bandwidth stop
 // growing, and stays in start-up for the whole transfer, overfilling the
-// queue. Measured with an 8 MiB stream window, `ferry get` of 128 MiB at
+// queue. Measured (single runs) with an 8 MiB stream window, `ferry get` of 128 MiB at
 // 100 Mbit/s and 200 ms stayed in start-up and retransmitted 10% of the
 // bytes (14.6 s, and 30 s at 1% loss); with 32 MiB it leaves start-up after
 // about 2 s, retransmits 2% (13.8 s; 15.1 s at 1% loss). StreamWindow is
