@@ -89,6 +89,10 @@ type Index struct {
 	hits    atomic.Int64 // ReadChunk calls that found verified bytes.
 	misses  atomic.Int64 // ReadChunk calls that found none.
 	stale   atomic.Int64 // Locations dropped because their bytes did not match.
+	// chunking holds the chunks of files being chunked right now, hash
+	// to Loc: a client reads a file's chunks while its list still
+	// streams, before the file is indexed, and must find them.
+	chunking sync.Map
 }
 
 // IndexStats reports an Index's size and use.
@@ -178,8 +182,14 @@ func (x *Index) Chunks(ctx context.Context, path string, fn func(chunk.Ref) erro
 		// A damaged recipe: chunk the file again.
 	}
 	var refs []chunk.Ref
+	defer func() {
+		for _, r := range refs {
+			x.chunking.CompareAndDelete(r.Hash, Loc{Path: path, Off: r.Off, Len: r.Len})
+		}
+	}()
 	err = chunk.Refs(ctxReader{ctx, f}, x.p, func(r chunk.Ref, _ []byte) error {
 		refs = append(refs, r)
+		x.chunking.Store(r.Hash, Loc{Path: path, Off: r.Off, Len: r.Len})
 		return fn(r)
 	})
 	if err != nil {
@@ -439,6 +449,14 @@ func (x *Index) ReadChunk(h chunk.Hash, buf []byte, prefer string, allowed func(
 			return b, nil
 		}
 		x.dropStale(l.Path)
+	}
+	if v, ok := x.chunking.Load(h); ok {
+		if l := v.(Loc); allowed == nil || allowed(l.Path) {
+			if b, ok := x.readAt(h, l, buf); ok {
+				x.hits.Add(1)
+				return b, nil
+			}
+		}
 	}
 	x.misses.Add(1)
 	return nil, ErrMiss
