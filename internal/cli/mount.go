@@ -210,12 +210,14 @@ func mountForeground(cmd *cobra.Command, target, mountpoint string, readyFd int,
 	if err != nil {
 		return fail(err)
 	}
+	// The log names the pid before the starter is told: it returns at
+	// once, and whoever started it may read the log to find the pid.
+	log.Info("serving", "target", target, "mountpoint", srv.Mountpoint(), "pid", os.Getpid())
 	if ready != nil {
 		fmt.Fprintln(ready, "ok")
 		ready.Close()
 		ready = nil
 	}
-	log.Info("serving", "target", target, "mountpoint", srv.Mountpoint(), "pid", os.Getpid())
 	done := make(chan struct{})
 	go func() {
 		srv.Wait()
