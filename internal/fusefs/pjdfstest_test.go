@@ -51,9 +51,21 @@ func TestPjdfstest(t *testing.T) {
 	for _, l := range regexp.MustCompile(`(?m)^(\S+)\s+PASSED UNEXPECTEDLY`).FindAllSubmatch(out, -1) {
 		t.Logf("listed as an expected failure, but passed: %s", l[1])
 	}
+	// A failure is run again alone once: a few tests compare timestamps
+	// taken a moment apart, and a directory's times here move to the
+	// server's when its change's echo arrives (see CONFORMANCE.md), so
+	// under load they can fail by a hair. One that fails twice fails.
 	fails := regexp.MustCompile(`(?m)^(\S+)\s+FAILED\s*$`).FindAllSubmatch(out, -1)
 	for _, f := range fails {
-		t.Errorf("pjdfstest: %s failed", f[1])
+		name := string(f[1])
+		again := exec.CommandContext(ctx, bin, "-c", conf, "-p", mnt, name)
+		again.Dir = mnt
+		out2, _ := again.CombinedOutput()
+		if regexp.MustCompile(`(?m)^` + regexp.QuoteMeta(name) + `\s+ok\s*$`).Match(out2) {
+			t.Logf("pjdfstest: %s failed, then passed when run again alone", name)
+			continue
+		}
+		t.Errorf("pjdfstest: %s failed, and again when run alone:\n%s", name, out2)
 	}
 	if len(fails) == 0 && m[1][0] != '0' && err != nil && !regexp.MustCompile(`PASSED UNEXPECTEDLY`).Match(out) {
 		t.Errorf("pjdfstest: %v\n%s", err, out)
