@@ -43,10 +43,9 @@ const (
 // and is dropped whenever the metadata cache drops the path, so it is as
 // coherent as the kernel's own page cache of the file (see Open).
 type contents struct {
-	fsys  ferry.Finder
-	log   *slog.Logger
-	max   int64
-	files int // dirFiles, a field so tests can lower it.
+	fsys ferry.Finder
+	log  *slog.Logger
+	max  int64
 
 	mu    sync.Mutex
 	size  int64                    // Bytes of data held.
@@ -71,7 +70,7 @@ type content struct {
 }
 
 func newContents(fsys ferry.Finder, log *slog.Logger, max int64) *contents {
-	return &contents{fsys: fsys, log: log, max: max, files: dirFiles,
+	return &contents{fsys: fsys, log: log, max: max,
 		ents: map[string]*list.Element{}, lru: list.New(), dirs: map[string]bool{}, trees: map[string]bool{},
 		dropped: map[string]uint64{}}
 }
@@ -156,7 +155,7 @@ func (c *contents) fetch(dir string, tree bool) {
 	began := c.seq
 	c.mu.Unlock()
 	pred := "depth=1 & type=f & size<=" + strconv.Itoa(smallFile)
-	files, budget := c.files, int64(dirBudget)
+	files, budget := dirFiles, int64(dirBudget)
 	if tree {
 		pred = "type=f & size<=" + strconv.Itoa(treeFile)
 		files, budget = treeFiles, treeBudget

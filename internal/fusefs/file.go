@@ -138,9 +138,8 @@ type handle struct {
 	wb *wbuf   // Set for a descriptor open for writing.
 	r  *stream // Set for one open for reading only...
 	// ...unless the file's content was prefetched (see contents): then
-	// inMem is set and mem holds it.
-	mem   []byte
-	inMem bool
+	// r is nil and mem holds it.
+	mem []byte
 }
 
 var (
@@ -196,7 +195,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	n.seenMtime, n.seenSize = d[ferry.AttrMtime], d.Size()
 	n.mu.Unlock()
 	if data, ok := n.s.data.get(d); ok {
-		return &handle{n: n, mem: data, inMem: true}, keep, 0
+		return &handle{n: n, mem: data}, keep, 0
 	}
 	n.s.data.want(d)
 	return &handle{n: n, r: &stream{n: n}}, keep, 0
@@ -404,7 +403,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	if wb != nil {
 		return wb.readAt(dest, off)
 	}
-	if h.inMem {
+	if h.r == nil {
 		if off >= int64(len(h.mem)) {
 			return fuse.ReadResultData(nil), 0
 		}

@@ -66,9 +66,6 @@ func (w *writeback) before(ps []string) []*wbOp {
 // and runs nothing, if the budget cannot take size: the caller then makes
 // the call itself.
 func (w *writeback) start(p string, size int64, call func(ctx context.Context) error) bool {
-	if size > snapshotMax {
-		return false
-	}
 	w.mu.Lock()
 	if w.bytes+size > writebackMax {
 		w.mu.Unlock()

@@ -399,6 +399,20 @@ func (c *Client) Put(ctx context.Context, p string, d ferry.Dir, off int64, data
 // the file again costs less than that copy.
 const ResumableSize = 4 << 20
 
+// rideOut reports whether a call that failed with err should be made
+// again once the client has reconnected: the connection broke, and less
+// than ResumeFor has passed since the first break, which *deadline (set
+// on the first) marks.
+func (c *Client) rideOut(ctx context.Context, err error, deadline *time.Time) bool {
+	if ferry.KindOf(err) != ferry.KindUnavailable || c.handshakeErr.Load() != nil || ctx.Err() != nil {
+		return false
+	}
+	if deadline.IsZero() {
+		*deadline = time.Now().Add(c.resumeFor)
+	}
+	return time.Now().Before(*deadline)
+}
+
 // putResumable puts rs from start on as the upload of a new id, and after
 // each break asks the server how much it holds and sends the rest.
 func (c *Client) putResumable(ctx context.Context, p string, d ferry.Dir, rs io.ReadSeeker, start int64) (ferry.Dir, error) {
@@ -411,14 +425,8 @@ func (c *Client) putResumable(ctx context.Context, p string, d ferry.Dir, rs io.
 	var opts []grpc.CallOption
 	for {
 		dir, err := c.putStream(ctx, p, d, ferry.Whole, rs, id, at, opts...)
-		if err == nil || ferry.KindOf(err) != ferry.KindUnavailable || c.handshakeErr.Load() != nil || ctx.Err() != nil {
+		if err == nil || !c.rideOut(ctx, err, &deadline) {
 			return dir, err
-		}
-		if deadline.IsZero() {
-			deadline = time.Now().Add(c.resumeFor)
-		}
-		if time.Now().After(deadline) {
-			return nil, err
 		}
 		sctx, cancel := context.WithDeadline(ctx, deadline)
 		r, serr := c.c.PutStatus(sctx, &proto.UploadReq{Upload: id}, grpc.WaitForReady(true))

@@ -91,19 +91,16 @@ func (c *Client) putByChunks(ctx context.Context, p string, d ferry.Dir, src *io
 		if c.serverLacksChunks(err) || ferry.IsKind(err, ferry.KindInvalid) {
 			return nil, nil, false
 		}
-		if ferry.KindOf(err) != ferry.KindUnavailable || c.handshakeErr.Load() != nil || ctx.Err() != nil {
+		if !c.rideOut(ctx, err, &deadline) {
 			return nil, err, true
 		}
-		if deadline.IsZero() {
-			deadline = time.Now().Add(c.resumeFor)
+		if opts == nil {
+			// Waiting for the connection is bounded by the deadline.
+			dctx, cancel := context.WithDeadline(ctx, deadline)
+			defer cancel()
+			ctx = dctx
+			opts = []grpc.CallOption{grpc.WaitForReady(true)}
 		}
-		if time.Now().After(deadline) {
-			return nil, err, true
-		}
-		dctx, cancel := context.WithDeadline(ctx, deadline)
-		defer cancel()
-		ctx = dctx
-		opts = []grpc.CallOption{grpc.WaitForReady(true)}
 	}
 }
 
