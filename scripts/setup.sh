@@ -5,8 +5,10 @@
 set -euo pipefail
 
 # Packages: iproute2 and util-linux (ip netns, nsenter) for the link
-# emulator's tests; kmod to load tcp_bbr; fuse3 for the FUSE mount.
-packages=(iproute2 util-linux kmod fuse3)
+# emulator's tests; kmod to load tcp_bbr; fuse3 for the FUSE mount; the
+# programs the mount's tests run on it (git, make and gcc, tar, grep,
+# diff, rsync).
+packages=(iproute2 util-linux kmod fuse3 git make gcc libc6-dev tar grep diffutils rsync)
 
 missing=()
 for p in "${packages[@]}"; do

@@ -40,9 +40,14 @@ type uploads struct {
 }
 
 type upload struct {
-	file    string
-	size    int64 // Bytes staged.
-	touched time.Time
+	file string
+	size int64 // Bytes staged.
+	// reported is the size PutStatus last reported: the client resumes
+	// from there, so a stream resuming from less is a stale one (its
+	// handler started late) that must not truncate what a later stream
+	// wrote.
+	reported int64
+	touched  time.Time
 	// cancel stops the stream that is writing it; a resuming stream takes
 	// over from a stream the server has not yet seen break. nil when no
 	// stream holds it.
@@ -104,8 +109,9 @@ func (u *uploads) settled(ctx context.Context, key string) error {
 
 // take makes the calling stream the writer of the upload key, creating it if
 // new, and truncates what is staged to at. It fails with KindInvalid if at
-// is beyond what the server holds, and with KindExist if the upload was
-// committed already.
+// is beyond what the server holds, with KindCanceled if at is below what
+// PutStatus last reported (a stale stream), and with KindExist if the
+// upload was committed already.
 func (u *uploads) take(ctx context.Context, key string, at int64, cancel context.CancelFunc) (*upload, *os.File, error) {
 	const op = "server.Put"
 	if err := u.settled(ctx, key); err != nil {
@@ -130,6 +136,10 @@ func (u *uploads) take(ctx context.Context, key string, at int64, cancel context
 	if at < 0 || at > up.size {
 		u.mu.Unlock()
 		return nil, nil, ferry.E(op, "", ferry.KindInvalid, "resume beyond what the server holds")
+	}
+	if at < up.reported {
+		u.mu.Unlock()
+		return nil, nil, ferry.E(op, "", ferry.KindCanceled, "a later resume of the upload superseded this stream")
 	}
 	if at > 0 {
 		u.resumed++
@@ -182,6 +192,7 @@ func (u *uploads) status(ctx context.Context, key string) (int64, ferry.Dir, err
 		return 0, d.dir, nil
 	}
 	if up, ok := u.active[key]; ok {
+		up.reported = up.size
 		return up.size, nil, nil
 	}
 	return 0, nil, nil
