@@ -103,6 +103,11 @@ func (s *Stream[T]) All() iter.Seq[T] {
 	}
 }
 
+// C returns the channel the values arrive on, closed when the stream ends,
+// for a consumer that must also wait for something else (a timer) in a
+// select.
+func (s *Stream[T]) C() <-chan T { return s.c }
+
 // Err waits for the stream to end and returns nil if it ended normally.
 func (s *Stream[T]) Err() error {
 	<-s.done

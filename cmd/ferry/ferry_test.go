@@ -278,7 +278,7 @@ func TestEndToEnd(t *testing.T) {
 
 	// ctl: read, and a command.
 	out, _ = e.run(true, "ctl", e.host)
-	for _, want := range []string{"[server]", "version:", "connections:", "calls.find:"} {
+	for _, want := range []string{"[client]", "cache.chunks:", "[server]", "version:", "connections:", "calls.find:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("ctl lacks %q: %q", want, out)
 		}

@@ -389,8 +389,10 @@ func (u *Put) Commit() (ferry.Dir, error) {
 	return d, nil
 }
 
-// Abort abandons the put and removes its temporary file; the target keeps
-// its old content. It does nothing after Commit.
+// Abort abandons the put; the target keeps its old content. The temporary
+// file goes to the trash with the chunks that arrived (see
+// trash.keepPartial), so that the put tried again resumes. It does nothing
+// after Commit.
 func (u *Put) Abort() {
 	if u.done {
 		return
@@ -400,5 +402,12 @@ func (u *Put) Abort() {
 	if u.f != nil {
 		u.f.Close()
 	}
+	var arrived []chunk.Ref
+	for i, r := range u.refs {
+		if u.filled[i] {
+			arrived = append(arrived, r)
+		}
+	}
+	u.t.trash.keepPartial(u.tmp, arrived)
 	u.t.root.Remove(u.tmp[1:])
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -287,5 +288,30 @@ func TestChunkMin(t *testing.T) {
 		plain.put(t, plain.c, "/f", edited)
 		plainUp := plain.up.Load() - up
 		t.Logf("%4d KiB: plain put %7d bytes up, chunked %7d (saves %7d, %3.0f%%)", size>>10, plainUp, chunkedUp, plainUp-chunkedUp, 100*float64(plainUp-chunkedUp)/float64(plainUp))
+	}
+}
+
+// TestZstdAfterFind: a client whose first call is a Find (as a sync's is)
+// learns from the compressed answer that the server takes compressed data,
+// so its first Put is compressed.
+func TestZstdAfterFind(t *testing.T) {
+	e := start(t, 0)
+	for i := range 20 {
+		e.write(t, fmt.Sprintf("f%02d", i), []byte("x"))
+	}
+	c, err := remote.Dial(e.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	s := c.Find(ctxT(t), "/", "")
+	for range s.All() {
+	}
+	if err := s.Err(); err != nil {
+		t.Fatal(err)
+	}
+	e.put(t, c, "/doc", document(32<<10))
+	if tr := c.Traffic(); tr.PutWire*2 > tr.PutBytes {
+		t.Errorf("the first put after a Find sent %d bytes on the wire for %d, want it compressed", tr.PutWire, tr.PutBytes)
 	}
 }

@@ -272,18 +272,66 @@ func (tr *trash) keep(p string, inPlace bool) *pending {
 	if err != nil || !fi.Mode().IsRegular() || fi.Size() < tr.min || fi.Size() > tr.max {
 		return nil
 	}
-	var rnd [4]byte
-	rand.Read(rnd[:])
-	it := trashItem{name: fmt.Sprintf("%020d-%s", time.Now().UnixNano(), hex.EncodeToString(rnd[:])), size: fi.Size()}
-	linked := false
-	if !inPlace {
-		dst := filepath.Join(tr.dir.Name(), it.name)
-		linked = unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", f.Fd()), unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW) == nil
-	}
-	if !linked && !tr.copyFile(f, it.name) {
+	it := newTrashItem(fi.Size())
+	if (inPlace || !tr.link(f, it)) && !tr.copyFile(f, it.name) {
 		return nil
 	}
 	return &pending{tr: tr, from: p, old: store.StampOf(fi), item: it}
+}
+
+// newTrashItem names a file of size bytes trashed now.
+func newTrashItem(size int64) trashItem {
+	var rnd [4]byte
+	rand.Read(rnd[:])
+	return trashItem{name: fmt.Sprintf("%020d-%s", time.Now().UnixNano(), hex.EncodeToString(rnd[:])), size: size}
+}
+
+// link makes it a hard link to the open file f, if the trash is on f's
+// file system.
+func (tr *trash) link(f *os.File, it trashItem) bool {
+	dst := filepath.Join(tr.dir.Name(), it.name)
+	return unix.Linkat(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", f.Fd()), unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW) == nil
+}
+
+// keepPartial moves the temporary file tmp (a tree path) of an aborted
+// put into the trash, with the chunks that had arrived, refs, in the
+// index: a put cut short by a broken connection and tried again then finds
+// them there and does not send them again. The file's other bytes are
+// holes that no index entry points into. The caller removes tmp
+// afterwards, kept or not; keeping is best effort, as for keep.
+func (tr *trash) keepPartial(tmp string, refs []chunk.Ref) {
+	if tr == nil {
+		return
+	}
+	var n int64
+	for _, r := range refs {
+		n += int64(r.Len)
+	}
+	if n < tr.min {
+		return
+	}
+	f, err := tr.tree.Open(rel(tmp))
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() > tr.max {
+		return
+	}
+	it := newTrashItem(fi.Size())
+	if !tr.link(f, it) {
+		return // A copy would cost what resending saves.
+	}
+	// The stamp is taken once tmp is gone: removing it changes the
+	// link count, and so the stamp, of the trash's link.
+	tr.tree.Remove(rel(tmp))
+	tfi, err := tr.dir.Lstat(it.name)
+	if err != nil || tr.index.Set(it.path(), store.StampOf(tfi), refs) != nil {
+		tr.dir.Remove(it.name)
+		return
+	}
+	tr.add(it)
 }
 
 // copyFile copies f into the trash as name, under a temporary name until
@@ -330,10 +378,7 @@ func (k *pending) done() {
 		return
 	}
 	moved, _ := tr.index.Rename(k.from, tp, k.old, store.StampOf(fi))
-	tr.mu.Lock()
-	tr.items = append(tr.items, k.item)
-	tr.bytes += k.item.size
-	tr.mu.Unlock()
+	tr.add(k.item)
 	if !moved {
 		tr.bg.Add(1)
 		go func() {
@@ -347,6 +392,15 @@ func (k *pending) done() {
 			tr.index.Chunks(tr.ctx, tp, func(chunk.Ref) error { return nil })
 		}()
 	}
+}
+
+// add counts it among the files of the trash, then evicts what the
+// bounds no longer allow.
+func (tr *trash) add(it trashItem) {
+	tr.mu.Lock()
+	tr.items = append(tr.items, it)
+	tr.bytes += it.size
+	tr.mu.Unlock()
 	tr.evict(time.Now())
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/ferryfs/ferry/internal/chunk"
 	"github.com/ferryfs/ferry/internal/chunked"
 	"github.com/ferryfs/ferry/internal/local"
+	"github.com/ferryfs/ferry/internal/proto"
 	"github.com/ferryfs/ferry/internal/remote"
 )
 
@@ -251,5 +252,72 @@ func TestTrashHidden(t *testing.T) {
 	}
 	if !holds(t, e.tree, doc) {
 		t.Error("the trash does not serve the chunks of the removed file")
+	}
+}
+
+// TestPutResumes: a put cut off after some of its chunks arrived, tried
+// again, sends only the chunks that had not arrived; a put cut off before
+// any arrived leaves nothing in the trash.
+func TestPutResumes(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		sendHalf bool
+	}{
+		{"half the chunks arrived", true},
+		{"none arrived", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := start(t, 0)
+			raw := e.raw(t)
+			nw := randomDoc(1 << 20)
+			refs, _ := chunk.List(bytes.NewReader(nw), chunk.Default)
+			ctx, cancel := context.WithCancel(context.Background())
+			st, err := raw.PutChunked(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			st.Send(&proto.ChunkPutMsg{Path: "/f", Dir: &proto.Dir{}, Size: int64(len(nw)), ChunkVersion: chunk.Version, Refs: chunked.PackRefs(refs), ListEnd: true})
+			r, err := st.Recv()
+			if err != nil || len(r.Need) != len(refs) {
+				t.Fatalf("need %d chunks (%v), want all %d", len(r.GetNeed()), err, len(refs))
+			}
+			sent := 0
+			if tc.sendHalf {
+				for _, n := range r.Need[:len(r.Need)/2] {
+					ref := refs[n]
+					if err := st.Send(&proto.ChunkPutMsg{Hash: ref.Hash[:], Data: nw[ref.Off : ref.Off+int64(ref.Len)]}); err != nil {
+						t.Fatal(err)
+					}
+					sent++
+				}
+			}
+			// The client goes away: the server takes what it sent,
+			// then the end of the stream, and aborts.
+			st.CloseSend()
+			for {
+				if _, err := st.Recv(); err != nil {
+					break
+				}
+			}
+			cancel()
+			waitNoTemps(t, e)
+			if _, err := os.Stat(filepath.Join(e.dir, "f")); !os.IsNotExist(err) {
+				t.Fatalf("the cut put made the file: %v", err)
+			}
+			trashed := e.tree.Trash().Files
+			if want := map[bool]int{true: 1, false: 0}[tc.sendHalf]; trashed != want {
+				t.Errorf("the trash holds %d files after the cut put, want %d", trashed, want)
+			}
+			_, stats, err := e.c.PutChunked(ctxT(t), "/f", nil, bytes.NewReader(nw), int64(len(nw)), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(e.read(t, "f"), nw) {
+				t.Fatal("the put tried again did not store the file")
+			}
+			if want := len(refs) - sent; stats.SentChunks != want {
+				t.Errorf("the put tried again sent %d chunks, want %d (%d of %d had arrived)", stats.SentChunks, want, sent, len(refs))
+			}
+		})
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/ctl"
 	"github.com/ferryfs/ferry/internal/remote"
 )
 
@@ -319,13 +320,17 @@ func ctlCmd() *cobra.Command {
 		Use:   "ctl HOST[:PORT] [COMMAND...]",
 		Short: "Read a server's control file, or write a command to it",
 		Long: `Ctl prints the server's control file: version, uptime, counters, and the
-connections with their users and the kernel's measurements. With a COMMAND it writes the command instead, e.g.
+connections with their users and the kernel's measurements, below a [client]
+section with this client's chunk cache. With a COMMAND it writes the command
+to the server instead, e.g.
 "ferry ctl host debug on"; "pass CMD" forwards CMD to the layer below.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withRemote(cmd, args[0], func(ctx context.Context, c *remote.Client, t Target) error {
 				if len(args) == 1 {
-					r := c.Get(ctx, ferry.CtlPath, 0, -1)
+					// The client's section (its chunk cache, what this
+					// command moved) comes above the server's.
+					r := ctl.New("client", c, c).Get(ctx, ferry.CtlPath, 0, -1)
 					defer r.Close()
 					_, err := io.Copy(cmd.OutOrStdout(), r)
 					return err

@@ -379,8 +379,15 @@ func syncTrees(ctx context.Context, src, dst syncSide, o syncOpts) (syncStats, e
 	return st, errs.err()
 }
 
+// replacer is a destination that replaces a file it holds by sending only
+// what changed (remote.Client).
+type replacer interface {
+	Replace(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader) *ferry.Future[ferry.Dir]
+}
+
 // syncCopy copies the file or link of it from src to dst, with its mode
-// and mtime.
+// and mtime. A local file over one the remote destination holds goes by
+// chunks whatever its size: only what changed crosses the link.
 func syncCopy(ctx context.Context, src, dst syncSide, it syncItem) error {
 	to := path.Join(dst.root, it.rel)
 	if it.src.Type() == ferry.TypeSymlink {
@@ -393,6 +400,15 @@ func syncCopy(ctx context.Context, src, dst syncSide, it syncItem) error {
 		f, err := src.open(it.src.Path())
 		if err != nil {
 			return ferry.E("sync", it.src.Path(), err)
+		}
+		if rp, ok := dst.fs.(replacer); ok && it.dst != nil && it.dst.Type() == ferry.TypeFile {
+			defer f.Close()
+			fi, err := f.Stat()
+			if err != nil {
+				return ferry.E("sync", it.src.Path(), err)
+			}
+			_, err = rp.Replace(ctx, to, d, io.NewSectionReader(f, 0, fi.Size())).Wait()
+			return err
 		}
 		r = f
 	} else {

@@ -695,9 +695,11 @@ func (x *WstatReq) GetDir() *Dir {
 }
 
 type FindReq struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Pred          string                 `protobuf:"bytes,2,opt,name=pred,proto3" json:"pred,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Pred  string                 `protobuf:"bytes,2,opt,name=pred,proto3" json:"pred,omitempty"`
+	// zstd says the client takes entries in batches compressed with zstd.
+	Zstd          bool `protobuf:"varint,3,opt,name=zstd,proto3" json:"zstd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -746,13 +748,25 @@ func (x *FindReq) GetPred() string {
 	return ""
 }
 
+func (x *FindReq) GetZstd() bool {
+	if x != nil {
+		return x.Zstd
+	}
+	return false
+}
+
 // FindReply is one ferry.Entry: a dir, a piece of the last dir's data
 // (FindGet), or a dir with an error for an entry that could not be read.
+// Or, only if the FindReq allowed it, it is a batch of entries: batch is a
+// FindBatch, compressed with zstd if zstd is set, and the other fields are
+// empty.
 type FindReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Dir           *Dir                   `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
 	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
 	Err           *Error                 `protobuf:"bytes,3,opt,name=err,proto3" json:"err,omitempty"`
+	Batch         []byte                 `protobuf:"bytes,4,opt,name=batch,proto3" json:"batch,omitempty"`
+	Zstd          bool                   `protobuf:"varint,5,opt,name=zstd,proto3" json:"zstd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -808,6 +822,67 @@ func (x *FindReply) GetErr() *Error {
 	return nil
 }
 
+func (x *FindReply) GetBatch() []byte {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
+func (x *FindReply) GetZstd() bool {
+	if x != nil {
+		return x.Zstd
+	}
+	return false
+}
+
+// FindBatch is entries of a Find in their order, sent as one FindReply so
+// that they compress together: a directory's entries repeat most of
+// their attribute names and values.
+type FindBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Entries       []*FindReply           `protobuf:"bytes,1,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FindBatch) Reset() {
+	*x = FindBatch{}
+	mi := &file_ferry_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FindBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FindBatch) ProtoMessage() {}
+
+func (x *FindBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FindBatch.ProtoReflect.Descriptor instead.
+func (*FindBatch) Descriptor() ([]byte, []int) {
+	return file_ferry_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *FindBatch) GetEntries() []*FindReply {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
 // WatchEvent is one ferry.Event.
 type WatchEvent struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -819,7 +894,7 @@ type WatchEvent struct {
 
 func (x *WatchEvent) Reset() {
 	*x = WatchEvent{}
-	mi := &file_ferry_proto_msgTypes[14]
+	mi := &file_ferry_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -831,7 +906,7 @@ func (x *WatchEvent) String() string {
 func (*WatchEvent) ProtoMessage() {}
 
 func (x *WatchEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[14]
+	mi := &file_ferry_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -844,7 +919,7 @@ func (x *WatchEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchEvent.ProtoReflect.Descriptor instead.
 func (*WatchEvent) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{14}
+	return file_ferry_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *WatchEvent) GetPath() string {
@@ -879,7 +954,7 @@ type ChunkListReq struct {
 
 func (x *ChunkListReq) Reset() {
 	*x = ChunkListReq{}
-	mi := &file_ferry_proto_msgTypes[15]
+	mi := &file_ferry_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +966,7 @@ func (x *ChunkListReq) String() string {
 func (*ChunkListReq) ProtoMessage() {}
 
 func (x *ChunkListReq) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[15]
+	mi := &file_ferry_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +979,7 @@ func (x *ChunkListReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkListReq.ProtoReflect.Descriptor instead.
 func (*ChunkListReq) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{15}
+	return file_ferry_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ChunkListReq) GetPath() string {
@@ -947,7 +1022,7 @@ type ChunkRefs struct {
 
 func (x *ChunkRefs) Reset() {
 	*x = ChunkRefs{}
-	mi := &file_ferry_proto_msgTypes[16]
+	mi := &file_ferry_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -959,7 +1034,7 @@ func (x *ChunkRefs) String() string {
 func (*ChunkRefs) ProtoMessage() {}
 
 func (x *ChunkRefs) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[16]
+	mi := &file_ferry_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -972,7 +1047,7 @@ func (x *ChunkRefs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkRefs.ProtoReflect.Descriptor instead.
 func (*ChunkRefs) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{16}
+	return file_ferry_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ChunkRefs) GetHashes() []byte {
@@ -1008,7 +1083,7 @@ type ChunkListReply struct {
 
 func (x *ChunkListReply) Reset() {
 	*x = ChunkListReply{}
-	mi := &file_ferry_proto_msgTypes[17]
+	mi := &file_ferry_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1020,7 +1095,7 @@ func (x *ChunkListReply) String() string {
 func (*ChunkListReply) ProtoMessage() {}
 
 func (x *ChunkListReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[17]
+	mi := &file_ferry_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1033,7 +1108,7 @@ func (x *ChunkListReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkListReply.ProtoReflect.Descriptor instead.
 func (*ChunkListReply) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{17}
+	return file_ferry_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ChunkListReply) GetDir() *Dir {
@@ -1093,7 +1168,7 @@ type ChunkReq struct {
 
 func (x *ChunkReq) Reset() {
 	*x = ChunkReq{}
-	mi := &file_ferry_proto_msgTypes[18]
+	mi := &file_ferry_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1105,7 +1180,7 @@ func (x *ChunkReq) String() string {
 func (*ChunkReq) ProtoMessage() {}
 
 func (x *ChunkReq) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[18]
+	mi := &file_ferry_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1118,7 +1193,7 @@ func (x *ChunkReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkReq.ProtoReflect.Descriptor instead.
 func (*ChunkReq) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{18}
+	return file_ferry_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ChunkReq) GetPath() string {
@@ -1158,7 +1233,7 @@ type ChunkData struct {
 
 func (x *ChunkData) Reset() {
 	*x = ChunkData{}
-	mi := &file_ferry_proto_msgTypes[19]
+	mi := &file_ferry_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1170,7 +1245,7 @@ func (x *ChunkData) String() string {
 func (*ChunkData) ProtoMessage() {}
 
 func (x *ChunkData) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[19]
+	mi := &file_ferry_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1183,7 +1258,7 @@ func (x *ChunkData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkData.ProtoReflect.Descriptor instead.
 func (*ChunkData) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{19}
+	return file_ferry_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ChunkData) GetHash() []byte {
@@ -1237,7 +1312,7 @@ type ChunkPutMsg struct {
 
 func (x *ChunkPutMsg) Reset() {
 	*x = ChunkPutMsg{}
-	mi := &file_ferry_proto_msgTypes[20]
+	mi := &file_ferry_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1249,7 +1324,7 @@ func (x *ChunkPutMsg) String() string {
 func (*ChunkPutMsg) ProtoMessage() {}
 
 func (x *ChunkPutMsg) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[20]
+	mi := &file_ferry_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1262,7 +1337,7 @@ func (x *ChunkPutMsg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkPutMsg.ProtoReflect.Descriptor instead.
 func (*ChunkPutMsg) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{20}
+	return file_ferry_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ChunkPutMsg) GetPath() string {
@@ -1344,7 +1419,7 @@ type ChunkPutReply struct {
 
 func (x *ChunkPutReply) Reset() {
 	*x = ChunkPutReply{}
-	mi := &file_ferry_proto_msgTypes[21]
+	mi := &file_ferry_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1356,7 +1431,7 @@ func (x *ChunkPutReply) String() string {
 func (*ChunkPutReply) ProtoMessage() {}
 
 func (x *ChunkPutReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[21]
+	mi := &file_ferry_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1369,7 +1444,7 @@ func (x *ChunkPutReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkPutReply.ProtoReflect.Descriptor instead.
 func (*ChunkPutReply) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{21}
+	return file_ferry_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ChunkPutReply) GetNeed() []uint32 {
@@ -1448,14 +1523,19 @@ const file_ferry_proto_rawDesc = "" +
 	"\x02to\x18\x02 \x01(\tR\x02to\"?\n" +
 	"\bWstatReq\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1f\n" +
-	"\x03dir\x18\x02 \x01(\v2\r.ferry.v1.DirR\x03dir\"1\n" +
+	"\x03dir\x18\x02 \x01(\v2\r.ferry.v1.DirR\x03dir\"E\n" +
 	"\aFindReq\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
-	"\x04pred\x18\x02 \x01(\tR\x04pred\"c\n" +
+	"\x04pred\x18\x02 \x01(\tR\x04pred\x12\x12\n" +
+	"\x04zstd\x18\x03 \x01(\bR\x04zstd\"\x8d\x01\n" +
 	"\tFindReply\x12\x1f\n" +
 	"\x03dir\x18\x01 \x01(\v2\r.ferry.v1.DirR\x03dir\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12!\n" +
-	"\x03err\x18\x03 \x01(\v2\x0f.ferry.v1.ErrorR\x03err\"4\n" +
+	"\x03err\x18\x03 \x01(\v2\x0f.ferry.v1.ErrorR\x03err\x12\x14\n" +
+	"\x05batch\x18\x04 \x01(\fR\x05batch\x12\x12\n" +
+	"\x04zstd\x18\x05 \x01(\bR\x04zstd\":\n" +
+	"\tFindBatch\x12-\n" +
+	"\aentries\x18\x01 \x03(\v2\x13.ferry.v1.FindReplyR\aentries\"4\n" +
 	"\n" +
 	"WatchEvent\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
@@ -1530,7 +1610,7 @@ func file_ferry_proto_rawDescGZIP() []byte {
 	return file_ferry_proto_rawDescData
 }
 
-var file_ferry_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_ferry_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_ferry_proto_goTypes = []any{
 	(*Dir)(nil),            // 0: ferry.v1.Dir
 	(*Error)(nil),          // 1: ferry.v1.Error
@@ -1546,62 +1626,64 @@ var file_ferry_proto_goTypes = []any{
 	(*WstatReq)(nil),       // 11: ferry.v1.WstatReq
 	(*FindReq)(nil),        // 12: ferry.v1.FindReq
 	(*FindReply)(nil),      // 13: ferry.v1.FindReply
-	(*WatchEvent)(nil),     // 14: ferry.v1.WatchEvent
-	(*ChunkListReq)(nil),   // 15: ferry.v1.ChunkListReq
-	(*ChunkRefs)(nil),      // 16: ferry.v1.ChunkRefs
-	(*ChunkListReply)(nil), // 17: ferry.v1.ChunkListReply
-	(*ChunkReq)(nil),       // 18: ferry.v1.ChunkReq
-	(*ChunkData)(nil),      // 19: ferry.v1.ChunkData
-	(*ChunkPutMsg)(nil),    // 20: ferry.v1.ChunkPutMsg
-	(*ChunkPutReply)(nil),  // 21: ferry.v1.ChunkPutReply
-	nil,                    // 22: ferry.v1.Dir.AttrsEntry
+	(*FindBatch)(nil),      // 14: ferry.v1.FindBatch
+	(*WatchEvent)(nil),     // 15: ferry.v1.WatchEvent
+	(*ChunkListReq)(nil),   // 16: ferry.v1.ChunkListReq
+	(*ChunkRefs)(nil),      // 17: ferry.v1.ChunkRefs
+	(*ChunkListReply)(nil), // 18: ferry.v1.ChunkListReply
+	(*ChunkReq)(nil),       // 19: ferry.v1.ChunkReq
+	(*ChunkData)(nil),      // 20: ferry.v1.ChunkData
+	(*ChunkPutMsg)(nil),    // 21: ferry.v1.ChunkPutMsg
+	(*ChunkPutReply)(nil),  // 22: ferry.v1.ChunkPutReply
+	nil,                    // 23: ferry.v1.Dir.AttrsEntry
 }
 var file_ferry_proto_depIdxs = []int32{
-	22, // 0: ferry.v1.Dir.attrs:type_name -> ferry.v1.Dir.AttrsEntry
+	23, // 0: ferry.v1.Dir.attrs:type_name -> ferry.v1.Dir.AttrsEntry
 	0,  // 1: ferry.v1.DirReply.dir:type_name -> ferry.v1.Dir
 	0,  // 2: ferry.v1.PutMsg.dir:type_name -> ferry.v1.Dir
 	0,  // 3: ferry.v1.UploadReply.committed:type_name -> ferry.v1.Dir
 	0,  // 4: ferry.v1.WstatReq.dir:type_name -> ferry.v1.Dir
 	0,  // 5: ferry.v1.FindReply.dir:type_name -> ferry.v1.Dir
 	1,  // 6: ferry.v1.FindReply.err:type_name -> ferry.v1.Error
-	0,  // 7: ferry.v1.ChunkListReply.dir:type_name -> ferry.v1.Dir
-	16, // 8: ferry.v1.ChunkListReply.refs:type_name -> ferry.v1.ChunkRefs
-	0,  // 9: ferry.v1.ChunkPutMsg.dir:type_name -> ferry.v1.Dir
-	16, // 10: ferry.v1.ChunkPutMsg.refs:type_name -> ferry.v1.ChunkRefs
-	0,  // 11: ferry.v1.ChunkPutReply.dir:type_name -> ferry.v1.Dir
-	3,  // 12: ferry.v1.Ferry.Stat:input_type -> ferry.v1.PathReq
-	5,  // 13: ferry.v1.Ferry.Get:input_type -> ferry.v1.GetReq
-	7,  // 14: ferry.v1.Ferry.Put:input_type -> ferry.v1.PutMsg
-	10, // 15: ferry.v1.Ferry.Move:input_type -> ferry.v1.MoveReq
-	3,  // 16: ferry.v1.Ferry.Remove:input_type -> ferry.v1.PathReq
-	3,  // 17: ferry.v1.Ferry.RemoveAll:input_type -> ferry.v1.PathReq
-	11, // 18: ferry.v1.Ferry.Wstat:input_type -> ferry.v1.WstatReq
-	12, // 19: ferry.v1.Ferry.Find:input_type -> ferry.v1.FindReq
-	12, // 20: ferry.v1.Ferry.FindGet:input_type -> ferry.v1.FindReq
-	3,  // 21: ferry.v1.Ferry.Watch:input_type -> ferry.v1.PathReq
-	8,  // 22: ferry.v1.Ferry.PutStatus:input_type -> ferry.v1.UploadReq
-	15, // 23: ferry.v1.Ferry.ChunkList:input_type -> ferry.v1.ChunkListReq
-	18, // 24: ferry.v1.Ferry.ReadChunks:input_type -> ferry.v1.ChunkReq
-	20, // 25: ferry.v1.Ferry.PutChunked:input_type -> ferry.v1.ChunkPutMsg
-	4,  // 26: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
-	6,  // 27: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
-	4,  // 28: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
-	4,  // 29: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
-	2,  // 30: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
-	2,  // 31: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
-	4,  // 32: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
-	13, // 33: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
-	13, // 34: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
-	14, // 35: ferry.v1.Ferry.Watch:output_type -> ferry.v1.WatchEvent
-	9,  // 36: ferry.v1.Ferry.PutStatus:output_type -> ferry.v1.UploadReply
-	17, // 37: ferry.v1.Ferry.ChunkList:output_type -> ferry.v1.ChunkListReply
-	19, // 38: ferry.v1.Ferry.ReadChunks:output_type -> ferry.v1.ChunkData
-	21, // 39: ferry.v1.Ferry.PutChunked:output_type -> ferry.v1.ChunkPutReply
-	26, // [26:40] is the sub-list for method output_type
-	12, // [12:26] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	13, // 7: ferry.v1.FindBatch.entries:type_name -> ferry.v1.FindReply
+	0,  // 8: ferry.v1.ChunkListReply.dir:type_name -> ferry.v1.Dir
+	17, // 9: ferry.v1.ChunkListReply.refs:type_name -> ferry.v1.ChunkRefs
+	0,  // 10: ferry.v1.ChunkPutMsg.dir:type_name -> ferry.v1.Dir
+	17, // 11: ferry.v1.ChunkPutMsg.refs:type_name -> ferry.v1.ChunkRefs
+	0,  // 12: ferry.v1.ChunkPutReply.dir:type_name -> ferry.v1.Dir
+	3,  // 13: ferry.v1.Ferry.Stat:input_type -> ferry.v1.PathReq
+	5,  // 14: ferry.v1.Ferry.Get:input_type -> ferry.v1.GetReq
+	7,  // 15: ferry.v1.Ferry.Put:input_type -> ferry.v1.PutMsg
+	10, // 16: ferry.v1.Ferry.Move:input_type -> ferry.v1.MoveReq
+	3,  // 17: ferry.v1.Ferry.Remove:input_type -> ferry.v1.PathReq
+	3,  // 18: ferry.v1.Ferry.RemoveAll:input_type -> ferry.v1.PathReq
+	11, // 19: ferry.v1.Ferry.Wstat:input_type -> ferry.v1.WstatReq
+	12, // 20: ferry.v1.Ferry.Find:input_type -> ferry.v1.FindReq
+	12, // 21: ferry.v1.Ferry.FindGet:input_type -> ferry.v1.FindReq
+	3,  // 22: ferry.v1.Ferry.Watch:input_type -> ferry.v1.PathReq
+	8,  // 23: ferry.v1.Ferry.PutStatus:input_type -> ferry.v1.UploadReq
+	16, // 24: ferry.v1.Ferry.ChunkList:input_type -> ferry.v1.ChunkListReq
+	19, // 25: ferry.v1.Ferry.ReadChunks:input_type -> ferry.v1.ChunkReq
+	21, // 26: ferry.v1.Ferry.PutChunked:input_type -> ferry.v1.ChunkPutMsg
+	4,  // 27: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
+	6,  // 28: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
+	4,  // 29: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
+	4,  // 30: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
+	2,  // 31: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
+	2,  // 32: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
+	4,  // 33: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
+	13, // 34: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
+	13, // 35: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
+	15, // 36: ferry.v1.Ferry.Watch:output_type -> ferry.v1.WatchEvent
+	9,  // 37: ferry.v1.Ferry.PutStatus:output_type -> ferry.v1.UploadReply
+	18, // 38: ferry.v1.Ferry.ChunkList:output_type -> ferry.v1.ChunkListReply
+	20, // 39: ferry.v1.Ferry.ReadChunks:output_type -> ferry.v1.ChunkData
+	22, // 40: ferry.v1.Ferry.PutChunked:output_type -> ferry.v1.ChunkPutReply
+	27, // [27:41] is the sub-list for method output_type
+	13, // [13:27] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_ferry_proto_init() }
@@ -1615,7 +1697,7 @@ func file_ferry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_proto_rawDesc), len(file_ferry_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -77,26 +77,55 @@ func (c *Client) getChunked(ctx context.Context, p string, cache *store.Cache, w
 		stats.Inline, stats.Bytes, stats.SentBytes, stats.WireBytes = true, int64(len(data)), int64(len(data)), int64(len(m0.Data))
 		return d, stats, nil
 	}
-	// The stream for the chunks opens only now: the requests could not
+	// The streams for the chunks open only now: the requests could not
 	// leave before the list arrives anyway, and a small file that came
-	// inline never opens it.
-	rd, err := c.bulk.ReadChunks(ctx)
-	if err != nil {
+	// inline never opens one. A large file's chunks are spread over the
+	// bulk connections in runs of stripe bytes, each run on the next
+	// stream, so that several TCP flows carry them (see DefaultBulkConns).
+	streams := make([]grpc.BidiStreamingClient[proto.ChunkReq, proto.ChunkData], 1, len(c.bulkc))
+	if streams[0], err = c.bulk.ReadChunks(ctx); err != nil {
 		return nil, stats, c.fail(op, p, err)
 	}
+	if d.Size() >= 2*stripe {
+		for _, bc := range c.bulkc[1:] {
+			rd, err := bc.ReadChunks(ctx)
+			if err != nil {
+				break // The first stream will do.
+			}
+			streams = append(streams, rd)
+		}
+	}
 	// The lister reads the list, asks for the chunks the cache lacks and
-	// queues every chunk in file order for the assembler below; fromWire
-	// says which ones arrive on rd.
+	// queues every chunk in file order for the assembler below; stream
+	// says which stream a chunk arrives on, -1 for one from the cache.
 	type item struct {
-		ref      chunk.Ref
-		fromWire bool
+		ref    chunk.Ref
+		stream int
 	}
 	queue := make(chan item, 1<<16)
 	listErr := make(chan error, 1)
 	go func() {
 		defer close(queue)
 		var all []chunk.Ref
-		var off int64
+		var off, run int64
+		cur := 0 // The stream of the current run.
+		reqs := make([]*proto.ChunkReq, len(streams))
+		for i := range reqs {
+			// Each stream's first request names the file, whose
+			// readers may read its chunks.
+			reqs[i] = &proto.ChunkReq{Path: p, Zstd: c.zip != nil}
+		}
+		sendAll := func() error {
+			for i, req := range reqs {
+				if len(req.Hashes) > 0 {
+					if err := streams[i].Send(req); err != nil {
+						return err
+					}
+					reqs[i] = &proto.ChunkReq{}
+				}
+			}
+			return nil
+		}
 		m := m0
 		for {
 			hs, sizes, err := chunked.UnpackRefs(m.Refs)
@@ -104,25 +133,24 @@ func (c *Client) getChunked(ctx context.Context, p string, cache *store.Cache, w
 				listErr <- err
 				return
 			}
-			req := &proto.ChunkReq{}
-			if off == 0 {
-				req.Path, req.Zstd = p, c.zip != nil
-			}
 			var items []item
 			for i, h := range hs {
 				r := chunk.Ref{Hash: h, Off: off, Len: sizes[i]}
 				off += int64(sizes[i])
 				all = append(all, r)
-				wire := cache == nil || !cache.Has(h)
-				if wire {
-					req.Hashes = append(req.Hashes, h[:]...)
+				it := item{r, -1}
+				if cache == nil || !cache.Has(h) {
+					if run >= stripe {
+						cur, run = (cur+1)%len(streams), 0
+					}
+					it.stream = cur
+					reqs[cur].Hashes = append(reqs[cur].Hashes, h[:]...)
+					run += int64(sizes[i])
 				}
-				items = append(items, item{r, wire})
+				items = append(items, it)
 			}
-			if len(req.Hashes) > 0 {
-				if err := rd.Send(req); err != nil {
-					break // The assembler's Recv says why.
-				}
+			if sendAll() != nil {
+				break // The assembler's Recv says why.
 			}
 			for _, it := range items {
 				select {
@@ -139,7 +167,9 @@ func (c *Client) getChunked(ctx context.Context, p string, cache *store.Cache, w
 				return
 			}
 		}
-		rd.CloseSend()
+		for _, rd := range streams {
+			rd.CloseSend()
+		}
 		if refs != nil {
 			refs(all)
 		}
@@ -148,8 +178,8 @@ func (c *Client) getChunked(ctx context.Context, p string, cache *store.Cache, w
 	var zbuf []byte
 	for it := range queue {
 		var data []byte
-		if it.fromWire {
-			m, err := rd.Recv()
+		if it.stream >= 0 {
+			m, err := streams[it.stream].Recv()
 			if err != nil {
 				if err == io.EOF {
 					err = ferry.E(op, p, ferry.KindUnavailable, "chunk stream ended early")
@@ -172,7 +202,7 @@ func (c *Client) getChunked(ctx context.Context, p string, cache *store.Cache, w
 			stats.SentBytes += int64(len(data))
 			stats.WireBytes += int64(len(m.Data))
 			if cache != nil {
-				cache.Put(it.ref.Hash, data)
+				cache.Add(it.ref.Hash, data)
 			}
 		} else {
 			var ok bool
@@ -194,6 +224,13 @@ func (c *Client) getChunked(ctx context.Context, p string, cache *store.Cache, w
 	}
 	return d, stats, nil
 }
+
+// stripe is the run of a large Get's chunks that goes on one bulk
+// connection before the next takes over: large enough that a run's
+// requests are few, small enough that the connections' runs interleave
+// finely and the assembler, which takes them in file order, rarely waits
+// on one while the others hold data.
+const stripe = 2 << 20
 
 // unzip returns data, decompressed into buf if compressed says it is.
 func (c *Client) unzip(op, p string, data []byte, compressed bool, buf []byte) ([]byte, error) {

@@ -3,7 +3,9 @@ package remote
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -59,6 +61,26 @@ func (c *Client) serverLacksChunks(err error) bool {
 	return false
 }
 
+// Replace replaces the file at p, which the server holds in some version,
+// with the size bytes of src and the attributes in d. Unlike Put it goes by
+// chunks whatever the size, since the old version most likely shares most
+// of them (a sync's changed files): a file the server holds already costs
+// its chunk list, and a changed one the chunks that changed. It falls back
+// to a Put where a chunked put cannot be made.
+func (c *Client) Replace(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader) *ferry.Future[ferry.Dir] {
+	size := src.Size()
+	if size == 0 || c.chunkMin < 0 || c.noChunks.Load() || p == ferry.CtlPath || d.Type() != ferry.TypeFile {
+		return c.Put(ctx, p, d, ferry.Whole, src)
+	}
+	return ferry.Go(func() (ferry.Dir, error) {
+		dir, err, done := c.putByChunks(ctx, p, d, src, size)
+		if done {
+			return dir, err
+		}
+		return c.Put(ctx, p, d, ferry.Whole, io.NewSectionReader(src, 0, size)).Wait()
+	})
+}
+
 // chunkable says whether a whole-file put of size bytes goes by chunks.
 func (c *Client) chunkable(p string, d ferry.Dir, size int64) bool {
 	return c.chunkMin >= 0 && size >= c.chunkMin && !c.noChunks.Load() && p != ferry.CtlPath && d.Type() == ferry.TypeFile
@@ -68,8 +90,9 @@ func (c *Client) chunkable(p string, d ferry.Dir, size int64) bool {
 // the file plainly instead: the server does not serve chunks, or refused
 // the chunked put as invalid (a plain put then gives the real answer). A
 // broken connection is ridden out as a resumable put does: the put starts
-// again once the client has reconnected, for up to ResumeFor; the chunks
-// the server got before the break are sent again.
+// again once the client has reconnected, for up to ResumeFor, and a server
+// with a trash does not ask again for the chunks it got before the break
+// (chunked.Put.Abort keeps them).
 func (c *Client) putByChunks(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader, size int64) (_ ferry.Dir, _ error, done bool) {
 	known := c.knownChunks(src, size)
 	var keep func(chunk.Hash, []byte)
@@ -77,7 +100,7 @@ func (c *Client) putByChunks(ctx context.Context, p string, d ferry.Dir, src *io
 		// The server holds every chunk of the file once the put commits:
 		// the next edit of it can then be sent at once, and a Get of it
 		// costs nothing.
-		keep = func(h chunk.Hash, data []byte) { c.cache.Put(h, data) }
+		keep = func(h chunk.Hash, data []byte) { c.cache.Add(h, data) }
 	}
 	var deadline time.Time
 	var opts []grpc.CallOption
@@ -209,6 +232,28 @@ func (r *pipeReader) Close() error {
 func (t Traffic) Sub(before Traffic) Traffic {
 	return Traffic{GetBytes: t.GetBytes - before.GetBytes, GetWire: t.GetWire - before.GetWire,
 		PutBytes: t.PutBytes - before.PutBytes, PutWire: t.PutWire - before.PutWire}
+}
+
+// Status implements ctl.Controller: the client's side of a stack's control
+// file, for a mount (ferry mount wraps the Client in a ctl layer).
+func (c *Client) Status(ctx context.Context) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "server: %s\nbulk.conns: %d\n", c.addr, len(c.bulks))
+	t := c.Traffic()
+	fmt.Fprintf(&b, "get.bytes: %d\nget.wire: %d\nput.bytes: %d\nput.wire: %d\n", t.GetBytes, t.GetWire, t.PutBytes, t.PutWire)
+	if c.cache == nil {
+		b.WriteString("cache: none\n")
+		return b.String()
+	}
+	st := c.cache.Stats()
+	fmt.Fprintf(&b, "cache.bytes: %d of %d\ncache.chunks: %d\ncache.hits: %d\ncache.misses: %d\ncache.corrupt: %d\ncache.dropped: %d\n",
+		st.Bytes, st.MaxBytes, st.Chunks, st.Hits, st.Misses, st.Corrupt, st.Dropped)
+	return b.String()
+}
+
+// Command implements ctl.Controller: the client takes no commands.
+func (c *Client) Command(ctx context.Context, args []string) error {
+	return ferry.E("remote.Command", ferry.CtlPath, ferry.KindInvalid, "the client knows no command "+args[0]+"; \"pass CMD\" sends one to the server")
 }
 
 // HasCache reports whether the Client has a chunk cache, so that whole-file

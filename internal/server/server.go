@@ -638,22 +638,20 @@ func (h *handler) Wstat(ctx context.Context, r *proto.WstatReq) (*proto.DirReply
 }
 
 func (h *handler) Find(r *proto.FindReq, st grpc.ServerStreamingServer[proto.FindReply]) error {
-	return h.find(opFind, h.s.fs.Find(st.Context(), r.Path, r.Pred), st)
+	return h.find(opFind, r, h.s.fs.Find(st.Context(), r.Path, r.Pred), st)
 }
 
 func (h *handler) FindGet(r *proto.FindReq, st grpc.ServerStreamingServer[proto.FindReply]) error {
-	return h.find(opFindGet, h.s.fs.FindGet(st.Context(), r.Path, r.Pred), st)
+	return h.find(opFindGet, r, h.s.fs.FindGet(st.Context(), r.Path, r.Pred), st)
 }
 
-func (h *handler) find(op int, s *ferry.Stream[ferry.Entry], st grpc.ServerStreamingServer[proto.FindReply]) error {
-	for e := range s.All() {
-		m := &proto.FindReply{Dir: proto.FromDir(e.Dir), Data: e.Data, Err: proto.FromError(e.Err)}
-		if err := st.Send(m); err != nil {
-			s.Close()
-			return h.done(op, err)
-		}
+// find sends compressed batches to a client that takes them.
+func (h *handler) find(op int, r *proto.FindReq, s *ferry.Stream[ferry.Entry], st grpc.ServerStreamingServer[proto.FindReply]) error {
+	var zip *zwire.Codec
+	if r.Zstd && h.s.zstd {
+		zip = h.s.zip
 	}
-	return h.done(op, s.Err())
+	return h.done(op, proto.SendFind(s, st.Send, zip))
 }
 
 func (h *handler) Watch(r *proto.PathReq, st grpc.ServerStreamingServer[proto.WatchEvent]) error {

@@ -11,7 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/auth"
+	"github.com/ferryfs/ferry/internal/chunked"
 	"github.com/ferryfs/ferry/internal/local"
 	"github.com/ferryfs/ferry/internal/remote"
 	"github.com/ferryfs/ferry/internal/server"
@@ -34,6 +36,18 @@ type Server struct {
 // Start serves dir (a new temporary directory if "") until the test ends.
 func Start(t testing.TB, dir string) *Server {
 	t.Helper()
+	return start(t, dir, false)
+}
+
+// StartChunked is Start with the server moving files by chunks, as ferry
+// serve does, its index in memory.
+func StartChunked(t testing.TB, dir string) *Server {
+	t.Helper()
+	return start(t, dir, true)
+}
+
+func start(t testing.TB, dir string, chunks bool) *Server {
+	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
@@ -42,9 +56,21 @@ func Start(t testing.TB, dir string) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tree, err := local.New(dir)
+	lt, err := local.New(dir)
 	if err != nil {
 		t.Fatal(err)
+	}
+	var tree interface {
+		ferry.FS
+		Close() error
+	} = lt
+	if chunks {
+		ct, err := chunked.Open(lt, chunked.Options{MaxChunks: 1 << 20})
+		if err != nil {
+			lt.Close()
+			t.Fatal(err)
+		}
+		tree = ct
 	}
 	az := &auth.Authorizer{
 		KeysFile:   filepath.Join(home, auth.AuthorizedKeysFile),

@@ -339,3 +339,54 @@ func TestIndexRename(t *testing.T) {
 		t.Errorf("locations of the first chunk: got %+v, want one in /b", locs)
 	}
 }
+
+// TestCacheAdd: chunks handed to Add are served at once, by Has and Get,
+// while the writer stores them; Close stores every one still waiting, so a
+// reopened cache holds them; a chunk whose bytes do not match is not kept;
+// and Add after Close drops what it is given.
+func TestCacheAdd(t *testing.T) {
+	dir := t.TempDir()
+	c, err := OpenCache(dir, 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hs []chunk.Hash
+	var datas [][]byte
+	for i := range 200 {
+		d := random(uint64(i+10), 8<<10)
+		hs, datas = append(hs, chunk.Sum(d)), append(datas, d)
+		buf := bytes.Clone(d)
+		c.Add(hs[i], buf)
+		clear(buf) // Add must have copied it.
+		if !c.Has(hs[i]) {
+			t.Fatalf("chunk %d: Has = false right after Add", i)
+		}
+	}
+	bad := random(1000, 8<<10)
+	c.Add(chunk.Sum(random(1001, 8<<10)), bad)
+	for i, h := range hs {
+		if got, ok := c.Get(h); !ok || !bytes.Equal(got, datas[i]) {
+			t.Fatalf("chunk %d: Get = %d bytes, %v; want its %d bytes", i, len(got), ok, len(datas[i]))
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.Add(chunk.Sum(bad), bad)
+	if st := c.Stats(); st.Dropped != 1 {
+		t.Errorf("Dropped = %d after an Add past Close, want 1", st.Dropped)
+	}
+	c, err = OpenCache(dir, 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if st := c.Stats(); st.Chunks != int64(len(hs)) {
+		t.Errorf("reopened cache holds %d chunks, want the %d added", st.Chunks, len(hs))
+	}
+	for i, h := range hs {
+		if got, ok := c.Get(h); !ok || !bytes.Equal(got, datas[i]) {
+			t.Fatalf("reopened, chunk %d: Get = %d bytes, %v", i, len(got), ok)
+		}
+	}
+}

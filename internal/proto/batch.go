@@ -1,0 +1,151 @@
+package proto
+
+import (
+	"time"
+
+	pb "google.golang.org/protobuf/proto"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/zwire"
+)
+
+// BatchWait is how long an entry of a Find may wait for more to share its
+// batch. A walk on the server yields hundreds of entries in that time, and
+// on the links Ferry is for it is a small part of one round trip.
+const BatchWait = 2 * time.Millisecond
+
+// SendFind sends the entries of s, in order, with send. With a nil zip each
+// entry is one FindReply; otherwise entries go in FindBatch replies of at
+// most MaxData bytes, compressed by zip where that shrinks them (an entry
+// too big for a batch goes alone, as it is). A batch is sent when it is
+// full, when the stream ends, or once its first entry has waited
+// BatchWait, so a slow walk is not held back. SendFind returns the first
+// error of send (after closing s) or else the stream's.
+func SendFind(s *ferry.Stream[ferry.Entry], send func(*FindReply) error, zip *zwire.Codec) error {
+	return sendFind(s, send, zip, BatchWait)
+}
+
+// sendFind is SendFind with wait for BatchWait.
+func sendFind(s *ferry.Stream[ferry.Entry], send func(*FindReply) error, zip *zwire.Codec, wait time.Duration) error {
+	if zip == nil {
+		for e := range s.All() {
+			if err := send(FromEntry(e)); err != nil {
+				s.Close()
+				return err
+			}
+		}
+		return s.Err()
+	}
+	var (
+		batch   FindBatch
+		size    int
+		timeout <-chan time.Time
+	)
+	// flush allocates each batch afresh: gRPC may hold on to a message
+	// after Send returns.
+	flush := func() error {
+		if len(batch.Entries) == 0 {
+			return nil
+		}
+		raw, err := pb.Marshal(&batch)
+		if err != nil {
+			return err
+		}
+		m := &FindReply{}
+		m.Batch, m.Zstd = zip.Compress(nil, raw)
+		clear(batch.Entries)
+		batch.Entries, size, timeout = batch.Entries[:0], 0, nil
+		return send(m)
+	}
+	for {
+		var (
+			e  ferry.Entry
+			ok bool
+		)
+		if timeout == nil {
+			e, ok = <-s.C()
+		} else {
+			select {
+			case e, ok = <-s.C():
+			case <-timeout:
+				if err := flush(); err != nil {
+					s.Close()
+					return err
+				}
+				continue
+			}
+		}
+		if !ok {
+			if err := flush(); err != nil {
+				return err
+			}
+			return s.Err()
+		}
+		m := FromEntry(e)
+		// An entry's bytes in the batch: itself, its tag and its length.
+		n := pb.Size(m) + 8
+		var err error
+		if size+n > MaxData {
+			err = flush()
+		}
+		if err == nil && n > MaxData {
+			err = send(m)
+		} else if err == nil {
+			if len(batch.Entries) == 0 {
+				timeout = time.After(wait)
+			}
+			batch.Entries = append(batch.Entries, m)
+			size += n
+		}
+		if err != nil {
+			s.Close()
+			return err
+		}
+	}
+}
+
+// FromEntry converts a ferry.Entry.
+func FromEntry(e ferry.Entry) *FindReply {
+	return &FindReply{Dir: FromDir(e.Dir), Data: e.Data, Err: FromError(e.Err)}
+}
+
+// ToEntry converts an entry of a Find; m is not a batch.
+func ToEntry(m *FindReply) ferry.Entry {
+	return ferry.Entry{Dir: ToDir(m.Dir), Data: m.Data, Err: ToError(m.Err)}
+}
+
+// UnpackFind returns the entries m carries: m itself, or the entries of its
+// batch, decompressed by zip. It fails with KindInvalid if the batch is
+// compressed and zip is nil (the client did not ask for that), does not
+// decompress, or is not a FindBatch; or if it holds a batch in a batch.
+func UnpackFind(m *FindReply, zip *zwire.Codec) ([]ferry.Entry, error) {
+	const op = "proto.UnpackFind"
+	if m.Batch == nil {
+		if m.Zstd {
+			return nil, ferry.E(op, "", ferry.KindInvalid, "a compressed reply without a batch")
+		}
+		return []ferry.Entry{ToEntry(m)}, nil
+	}
+	raw := m.Batch
+	if m.Zstd {
+		if zip == nil {
+			return nil, ferry.E(op, "", ferry.KindInvalid, "the server sent a compressed batch unasked")
+		}
+		var err error
+		if raw, err = zip.Decompress(nil, m.Batch); err != nil {
+			return nil, ferry.E(op, "", ferry.KindInvalid, err)
+		}
+	}
+	var b FindBatch
+	if err := pb.Unmarshal(raw, &b); err != nil {
+		return nil, ferry.E(op, "", ferry.KindInvalid, err)
+	}
+	es := make([]ferry.Entry, len(b.Entries))
+	for i, x := range b.Entries {
+		if x.Batch != nil || x.Zstd {
+			return nil, ferry.E(op, "", ferry.KindInvalid, "a batch in a batch")
+		}
+		es[i] = ToEntry(x)
+	}
+	return es, nil
+}

@@ -1,0 +1,233 @@
+package proto
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	gproto "google.golang.org/protobuf/proto"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/zwire"
+)
+
+// entries makes n entries of a directory walk; every seventh carries data
+// of size dataLen and every eleventh an error.
+func entries(n, dataLen int) []ferry.Entry {
+	es := make([]ferry.Entry, n)
+	for i := range es {
+		name := fmt.Sprintf("file%05d.go", i)
+		es[i].Dir = ferry.Dir{"path": "/src/pkg/" + name, "name": name, "mode": "0644", "size": fmt.Sprint(i * 37), "mtime": "1700000000.000000000", "uid": "root", "gid": "root"}
+		if i%7 == 0 && dataLen > 0 {
+			es[i].Data = bytes.Repeat([]byte{byte(i)}, dataLen)
+		}
+		if i%11 == 0 {
+			es[i].Err = ferry.E("local.Find", "/src/pkg/"+name, ferry.KindPermission, "denied")
+		}
+	}
+	return es
+}
+
+// sendAll runs sendFind over es, with a batch wait so long that batches
+// end only when full or at the end, and returns the messages sent.
+func sendAll(t *testing.T, es []ferry.Entry, zip *zwire.Codec) []*FindReply {
+	t.Helper()
+	s := ferry.NewStream(context.Background(), func(ctx context.Context, send func(ferry.Entry) error) error {
+		for _, e := range es {
+			if err := send(e); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	var sent []*FindReply
+	if err := sendFind(s, func(m *FindReply) error {
+		// Through the wire, as gRPC would.
+		b, err := gproto.Marshal(m)
+		if err != nil {
+			return err
+		}
+		var got FindReply
+		if err := gproto.Unmarshal(b, &got); err != nil {
+			return err
+		}
+		sent = append(sent, &got)
+		return nil
+	}, zip, time.Hour); err != nil {
+		t.Fatalf("SendFind: %v", err)
+	}
+	return sent
+}
+
+// TestFindBatches: whatever the batching, the receiver gets every entry in
+// order, with its data and error; batches shrink a walk and stay within
+// MaxData.
+func TestFindBatches(t *testing.T) {
+	zip := zwire.New(MaxData)
+	t.Cleanup(zip.Close)
+	for _, tc := range []struct {
+		name          string
+		n, dataLen    int
+		zip           *zwire.Codec
+		maxMsgs       int // The most messages that may carry the entries.
+		minMsgs       int
+		smallerThanBy int // The batches' bytes are at most 1/smallerThanBy of the plain messages'.
+	}{
+		{name: "plain", n: 300, zip: nil, minMsgs: 300, maxMsgs: 300},
+		{name: "walk", n: 3000, zip: zip, minMsgs: 2, maxMsgs: 3, smallerThanBy: 4},
+		{name: "with data", n: 400, dataLen: 40 << 10, zip: zip, minMsgs: 2, maxMsgs: 60, smallerThanBy: 4},
+		{name: "too big for a batch", n: 15, dataLen: MaxData, zip: zip, minMsgs: 3, maxMsgs: 30},
+		{name: "empty", n: 0, zip: zip, minMsgs: 0, maxMsgs: 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			es := entries(tc.n, tc.dataLen)
+			sent := sendAll(t, es, tc.zip)
+			if len(sent) < tc.minMsgs || len(sent) > tc.maxMsgs {
+				t.Errorf("%d entries went in %d messages, want %d to %d", tc.n, len(sent), tc.minMsgs, tc.maxMsgs)
+			}
+			var got []ferry.Entry
+			wire := 0
+			for _, m := range sent {
+				wire += gproto.Size(m)
+				if len(m.Batch) > MaxData {
+					t.Errorf("a batch of %d bytes, more than MaxData", len(m.Batch))
+				}
+				es, err := UnpackFind(m, tc.zip)
+				if err != nil {
+					t.Fatalf("UnpackFind: %v", err)
+				}
+				got = append(got, es...)
+			}
+			if len(got) != len(es) {
+				t.Fatalf("got %d entries, want %d", len(got), len(es))
+			}
+			plain := 0
+			for i, want := range es {
+				plain += gproto.Size(FromEntry(want))
+				g := got[i]
+				if g.Dir.Path() != want.Dir.Path() || !bytes.Equal(g.Data, want.Data) || (g.Err == nil) != (want.Err == nil) {
+					t.Fatalf("entry %d: got %v (%d bytes, err %v), want %v (%d bytes, err %v)", i, g.Dir.Path(), len(g.Data), g.Err, want.Dir.Path(), len(want.Data), want.Err)
+				}
+				if want.Err != nil && ferry.KindOf(g.Err) != ferry.KindPermission {
+					t.Fatalf("entry %d: error %v lost its kind", i, g.Err)
+				}
+			}
+			if tc.smallerThanBy > 0 && wire*tc.smallerThanBy > plain {
+				t.Errorf("batches are %d bytes for %d bytes of plain replies, want at most 1/%d", wire, plain, tc.smallerThanBy)
+			}
+		})
+	}
+}
+
+// TestSendFindDoesNotHoldBack: an entry goes out within BatchWait even
+// when the walk pauses before the next one, so a slow walk on the server
+// is not held back for a batch to fill.
+func TestSendFindDoesNotHoldBack(t *testing.T) {
+	zip := zwire.New(MaxData)
+	t.Cleanup(zip.Close)
+	es := entries(5, 0)
+	got := make(chan int, len(es))
+	stuck := errors.New("the entry was not sent while the walk waited")
+	s := ferry.NewStream(context.Background(), func(ctx context.Context, send func(ferry.Entry) error) error {
+		for i, e := range es {
+			if err := send(e); err != nil {
+				return err
+			}
+			// The walk waits for its entry to be on the wire.
+			select {
+			case n := <-got:
+				if n != i+1 {
+					return fmt.Errorf("%d entries sent after %d were walked", n, i+1)
+				}
+			case <-time.After(10 * time.Second):
+				return stuck
+			}
+		}
+		return nil
+	})
+	n := 0
+	err := SendFind(s, func(m *FindReply) error {
+		es, err := UnpackFind(m, zip)
+		n += len(es)
+		got <- n
+		return err
+	}, zip)
+	if err != nil {
+		t.Fatalf("SendFind: %v", err)
+	}
+}
+
+// TestSendFindStops: a failed send closes the stream, so the walk on the
+// server stops, and SendFind reports the failure.
+func TestSendFindStops(t *testing.T) {
+	zip := zwire.New(MaxData)
+	t.Cleanup(zip.Close)
+	for _, z := range []*zwire.Codec{nil, zip} {
+		walked := 0
+		s := ferry.NewStream(context.Background(), func(ctx context.Context, send func(ferry.Entry) error) error {
+			for _, e := range entries(100000, 0) {
+				if err := send(e); err != nil {
+					return err
+				}
+				walked++
+			}
+			return nil
+		})
+		broken := errors.New("connection reset")
+		err := SendFind(s, func(*FindReply) error { return broken }, z)
+		if !errors.Is(err, broken) {
+			t.Errorf("zip %v: SendFind = %v, want %v", z != nil, err, broken)
+		}
+		if walked == 100000 {
+			t.Errorf("zip %v: the walk went on to its end after the send failed", z != nil)
+		}
+	}
+}
+
+// TestUnpackFindRefuses: malformed batches are refused with KindInvalid.
+func TestUnpackFindRefuses(t *testing.T) {
+	zip := zwire.New(MaxData)
+	t.Cleanup(zip.Close)
+	inner, _ := gproto.Marshal(&FindBatch{Entries: []*FindReply{{Batch: []byte{1}}}})
+	for _, tc := range []struct {
+		name string
+		m    *FindReply
+		zip  *zwire.Codec
+	}{
+		{"compressed unasked", &FindReply{Batch: []byte("x"), Zstd: true}, nil},
+		{"not zstd", &FindReply{Batch: []byte("not a frame"), Zstd: true}, zip},
+		{"not a batch", &FindReply{Batch: []byte{0xff, 0xff, 0xff}}, zip},
+		{"batch in a batch", &FindReply{Batch: inner}, zip},
+		{"compressed without a batch", &FindReply{Zstd: true}, zip},
+	} {
+		if _, err := UnpackFind(tc.m, tc.zip); ferry.KindOf(err) != ferry.KindInvalid {
+			t.Errorf("%s: UnpackFind = %v, want KindInvalid", tc.name, err)
+		}
+	}
+}
+
+// FuzzUnpackFind: any reply a server may send unpacks or fails cleanly.
+func FuzzUnpackFind(f *testing.F) {
+	zip := zwire.New(MaxData)
+	f.Cleanup(zip.Close)
+	raw, _ := gproto.Marshal(&FindBatch{Entries: []*FindReply{FromEntry(entries(1, 3)[0])}})
+	z, _ := zip.Compress(nil, bytes.Repeat(raw, 1))
+	f.Add(raw, false)
+	f.Add(z, true)
+	f.Fuzz(func(t *testing.T, b []byte, compressed bool) {
+		es, err := UnpackFind(&FindReply{Batch: b, Zstd: compressed}, zip)
+		if err != nil && ferry.KindOf(err) != ferry.KindInvalid {
+			t.Fatalf("UnpackFind failed with kind %v: %v", ferry.KindOf(err), err)
+		}
+		for _, e := range es {
+			for k := range e.Dir {
+				if ferry.IsDecoration(k) {
+					t.Fatalf("decoration %q got through", k)
+				}
+			}
+		}
+	})
+}
