@@ -3,6 +3,7 @@ package fusefs
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,5 +63,53 @@ func TestTwoMounts(t *testing.T) {
 		return os.IsNotExist(err)
 	}) {
 		t.Errorf("b still sees a removed file")
+	}
+}
+
+// TestDirCache: on a leased mount the kernel keeps a directory's listing
+// across opens, so listing it again does not come to the mount; a change
+// made on the server still shows at once (the watch's invalidation drops
+// the kernel's copy), and so does one made through the mount.
+func TestDirCache(t *testing.T) {
+	needFUSE(t)
+	dir, tree := localTree(t)
+	writeFile(t, filepath.Join(dir, "d", "a"), "a")
+	mnt, s := mountFS(t, tree, Options{})
+	names := func() string {
+		t.Helper()
+		es, err := os.ReadDir(filepath.Join(mnt, "d"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range es {
+			out = append(out, e.Name())
+		}
+		return strings.Join(out, " ")
+	}
+	if got := names(); got != "a" {
+		t.Fatalf("listing = %q, want %q", got, "a")
+	}
+	before := s.readdirs.Load()
+	if got := names(); got != "a" {
+		t.Fatalf("second listing = %q, want %q", got, "a")
+	}
+	if n := s.readdirs.Load() - before; n != 0 {
+		t.Errorf("listing the directory again came to the mount %d times, want 0 (the kernel keeps it)", n)
+	}
+	// Made on the server: the watch drops the kernel's listing.
+	writeFile(t, filepath.Join(dir, "d", "b"), "b")
+	for i := 0; names() != "a b"; i++ {
+		if i == 250 {
+			t.Fatalf("a file made on the server is not listed after 5 s: %q", names())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Made through the mount: the kernel drops its listing itself.
+	if err := os.Remove(filepath.Join(mnt, "d", "a")); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(); got != "b" {
+		t.Errorf("after removing a through the mount, listing = %q, want %q", got, "b")
 	}
 }

@@ -221,7 +221,17 @@ func (n *node) openWrite(ctx context.Context, trunc bool) (*wbuf, syscall.Errno)
 	if err := n.s.wback.wait(cctx, p); err != nil {
 		return nil, errno(err)
 	}
-	d, err := n.s.meta.stat(cctx, p)
+	// Content that will be loaded must be the latest, so the server is
+	// asked; for content that is thrown away (O_TRUNC: cp, tar, a
+	// compiler's output over the last build's) the attributes the watch
+	// keeps current will do, which spares a round trip per file.
+	var d ferry.Dir
+	var err error
+	if trunc && n.s.meta.leased() {
+		d, err = n.s.meta.getattr(cctx, p)
+	} else {
+		d, err = n.s.meta.stat(cctx, p)
+	}
 	if err != nil {
 		return nil, errno(err)
 	}

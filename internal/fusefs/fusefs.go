@@ -43,6 +43,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -124,6 +125,9 @@ type Server struct {
 	inoMu   sync.Mutex
 	inos    map[string]uint64
 	nextIno uint64
+
+	// readdirs counts the listings the kernel asked for, for tests.
+	readdirs atomic.Int64
 }
 
 // Mount mounts the tree fsys at mountpoint and serves it in the
@@ -208,8 +212,12 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 			// Extended attributes are not in the Tree; saying so once
 			// spares a round trip into the adaptor per file for ls.
 			DisableXAttrs: true,
-			AllowOther:    opt.AllowOther,
-			Debug:         opt.Debug,
+			// O_TRUNC comes with the open, so writing over a file
+			// (cp, tar, an assembler's output) does not fetch its old
+			// content first only to truncate it after.
+			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC,
+			AllowOther:        opt.AllowOther,
+			Debug:             opt.Debug,
 			// Unmount without fusermount when running as root, which
 			// is also what lets tests mount several times quickly.
 			DirectMount: os.Geteuid() == 0,

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -124,6 +125,70 @@ func localTree(t *testing.T) (string, *local.Tree) {
 	return dir, tree
 }
 
+// heldStats is a tree that watches like the tree below it, so that a
+// mount of it holds a lease, and whose Stat waits while hold is set,
+// until released.
+type heldStats struct {
+	*counting
+	w        ferry.Watcher
+	hold     atomic.Bool
+	released chan struct{}
+}
+
+func (h *heldStats) Watch(ctx context.Context, p string) *ferry.Stream[ferry.Event] {
+	return h.w.Watch(ctx, p)
+}
+
+func (h *heldStats) Stat(ctx context.Context, p string) *ferry.Future[ferry.Dir] {
+	if h.hold.Load() {
+		select {
+		case <-h.released:
+		case <-ctx.Done():
+			return ferry.Go(func() (ferry.Dir, error) { return nil, ctx.Err() })
+		}
+	}
+	return h.counting.Stat(ctx, p)
+}
+
+// TestOverwrite: writing over a file (O_TRUNC) on a leased mount neither
+// fetches its old content, nor waits for the server's answer about its
+// attributes (the watch keeps them current), nor truncates it on the
+// server before storing the new content: one put.
+func TestOverwrite(t *testing.T) {
+	dir, tree := localTree(t)
+	c := &counting{FS: tree}
+	h := &heldStats{counting: c, w: tree, released: make(chan struct{})}
+	writeFile(t, filepath.Join(dir, "over.txt"), strings.Repeat("old content\n", 1000))
+	mnt, _ := mountFS(t, h, Options{})
+	if _, err := os.Stat(filepath.Join(mnt, "over.txt")); err != nil {
+		t.Fatal(err)
+	}
+	h.hold.Store(true)
+	release := sync.OnceFunc(func() { close(h.released) })
+	t.Cleanup(release)
+	gets, stores := c.gets.Load(), c.puts.Load()+c.wstats.Load()
+	wrote := make(chan error, 1)
+	go func() { wrote <- os.WriteFile(filepath.Join(mnt, "over.txt"), []byte("new\n"), 0o644) }()
+	select {
+	case err := <-wrote:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		release()
+		t.Fatal("writing over a file waited for a Stat")
+	}
+	if got := readFile(t, filepath.Join(dir, "over.txt")); got != "new\n" {
+		t.Errorf("after writing over it, server has %q", got)
+	}
+	if n := c.gets.Load() - gets; n != 0 {
+		t.Errorf("writing over a file fetched it %d times, want 0", n)
+	}
+	if n := c.puts.Load() + c.wstats.Load() - stores; n != 1 {
+		t.Errorf("writing over a file took %d puts and wstats, want 1", n)
+	}
+}
+
 // mountLocal serves a new temporary directory through the adaptor over
 // the local tree, counting calls.
 func mountLocal(t *testing.T, opt Options) (dir, mnt string, c *counting, s *Server) {
@@ -219,6 +284,7 @@ func TestFiles(t *testing.T) {
 	if got := readFile(t, filepath.Join(dir, "a.txt")); got != "" {
 		t.Errorf("after O_TRUNC, server has %q", got)
 	}
+
 	// An empty new file exists after close.
 	f, _ = os.Create(filepath.Join(mnt, "empty"))
 	f.Close()

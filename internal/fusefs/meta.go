@@ -47,7 +47,11 @@ type meta struct {
 	// do not discredit every answer in flight.
 	inval  map[string]uint64
 	allSeq uint64
-	data   *contents // Prefetched small files, dropped with their entries.
+	// kids holds the same invalidations by parent directory and name,
+	// so that a listing that was on its way while names in it changed
+	// can doubt those names.
+	kids map[string]map[string]uint64
+	data *contents // Prefetched small files, dropped with their entries.
 
 	// Counters, for tests and the log.
 	finds, stats uint64
@@ -100,6 +104,7 @@ func newMeta(fsys ferry.FS, depth, budget int, ttl time.Duration) *meta {
 		pending:  map[string]ferry.Dir{},
 		own:      map[string]time.Time{},
 		inval:    map[string]uint64{},
+		kids:     map[string]map[string]uint64{},
 	}
 	m.cond = sync.NewCond(&m.mu)
 	return m
@@ -185,9 +190,18 @@ func (m *meta) invalidated(p string) {
 	if len(m.inval) >= 8192 {
 		// Forget the details: everything before now is in doubt.
 		clear(m.inval)
+		clear(m.kids)
 		m.allSeq = m.seq
 	}
 	m.inval[p] = m.seq
+	if p != "/" {
+		k := m.kids[path.Dir(p)]
+		if k == nil {
+			k = map[string]uint64{}
+			m.kids[path.Dir(p)] = k
+		}
+		k[path.Base(p)] = m.seq
+	}
 }
 
 // lookup returns the entry for name in dir. It answers from the cache
@@ -442,7 +456,18 @@ func (m *meta) run(ctx context.Context, dir string, depth, budget int, at time.T
 	base := ferry.Depth(dir)
 	n := 0
 	complete := func(o open) { // m.mu is held.
-		m.dirs[o.path] = &listing{names: o.names, at: at, lease: m.leaseFor(o.path, lease, seq)}
+		l := &listing{names: o.names, at: at, lease: m.leaseFor(o.path, lease, seq)}
+		// The walk may have passed a name before or after this mount
+		// (or another, by an event) created or removed it.
+		for name, s := range m.kids[o.path] {
+			if s > seq {
+				if l.doubt == nil {
+					l.doubt = map[string]uint64{}
+				}
+				l.doubt[name] = s
+			}
+		}
+		m.dirs[o.path] = l
 	}
 	for e := range s.All() {
 		p := e.Dir.Path()

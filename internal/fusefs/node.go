@@ -37,23 +37,24 @@ type node struct {
 }
 
 var (
-	_ fs.InodeEmbedder  = (*node)(nil)
-	_ fs.NodeLookuper   = (*node)(nil)
-	_ fs.NodeGetattrer  = (*node)(nil)
-	_ fs.NodeSetattrer  = (*node)(nil)
-	_ fs.NodeReaddirer  = (*node)(nil)
-	_ fs.NodeOpener     = (*node)(nil)
-	_ fs.NodeCreater    = (*node)(nil)
-	_ fs.NodeMkdirer    = (*node)(nil)
-	_ fs.NodeMknoder    = (*node)(nil)
-	_ fs.NodeUnlinker   = (*node)(nil)
-	_ fs.NodeRmdirer    = (*node)(nil)
-	_ fs.NodeRenamer    = (*node)(nil)
-	_ fs.NodeSymlinker  = (*node)(nil)
-	_ fs.NodeReadlinker = (*node)(nil)
-	_ fs.NodeLinker     = (*node)(nil)
-	_ fs.NodeFsyncer    = (*node)(nil)
-	_ fs.NodeStatfser   = (*node)(nil)
+	_ fs.InodeEmbedder      = (*node)(nil)
+	_ fs.NodeLookuper       = (*node)(nil)
+	_ fs.NodeGetattrer      = (*node)(nil)
+	_ fs.NodeSetattrer      = (*node)(nil)
+	_ fs.NodeReaddirer      = (*node)(nil)
+	_ fs.NodeOpendirHandler = (*node)(nil)
+	_ fs.NodeOpener         = (*node)(nil)
+	_ fs.NodeCreater        = (*node)(nil)
+	_ fs.NodeMkdirer        = (*node)(nil)
+	_ fs.NodeMknoder        = (*node)(nil)
+	_ fs.NodeUnlinker       = (*node)(nil)
+	_ fs.NodeRmdirer        = (*node)(nil)
+	_ fs.NodeRenamer        = (*node)(nil)
+	_ fs.NodeSymlinker      = (*node)(nil)
+	_ fs.NodeReadlinker     = (*node)(nil)
+	_ fs.NodeLinker         = (*node)(nil)
+	_ fs.NodeFsyncer        = (*node)(nil)
+	_ fs.NodeStatfser       = (*node)(nil)
 )
 
 // path returns the node's path in the tree, and false if it has been
@@ -321,8 +322,86 @@ func (n *node) wstat(ctx context.Context, want ferry.Dir) syscall.Errno {
 	return 0
 }
 
+// OpendirHandle implements fs.NodeOpendirHandler. While the watch keeps
+// listings current, the kernel may keep a directory's entries across
+// opens (FOPEN_CACHE_DIR): a program that lists every directory again
+// (git status does) is then answered without a request to the mount. The
+// kernel drops that cache itself when the directory changes through this
+// mount, and on the invalidations notify sends for changes by others.
+// Without a watch every open lists afresh and drops what the kernel kept.
+func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	var fl uint32
+	if n.s.meta.leased() {
+		fl = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
+	}
+	return &dirHandle{n: n}, fl, 0
+}
+
+// dirHandle is an open directory: the listing Readdir makes, taken at the
+// first read, as go-fuse's own handle for a NodeReaddirer does.
+type dirHandle struct {
+	n  *node
+	ds fs.DirStream
+}
+
+var (
+	_ fs.FileReaddirenter = (*dirHandle)(nil)
+	_ fs.FileSeekdirer    = (*dirHandle)(nil)
+	_ fs.FileReleasedirer = (*dirHandle)(nil)
+)
+
+func (h *dirHandle) stream(ctx context.Context) syscall.Errno {
+	if h.ds != nil {
+		return 0
+	}
+	ds, e := h.n.Readdir(ctx)
+	if e == 0 {
+		h.ds = ds
+	}
+	return e
+}
+
+// Readdirent implements fs.FileReaddirenter.
+func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	if e := h.stream(ctx); e != 0 {
+		return nil, e
+	}
+	if !h.ds.HasNext() {
+		return nil, 0
+	}
+	de, e := h.ds.Next()
+	return &de, e
+}
+
+// Seekdir implements fs.FileSeekdirer: a seek to the start (rewinddir)
+// lists afresh.
+func (h *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	if off == 0 {
+		if h.ds != nil {
+			h.ds.Close()
+		}
+		h.ds = nil
+		return 0
+	}
+	if e := h.stream(ctx); e != 0 {
+		return e
+	}
+	if sd, ok := h.ds.(fs.FileSeekdirer); ok {
+		return sd.Seekdir(ctx, off)
+	}
+	return syscall.ENOTSUP
+}
+
+// Releasedir implements fs.FileReleasedirer.
+func (h *dirHandle) Releasedir(ctx context.Context, flags uint32) {
+	if h.ds != nil {
+		h.ds.Close()
+	}
+}
+
 // Readdir implements fs.NodeReaddirer from the cached listing.
 func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	n.s.readdirs.Add(1)
 	dir, ok := n.path()
 	if !ok {
 		return fs.NewListDirStream(nil), 0

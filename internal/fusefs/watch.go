@@ -115,6 +115,10 @@ func (s *Server) notify(p string, tree bool) {
 	name := path.Base(p)
 	child := parent.GetChild(name)
 	parent.NotifyEntry(name)
+	// The kernel drops its copy of the parent's listing (OpendirHandle)
+	// on an entry invalidation only if it holds the entry; a name it never
+	// looked up, such as a new file's, needs the parent's content dropped.
+	parent.NotifyContent(0, 0)
 	if child != nil {
 		child.NotifyContent(0, 0)
 		if tree {
