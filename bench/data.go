@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	crand "crypto/rand"
 	"fmt"
 	"io"
 	"io/fs"
 	"log"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -23,8 +25,14 @@ const (
 type dataset struct {
 	srv, src string // the server's copy and the client's (hard links to it)
 
-	bigSize             int64
-	bigFrom             string // what the big file is made of
+	bigSize int64
+	bigFrom string // the Go installation, of which the big file (unless random) and part of the document are made
+	// random is true when the big file is random bytes (-incompressible);
+	// put-file then uploads putBig, another random file that prepare
+	// makes afresh before every run, instead of the big file, whose
+	// chunks the server holds.
+	random              bool
+	putBig              string
 	treeFrom            string
 	treeFiles, treeDirs int
 	treeBytes           int64
@@ -44,6 +52,7 @@ func prepareData(ctx context.Context, o *options, work string) (*dataset, error)
 		src:      filepath.Join(work, "src"),
 		bigSize:  o.bigSize,
 		treeFrom: o.tree,
+		random:   o.incompressible,
 		extra:    extraData{cprojModules: o.modules, docSize: o.docSize, modDir: o.upgradeDir, repoFrom: o.repo},
 	}
 	goroot, err := output(ctx, "go", "env", "GOROOT")
@@ -51,13 +60,23 @@ func prepareData(ctx context.Context, o *options, work string) (*dataset, error)
 		return nil, err
 	}
 	d.bigFrom = strings.TrimSpace(goroot)
-	for _, dir := range []string{d.srv, d.src, filepath.Join(d.srv, "in"), filepath.Join(work, "logs"), filepath.Join(work, "bin")} {
+	d.putBig = filepath.Join(d.src, bigName)
+	if d.random {
+		d.putBig = filepath.Join(d.src, "put", bigName)
+	}
+	for _, dir := range []string{d.srv, d.src, filepath.Dir(d.putBig), filepath.Join(d.srv, "in"), filepath.Join(work, "logs"), filepath.Join(work, "bin")} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, err
 		}
 	}
-	log.Printf("making the %d MiB file from %s and copying %s", o.bigSize>>20, d.bigFrom, o.tree)
-	if err := makeBig(ctx, filepath.Join(d.srv, bigName), d.bigFrom, o.bigSize); err != nil {
+	if d.random {
+		log.Printf("making the %d MiB file of random bytes and copying %s", o.bigSize>>20, o.tree)
+		err = writeRandom(filepath.Join(d.srv, bigName), o.bigSize)
+	} else {
+		log.Printf("making the %d MiB file from %s and copying %s", o.bigSize>>20, d.bigFrom, o.tree)
+		err = makeBig(ctx, filepath.Join(d.srv, bigName), d.bigFrom, o.bigSize)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if _, err := os.Stat(o.tree); err != nil {
@@ -93,6 +112,25 @@ func prepareData(ctx context.Context, o *options, work string) (*dataset, error)
 		return nil, err
 	}
 	return d, nil
+}
+
+// writeRandom writes size random bytes to path, different every time:
+// data that neither compression nor a chunk index can shrink.
+func writeRandom(path string, size int64) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	var seed [32]byte
+	if _, err := crand.Read(seed[:]); err != nil {
+		f.Close()
+		return err
+	}
+	if _, err := io.CopyN(f, rand.NewChaCha8(seed), size); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func makeBig(ctx context.Context, path, from string, size int64) error {

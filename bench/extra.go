@@ -39,9 +39,15 @@ type extraData struct {
 	// does not exist in the tree's deepest directory.
 	missing string
 
-	cproj        string // pristine C project, copied to srv/in before each make-j2 run
+	cproj        string // pristine C project, copied to srv/in before each make-j2 and recompile run
 	cprojModules int    // its .c files (and headers) beside main.c: the profile's
 	cprojWant    string // what the built program prints
+
+	// touchHeader is the client's changed copy of one module's header
+	// (src/recompile/), which the recompile workload writes over the
+	// project's include/touchName; the program built then prints
+	// touchWant.
+	touchHeader, touchName, touchWant string
 
 	doc, docEdited string // pristine document; the client's edited copy (src/edit/doc.txt)
 	docSize        int    // the most bytes the document may have: the profile's
@@ -89,6 +95,9 @@ func prepareExtra(ctx context.Context, d *dataset, work string) error {
 
 	x.cproj = filepath.Join(pristine, cprojName)
 	if x.cprojWant, err = makeCProject(x.cproj, x.cprojModules); err != nil {
+		return err
+	}
+	if err := makeTouch(x, filepath.Join(d.src, "recompile")); err != nil {
 		return err
 	}
 
@@ -260,11 +269,69 @@ func readTree(dir string) (map[string][]byte, error) {
 	return m, err
 }
 
+// touchSalt is added to the salt of the module whose header the recompile
+// workload changes, so that the program's sum changes.
+const touchSalt = 1000
+
+// makeTouch writes, under dir, the changed header of the recompile
+// workload: module n/2's, included by its module and by main.c, with a
+// salt touchSalt higher. It fills in x's touch fields.
+func makeTouch(x *extraData, dir string) error {
+	n := x.cprojModules
+	k := n / 2
+	x.touchName = fmt.Sprintf("include/m%03d.h", k)
+	x.touchHeader = filepath.Join(dir, filepath.Base(x.touchName))
+	x.touchWant = cprojOutput(n, k, k+touchSalt)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(x.touchHeader, []byte(cprojHeader(k, k+touchSalt)), 0o644)
+}
+
+// cprojEntry is entry j of module i's table.
+func cprojEntry(i, j int) int { return (i*31 + j*17 + 7) % 101 }
+
+// cprojTable is the length of each module's table.
+const cprojTable = 8
+
+// cprojValue is what module i's function returns with the given salt: its
+// table weighed by position, exclusive-or the salt, as weigh computes it.
+func cprojValue(i, salt int) int {
+	s := 0
+	for j := range cprojTable {
+		s += cprojEntry(i, j) * (j + 1)
+	}
+	return s ^ salt
+}
+
+// cprojOutput is what the program of n modules prints when module touched
+// has the given salt and every other module i has salt i; touched -1
+// leaves every salt as generated.
+func cprojOutput(n, touched, salt int) string {
+	sum := 0
+	for i := range n {
+		if i == touched {
+			sum += cprojValue(i, salt)
+		} else {
+			sum += cprojValue(i, i)
+		}
+	}
+	return fmt.Sprintf("%d modules, sum %d\n", n, sum)
+}
+
+// cprojHeader is the header of module i, which defines its salt.
+func cprojHeader(i, salt int) string {
+	name := fmt.Sprintf("m%03d", i)
+	return fmt.Sprintf("#ifndef %[1]s_H\n#define %[1]s_H\n/* %[2]s.h: module %[3]d of the ferry-bench C project. */\n/* %[1]s_SALT is mixed into %[2]s_value's sum. */\n#define %[1]s_SALT %[4]d\nint %[2]s_value(void);\n#endif\n",
+		strings.ToUpper(name), name, i, salt)
+}
+
 // makeCProject writes a C project of n modules to dir: src/mNNN.c, each
-// with its header include/mNNN.h and the shared include/common.h, and
-// src/main.c calling them all, with a Makefile that builds obj/*.o and the
-// program prog. The code is generated, deterministically: a small table
-// and a loop per module. It returns what prog prints.
+// with its header include/mNNN.h (which defines the module's salt) and the
+// shared include/common.h, and src/main.c calling them all, with a
+// Makefile that builds obj/*.o and the program prog. The code is
+// generated, deterministically: a small table and a loop per module. It
+// returns what prog prints.
 func makeCProject(dir string, n int) (string, error) {
 	files := map[string]string{}
 	files["include/common.h"] = `#ifndef COMMON_H
@@ -287,17 +354,13 @@ int weigh(const int *t, size_t n, int salt)
 }
 `
 	var decls, calls strings.Builder
-	want := 0
 	for i := range n {
 		name := fmt.Sprintf("m%03d", i)
 		var table []string
-		var t [8]int
-		for j := range t {
-			t[j] = (i*31 + j*17 + 7) % 101
-			table = append(table, fmt.Sprint(t[j]))
+		for j := range cprojTable {
+			table = append(table, fmt.Sprint(cprojEntry(i, j)))
 		}
-		files["include/"+name+".h"] = fmt.Sprintf("#ifndef %[1]s_H\n#define %[1]s_H\n/* %[2]s.h: module %[3]d of the ferry-bench C project. */\nint %[2]s_value(void);\n#endif\n",
-			strings.ToUpper(name), name, i)
+		files["include/"+name+".h"] = cprojHeader(i, i)
 		files["src/"+name+".c"] = fmt.Sprintf(`#include "common.h"
 #include "%[1]s.h"
 
@@ -307,16 +370,11 @@ static const int %[1]s_table[] = {%[3]s};
 /* %[1]s_value returns the weighed sum of the table. */
 int %[1]s_value(void)
 {
-	return weigh(%[1]s_table, COUNT(%[1]s_table), %[2]d);
+	return weigh(%[1]s_table, COUNT(%[1]s_table), %[4]s_SALT);
 }
-`, name, i, strings.Join(table, ", "))
+`, name, i, strings.Join(table, ", "), strings.ToUpper(name))
 		fmt.Fprintf(&decls, "#include \"%s.h\"\n", name)
 		fmt.Fprintf(&calls, "\tsum += %s_value();\n", name)
-		s := 0
-		for j, v := range t {
-			s += v * (j + 1)
-		}
-		want += s ^ i
 	}
 	files["src/main.c"] = fmt.Sprintf(`#include <stdio.h>
 #include "common.h"
@@ -363,7 +421,7 @@ clean:
 			return "", err
 		}
 	}
-	return fmt.Sprintf("%d modules, sum %d\n", n, want), nil
+	return cprojOutput(n, -1, 0), nil
 }
 
 // unavailable returns why w's data could not be made, or nil.
@@ -380,13 +438,20 @@ func (d *dataset) unavailable(w workload) error {
 // prepare puts on the server, untimed, what a run of w changes: a copy of
 // the tree to remove, the C project to build, the document to edit,
 // version A of the module. The upload directory is empty when it runs.
+// With random data it makes put-file's file afresh, so that no earlier
+// run's upload can have left its chunks on the server.
 func prepare(ctx context.Context, e *env, w workload) error {
 	x := &e.h.data.extra
 	var src, dst string
 	switch w.name {
+	case "put-file":
+		if e.h.data.random {
+			return writeRandom(e.h.data.putBig, e.h.data.bigSize)
+		}
+		return nil
 	case "rm-tree":
 		src, dst = filepath.Join(e.srv, treeName), filepath.Join(e.in, treeName)
-	case "make-j2":
+	case "make-j2", "recompile":
 		src, dst = x.cproj, filepath.Join(e.in, cprojName)
 	case "edit-save":
 		src, dst = x.doc, filepath.Join(e.in, docName)
@@ -402,6 +467,9 @@ func prepare(ctx context.Context, e *env, w workload) error {
 // warmup returns the untimed script that runs after s's reset and before
 // the timed run of w, or "".
 func warmup(s system, w workload, e *env) string {
+	if w.name == "recompile" {
+		return recompileWarmup(s, e)
+	}
 	switch s.(type) {
 	case *sshfs, *ferryMount:
 		return mountWarmup(w, e)
@@ -414,6 +482,51 @@ func warmup(s system, w workload, e *env) string {
 	return ""
 }
 
+// recompileWarmup builds the C project once and then writes the changed
+// header over the module's, through the path s's timed build uses: the
+// mount for sshfs and Ferry's mounts, the server's disk for ssh and the
+// local disk. The first build runs on a Ferry mount, where it leaves what
+// Ferry keeps between builds (the server's copies of the replaced objects,
+// the client's chunk cache), and on the server's disk for the others:
+// sshfs keeps nothing a later build could use, and a build through it
+// takes about a quarter of an hour at 100 ms. The header is changed two
+// seconds after the build: SFTP gives times in whole seconds, and a header
+// as old as main.o in seconds would not make sshfs's make compile main.c
+// again.
+func recompileWarmup(s system, e *env) string {
+	x := &e.h.data.extra
+	dir := filepath.Join(e.in, cprojName)
+	build, touch := dir, dir
+	switch s.(type) {
+	case *ferryMount:
+		build, touch = e.mnt+"/in/"+cprojName, e.mnt+"/in/"+cprojName
+	case *sshfs:
+		touch = e.mnt + "/in/" + cprojName
+	}
+	return fmt.Sprintf("make -j2 -C %s && sleep 2 && cp %s %s", q(build), q(x.touchHeader), q(touch+"/"+x.touchName))
+}
+
+// verifyRecompiled checks that the objects that include the changed
+// header, main.o and the module's, were compiled after it was changed: the
+// program's output shows only the module's, since main.o comes out the
+// same.
+func verifyRecompiled(dir, header string) error {
+	h, err := os.Stat(filepath.Join(dir, header))
+	if err != nil {
+		return fmt.Errorf("verify: %w", err)
+	}
+	for _, o := range []string{"main.o", strings.TrimSuffix(filepath.Base(header), ".h") + ".o"} {
+		st, err := os.Stat(filepath.Join(dir, "obj", o))
+		if err != nil {
+			return fmt.Errorf("verify: %w", err)
+		}
+		if st.ModTime().Before(h.ModTime()) {
+			return fmt.Errorf("verify: obj/%s was not compiled again after %s changed", o, header)
+		}
+	}
+	return nil
+}
+
 // verifyExtra checks the server's side after a run of the workloads that
 // change it.
 func verifyExtra(e *env, s system, w workload) error {
@@ -423,13 +536,20 @@ func verifyExtra(e *env, s system, w workload) error {
 		if _, err := os.Lstat(filepath.Join(e.in, treeName)); !errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("verify: the tree is still there (%v)", err)
 		}
-	case "make-j2":
+	case "make-j2", "recompile":
+		want := x.cprojWant
+		if w.name == "recompile" {
+			want = x.touchWant
+		}
 		out, err := exec.Command(filepath.Join(e.in, cprojName, "prog")).Output()
 		if err != nil {
 			return fmt.Errorf("verify: running the built program: %w", err)
 		}
-		if string(out) != x.cprojWant {
-			return fmt.Errorf("verify: the built program printed %q, want %q", out, x.cprojWant)
+		if string(out) != want {
+			return fmt.Errorf("verify: the built program printed %q, want %q", out, want)
+		}
+		if w.name == "recompile" {
+			return verifyRecompiled(filepath.Join(e.in, cprojName), x.touchName)
 		}
 	case "edit-save":
 		got, err := os.ReadFile(filepath.Join(e.in, docName))
@@ -459,9 +579,10 @@ func verifyExtra(e *env, s system, w workload) error {
 				return fmt.Errorf("verify: %s is not version %s's", p, upgradeTo)
 			}
 		}
-		// rsync --delete promises the exact tree; the others leave what
-		// B dropped, as the workload's description says.
-		if extra := len(got) - len(want); extra > 0 && s.name() == "rsync" {
+		// rsync --delete and ferry sync --delete promise the exact tree;
+		// the others leave what B dropped, as the workload's description
+		// says.
+		if extra := len(got) - len(want); extra > 0 && (s.name() == "rsync" || s.name() == "ferry") {
 			return fmt.Errorf("verify: %d files that %s dropped are still there", extra, upgradeTo)
 		}
 	}

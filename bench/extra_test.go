@@ -6,8 +6,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestCProject builds a small generated C project and checks that the
@@ -69,4 +71,84 @@ func TestDoc(t *testing.T) {
 	if len(changed) != 1 || changed[0] != x.docLine {
 		t.Errorf("changed lines %v, want [%d]", changed, x.docLine)
 	}
+}
+
+// TestRecompile builds a small generated C project, writes the recompile
+// workload's changed header over the original and builds again, and checks
+// that exactly the touched module and main.c were compiled again and that
+// the program prints what makeTouch says it will.
+func TestRecompile(t *testing.T) {
+	for _, tool := range []string{"make", "cc"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("no %s: %v", tool, err)
+		}
+	}
+	for _, n := range []int{1, 5} {
+		dir := t.TempDir()
+		x := &extraData{cprojModules: n}
+		if _, err := makeCProject(dir, n); err != nil {
+			t.Fatal(err)
+		}
+		if err := makeTouch(x, t.TempDir()); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("make", "-j2", "-C", dir).CombinedOutput(); err != nil {
+			t.Fatalf("make: %v\n%s", err, out)
+		}
+		before := modTimes(t, filepath.Join(dir, "obj"))
+		// make compares modification times, which a fast machine may
+		// give the header and the objects alike.
+		time.Sleep(10 * time.Millisecond)
+		h, err := os.ReadFile(x.touchHeader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, x.touchName), h, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if out, err := exec.Command("make", "-j2", "-C", dir).CombinedOutput(); err != nil {
+			t.Fatalf("make again: %v\n%s", err, out)
+		}
+		after := modTimes(t, filepath.Join(dir, "obj"))
+		var rebuilt []string
+		for name, mt := range after {
+			if !mt.Equal(before[name]) {
+				rebuilt = append(rebuilt, name)
+			}
+		}
+		slices.Sort(rebuilt)
+		want := []string{strings.TrimSuffix(filepath.Base(x.touchName), ".h") + ".o", "main.o"}
+		slices.Sort(want)
+		if !slices.Equal(rebuilt, want) {
+			t.Errorf("%d modules: rebuilt %v, want %v", n, rebuilt, want)
+		}
+		got, err := exec.Command(filepath.Join(dir, "prog")).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != x.touchWant {
+			t.Errorf("%d modules: prog printed %q, want %q", n, got, x.touchWant)
+		}
+		if untouched := cprojOutput(n, -1, 0); x.touchWant == untouched {
+			t.Errorf("%d modules: the change leaves the output %q as it was", n, untouched)
+		}
+	}
+}
+
+// modTimes returns the modification time of each file in dir by name.
+func modTimes(t *testing.T, dir string) map[string]time.Time {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]time.Time{}
+	for _, e := range ents {
+		i, err := e.Info()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[e.Name()] = i.ModTime()
+	}
+	return m
 }

@@ -67,8 +67,17 @@ type env struct {
 	log       io.Writer
 }
 
-// runCondition runs every system's workloads over one fresh bed.
+// runCondition runs, over one fresh bed, what plan says is left to run
+// under c; with nothing left it makes no bed.
 func (h *harness) runCondition(ctx context.Context, c condition, rep *report) error {
+	ceil, runs, err := h.plan(c, rep)
+	if err != nil {
+		return err
+	}
+	if !ceil && len(runs) == 0 {
+		log.Printf("  nothing left to measure: the results hold every cell asked for")
+		return nil
+	}
 	setup, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
 	bed, err := netem.New(setup, netem.Symmetric(c.RTT, c.Rate, c.Loss))
@@ -100,74 +109,114 @@ func (h *harness) runCondition(ctx context.Context, c condition, rep *report) er
 	}
 	defer stopSSHD()
 
-	if h.o.workloads == nil || h.o.workloads["ceiling"] {
+	if ceil {
 		log.Printf("  iperf3")
 		up, down, err := iperf(ctx, e)
-		rep.addCeiling(c, up, down, err)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-	}
-	for _, s := range h.systems {
-		if h.o.systems != nil && !h.o.systems[s.name()] {
-			continue
+		if err := rep.addCeiling(c, up, down, err); err != nil {
+			return err
 		}
-		if err := h.runSystem(ctx, e, s, rep); err != nil {
+	}
+	for _, r := range runs {
+		if err := h.runSystem(ctx, e, r.s, r.wls, rep); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// runSystem sets up one system on e's bed and runs its workloads. Only an
-// interruption is returned as an error; a system that fails has its rows
-// say so.
-func (h *harness) runSystem(ctx context.Context, e *env, s system, rep *report) error {
-	var wls []workload
-	for _, w := range workloads {
-		if h.o.workloads == nil || h.o.workloads[w.name] {
+// systemRun is a system and the workloads it is to run under one
+// condition.
+type systemRun struct {
+	s   system
+	wls []workload
+}
+
+// plan returns whether c's ceiling is to be measured and what each system
+// is to run under c: what was asked for and the results lack (all of it
+// with -rerun), less the cells the skip rule records, without running
+// them, as over the limit because they timed out at a shorter round trip.
+func (h *harness) plan(c condition, rep *report) (ceil bool, runs []systemRun, err error) {
+	ceil = h.o.runsWorkload("ceiling") && (h.o.rerun || !rep.hasCeiling(c))
+	for _, s := range h.systems {
+		if !h.o.runsSystem(s.name()) {
+			continue
+		}
+		var wls []workload
+		for _, w := range workloads {
+			if !h.o.runsWorkload(w.name) || !h.o.rerun && rep.has(c, s.name(), w.name) {
+				continue
+			}
+			if at, ok := rep.timedOutShorter(c, s.name(), w.name); ok {
+				log.Printf("  %-6s %-9s skipped: timed out at %s", s.name(), w.name, at.column())
+				if err := rep.add(c, s.name(), w.name, cell{err: skipped(at)}); err != nil {
+					return false, nil, err
+				}
+				continue
+			}
 			wls = append(wls, w)
 		}
+		if len(wls) > 0 {
+			runs = append(runs, systemRun{s, wls})
+		}
 	}
+	return ceil, runs, nil
+}
+
+// runSystem sets up one system on e's bed and runs workloads wls. Only an
+// interruption, or a results file that cannot be written, is returned as
+// an error; a system that fails has its rows say so.
+func (h *harness) runSystem(ctx context.Context, e *env, s system, wls []workload, rep *report) error {
 	fmt.Fprintf(e.log, "### %s: setup\n", s.name())
 	if err := s.setup(ctx, e); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
 		log.Printf("  %s: %v", s.name(), err)
+		defer s.teardown(e)
 		// A workload the system could never do still says why; the others
 		// say why the system did not start.
 		for _, w := range wls {
+			x := cell{err: err}
 			if _, serr := s.script(w, e); errors.Is(serr, errNotApplicable) || errors.Is(serr, errNotMeasured) {
-				rep.add(e.cond, s.name(), w.name, cell{err: serr})
-			} else {
-				rep.add(e.cond, s.name(), w.name, cell{err: err})
+				x.err = serr
+			}
+			if err := rep.add(e.cond, s.name(), w.name, x); err != nil {
+				return err
 			}
 		}
-		s.teardown(e)
 		return nil
 	}
 	defer s.teardown(e)
 	for _, w := range wls {
-		sc, err := s.script(w, e)
-		if err == nil && sc == "" {
-			err = fmt.Errorf("%w: the harness has no %s command for %s", errUnavailable, s.name(), w.name)
-		}
+		x, err := h.runWorkload(ctx, e, s, w)
 		if err != nil {
-			rep.add(e.cond, s.name(), w.name, cell{err: err})
-			continue
+			return err
 		}
-		if err := h.data.unavailable(w); err != nil {
-			rep.add(e.cond, s.name(), w.name, cell{err: err})
-			continue
+		if err := rep.add(e.cond, s.name(), w.name, x); err != nil {
+			return err
 		}
-		c := h.measure(ctx, e, s, w, sc)
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		rep.add(e.cond, s.name(), w.name, c)
 	}
 	return nil
+}
+
+// runWorkload returns the cell of s for w on e's bed: its times, or why
+// there are none. Only an interruption is returned as an error.
+func (h *harness) runWorkload(ctx context.Context, e *env, s system, w workload) (cell, error) {
+	sc, err := s.script(w, e)
+	if err == nil && sc == "" {
+		err = fmt.Errorf("%w: the harness has no %s command for %s", errUnavailable, s.name(), w.name)
+	}
+	if err == nil {
+		err = h.data.unavailable(w)
+	}
+	if err != nil {
+		return cell{err: err}, nil
+	}
+	x := h.measure(ctx, e, s, w, sc)
+	return x, ctx.Err()
 }
 
 // measure runs script o.runs times, each after a reset, and returns the
@@ -178,21 +227,30 @@ func (h *harness) measure(ctx context.Context, e *env, s system, w workload, scr
 		up, down netem.Stats
 	}
 	var samples []sample
+	fail := func(i int, err error) cell {
+		log.Printf("  %-6s %-9s run %d: %v", s.name(), w.name, i+1, err)
+		return cell{err: err}
+	}
 	for i := range h.o.runs {
 		if err := resetDirs(e); err != nil {
-			return cell{err: err}
+			return fail(i, err)
 		}
 		if err := prepare(ctx, e, w); err != nil {
-			return cell{err: fmt.Errorf("prepare: %w", err)}
+			return fail(i, fmt.Errorf("prepare: %w", err))
 		}
 		if err := s.reset(ctx, e); err != nil {
-			return cell{err: fmt.Errorf("reset: %w", err)}
+			return fail(i, fmt.Errorf("reset: %w", err))
 		}
 		if wu := warmup(s, w, e); wu != "" {
 			fmt.Fprintf(e.log, "### %s %s run %d, untimed warm-up: %s\n", s.name(), w.name, i+1, wu)
-			if err := e.client(ctx, h.o.timeout, wu); err != nil {
-				log.Printf("  %-6s %-9s run %d: warm-up: %v", s.name(), w.name, i+1, err)
-				return cell{err: fmt.Errorf("warm-up: %w", err)}
+			err := e.client(ctx, h.o.timeout, wu)
+			if st, ok := s.(settler); ok && err == nil {
+				// What the warm-up wrote must be stored before the
+				// timed run, or its bytes would count there.
+				err = st.settle(ctx, e)
+			}
+			if err != nil {
+				return fail(i, fmt.Errorf("warm-up: %w", err))
 			}
 		}
 		fmt.Fprintf(e.log, "### %s %s run %d: %s\n", s.name(), w.name, i+1, script)
@@ -208,12 +266,10 @@ func (h *harness) measure(ctx context.Context, e *env, s system, w workload, scr
 		u1, d1 := e.bed.Stats()
 		fmt.Fprintf(e.log, "### took %v, err %v\n", t, err)
 		if err != nil {
-			log.Printf("  %-6s %-9s run %d: %v", s.name(), w.name, i+1, err)
-			return cell{err: err}
+			return fail(i, err)
 		}
 		if err := verify(e, s, w); err != nil {
-			log.Printf("  %-6s %-9s run %d: %v", s.name(), w.name, i+1, err)
-			return cell{err: err}
+			return fail(i, err)
 		}
 		log.Printf("  %-6s %-9s run %d: %.2f s", s.name(), w.name, i+1, t.Seconds())
 		samples = append(samples, sample{t, u1.Sub(u0), d1.Sub(d0)})
@@ -252,7 +308,7 @@ func resetDirs(e *env) error {
 func verify(e *env, s system, w workload) error {
 	var dir string
 	switch w.name {
-	case "rm-tree", "make-j2", "edit-save", "upgrade":
+	case "rm-tree", "make-j2", "recompile", "edit-save", "upgrade":
 		return verifyExtra(e, s, w)
 	case "get-file", "get-tree":
 		dir = e.out
@@ -319,8 +375,31 @@ func (e *env) command(ctx context.Context, ns string, name string, args ...strin
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 5 * time.Second
-	cmd.Env = append(os.Environ(), "FERRY_HOME="+filepath.Join(e.h.work, "ferry-home"), "LC_ALL=C")
+	cmd.Env = append(os.Environ(), "FERRY_HOME="+e.ferryHome(), "LC_ALL=C")
 	return cmd
+}
+
+// ferryHome is FERRY_HOME of every command the harness runs: keys, and the
+// client's chunk cache below cache/.
+func (e *env) ferryHome() string { return filepath.Join(e.h.work, "ferry-home") }
+
+// coldFerryCache empties the Ferry client's chunk cache, so that a run is
+// cold as the issue asks: without it every run after the first would find
+// the file's chunks on the client and not cross the link. The cache is
+// renamed away first, because the daemon of the mount just unmounted may
+// still be closing it; what it writes after that is removed with the work
+// directory.
+func (e *env) coldFerryCache() error {
+	dir := filepath.Join(e.ferryHome(), "cache")
+	old, err := os.MkdirTemp(e.h.work, "old-cache-")
+	if err != nil {
+		return err
+	}
+	if err := os.Rename(dir, filepath.Join(old, "cache")); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	os.RemoveAll(old) // Best effort: see above.
+	return nil
 }
 
 // tailBuffer keeps the last line or so of what is written to it.

@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -45,18 +46,35 @@ type options struct {
 	docSize    int
 	upgradeDir string
 	// repo is the directory a git repository is made of for git-status.
-	repo       string
-	note       string          // said in the report's header
-	systems    map[string]bool // nil: all
-	workloads  map[string]bool // nil: all
-	out        string
-	timeout    time.Duration
-	iperfTime  time.Duration
-	install    bool
-	plots      bool
-	keep       bool
-	root       string // the repository
-	commandLog string // how the run was invoked, for the report
+	repo string
+	// incompressible makes the big file random bytes, and put-file upload
+	// another random file, so that the Ferry rows of get-file, put-file
+	// and read-file measure the link rather than compression and the
+	// server's chunk index.
+	incompressible bool
+	note           string          // said in the report's header
+	systems        map[string]bool // nil: all
+	workloads      map[string]bool // nil: all
+	out            string
+	timeout        time.Duration
+	iperfTime      time.Duration
+	install        bool
+	plots          bool
+	keep           bool
+	root           string // the repository
+	commandLog     string // how the run was invoked, for the report
+	// results is the results file that keeps every result as soon as it
+	// is measured ("" for none); rerun measures again what it holds.
+	results string
+	rerun   bool
+}
+
+// runsSystem reports whether the run is to run system.
+func (o *options) runsSystem(system string) bool { return o.systems == nil || o.systems[system] }
+
+// runsWorkload reports whether the run is to run workload.
+func (o *options) runsWorkload(workload string) bool {
+	return o.workloads == nil || o.workloads[workload]
 }
 
 // profiles give the defaults of each profile. The smoke one is one
@@ -142,6 +160,9 @@ func parseFlags() (*options, error) {
 		install   = flag.Bool("install", true, "install missing Debian packages with apt-get")
 		plots     = flag.Bool("plots", true, "draw PNG plots with python3 and matplotlib (installed from Debian if missing)")
 		keep      = flag.Bool("keep", false, "keep the work directory (data, logs, keys) instead of removing it")
+		incompr   = flag.Bool("incompressible", false, "make the big file random bytes, and upload another random file in put-file, to measure the link itself")
+		results   = flag.String("results", "", "JSON `file` that keeps every result as soon as it is measured; what it holds is not measured again, and the report is made from all of it (see README.md, running in parts)")
+		rerun     = flag.Bool("rerun", false, "with -results, measure again the cells of this run's conditions that the file already holds")
 	)
 	flag.Usage = func() {
 		fmt.Fprintf(flag.CommandLine.Output(), "usage: go run ./bench [flags]\n\nRuns Ferry and its peers over emulated links and writes a report; needs root.\n\n")
@@ -157,7 +178,8 @@ func parseFlags() (*options, error) {
 	}
 	o := p
 	o.profile = *profile
-	o.install, o.plots, o.keep = *install, *plots, *keep
+	o.install, o.plots, o.keep, o.incompressible = *install, *plots, *keep, *incompr
+	o.results, o.rerun = *results, *rerun
 	o.commandLog = "go run ./bench " + strings.Join(os.Args[1:], " ")
 	if *runs > 0 {
 		o.runs = *runs
@@ -201,6 +223,9 @@ func parseFlags() (*options, error) {
 	for i := range o.conds {
 		o.conds[i].Rate = o.rate
 	}
+	// From the shortest round trip up, so that the skip rule knows what
+	// timed out at a shorter one.
+	slices.SortStableFunc(o.conds, compareConds)
 	if *big > 0 {
 		o.bigSize = *big << 20
 	}
@@ -283,10 +308,16 @@ func run() error {
 	defer stop()
 	go func() { <-ctx.Done(); stop() }()
 
+	// The results file is read first, so that one made with other inputs
+	// is refused before anything is installed or prepared.
+	rep := newReport(o, ferryCommit(o.root))
+	if err := loadInto(rep, o.results); err != nil {
+		return err
+	}
 	if o.install {
 		// Plots need two round trips or more; matplotlib is not worth
 		// installing for one.
-		if err := installPackages(ctx, o.plots && len(roundTrips(o.conds)) > 1); err != nil {
+		if err := installPackages(ctx, o.plots && len(roundTrips(rep.conditions())) > 1); err != nil {
 			return err
 		}
 	}
@@ -320,9 +351,21 @@ func run() error {
 		return err
 	}
 	h := &harness{o: o, work: work, data: d, keys: keys}
-	h.systems = allSystems(h)
+	b := &ferryBuild{h: h}
+	h.systems = allSystems(h, b)
+	// Ferry is built now, with the commit taken just before, so that the
+	// report names the commit measured even if commits land during a long
+	// run, and edits made meanwhile cannot break the build. A failed build
+	// is reported in Ferry's cells.
+	if o.systems == nil || o.systems["ferry"] || o.systems["ferry-mount"] || o.systems["ferry-mount-wb"] {
+		rep.commit = ferryCommit(o.root)
+		if err := b.get(ctx); err != nil {
+			log.Printf("ferry: %v", err)
+		}
+	}
 
-	rep := &report{opts: o, data: d, started: time.Now(), loadStart: loadavg()}
+	rep.data = d
+	rep.started, rep.loadStart = time.Now(), loadavg()
 	for i, cond := range o.conds {
 		log.Printf("condition %d of %d: %s", i+1, len(o.conds), cond)
 		if err := h.runCondition(ctx, cond, rep); err != nil {
@@ -332,10 +375,30 @@ func run() error {
 			return fmt.Errorf("condition %s: %w", cond, err)
 		}
 	}
-	rep.finished = time.Now()
+	if err := rep.finish(); err != nil {
+		return err
+	}
 	if err := rep.write(ctx, o.plots); err != nil {
 		return err
 	}
 	log.Printf("report written to %s", o.out)
 	return nil
+}
+
+// loadInto adds the results of the results file at path, if there is one,
+// to rep.
+func loadInto(rep *report, path string) error {
+	if path == "" {
+		return nil
+	}
+	f, err := loadResults(path, inputsOf(rep.opts))
+	if err != nil || f == nil {
+		return err
+	}
+	if rep.opts.rerun {
+		log.Printf("results file %s holds %d cells and %d ceilings; -rerun measures this run's again", path, len(f.Cells), len(f.Ceilings))
+	} else {
+		log.Printf("results file %s holds %d cells and %d ceilings; they are not measured again", path, len(f.Cells), len(f.Ceilings))
+	}
+	return rep.load(f)
 }

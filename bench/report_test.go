@@ -19,7 +19,7 @@ func testEnv(t *testing.T) (*harness, *env) {
 	d := &dataset{srv: filepath.Join(dir, "srv"), src: filepath.Join(dir, "src")}
 	d.extra = extraData{missing: "tree/" + missingName, docEdited: filepath.Join(d.src, "edit", docName), modB: filepath.Join(d.src, "up", modName)}
 	h := &harness{o: &options{root: dir}, work: dir, data: d}
-	h.systems = allSystems(h)
+	h.systems = allSystems(h, &ferryBuild{h: h})
 	e := &env{
 		h: h, srvAddr: netip.MustParseAddr("10.0.0.2"), sshConfig: filepath.Join(dir, "ssh_config"),
 		srv: d.srv, in: filepath.Join(d.srv, "in"), src: d.src,

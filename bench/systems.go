@@ -39,9 +39,10 @@ var workloads = []workload{
 	{"diff-r", "Compare the tree with a local copy: diff -r", "Compares the server's tree with an identical local copy, file by file, and checks they are found equal: `diff -r` between a fresh sshfs or Ferry mount and the local copy; `rsync -rn --checksum -i` from the local copy, which checksums on both ends and so moves no file data (its itemized output must be empty)."},
 	{"rm-tree", "Remove a tree", "Removes a copy of the tree made on the server before the run (untimed) and checks it is gone: `rm -r` on a fresh sshfs or Ferry mount, `ssh host rm -rf`, `ferry rm -r`."},
 	{"make-j2", "Compile a C project: make -j2", "Builds a C project of small modules (how many: see Other data above; a .c file and a header each, generated deterministically, plus main.c and a Makefile), copied to the server before the run (untimed), and checks the program it builds prints the right sum: `make -j2` on a fresh sshfs or Ferry mount (the compiler runs on the client), and `ssh host make -j2`, which builds on the server and moves no file data."},
+	{"recompile", "Recompile after touching one header: make -j2", "The C project of make-j2 is on the server, built once (untimed: on a Ferry mount through the mount, for the others on the server's disk, since sshfs keeps nothing a later build could use); then, also untimed, the header of the middle module, which that module and main.c include, is replaced two seconds later (SFTP's times are whole seconds) by one with a different constant, through the path the build uses (the mount, or the server's disk for ssh and the local disk). The timed run is `make -j2` again, which compiles those two files and links the program anew; the program must then print the new sum, and both objects be newer than the header. `make -j2` on sshfs or a Ferry mount (the compiler runs on the client), `ssh host make -j2` on the server, and on the local disk, for reference. Upstream bytes are the point: the new objects and program share most of their bytes with the old ones (LBFS)."},
 	{"edit-save", "Save a one-line edit of a large document", "A text file of a few MB (license texts and Go sources; its size is in Other data above) is on the server; the client has a copy with one line in the middle changed and saves it over the server's, which is then checked byte for byte. On sshfs and a Ferry mount, as an editor saves: the file is read first (untimed, the editor opening it), then the timed save writes a temporary file beside it and renames it over the original. `rsync -a` of the edited file (its delta transfer sends only what changed), `scp`, `ferry put`. Upstream bytes are the point."},
 	{"git-status", "git status in a repository, warm", "`git status` in a git repository of the profile's directory (see Other data; made and committed on the server before the runs), timed the second time on the same mount (the first, cold one is not timed): on sshfs or a Ferry mount; `ssh host git status`, where nothing is cold; and on the local disk, for reference."},
-	{"upgrade", "Upgrade a source tree to the next version", "Version A of a real Go module (from the local module cache), or of one directory of it, is on the server; the client holds version B and updates the server's copy to it, which is then checked: every file of B must be there with B's content, and for rsync nothing else. `rsync -a --delete` (sends only differences, removes what B dropped), `scp -r` and `cp -r` on a fresh sshfs or Ferry mount (copy every file, leave what B dropped), `ferry put` of B over A (Ferry has no sync command yet: it sends every file and leaves what B dropped)."},
+	{"upgrade", "Upgrade a source tree to the next version", "Version A of a real Go module (from the local module cache), or of one directory of it, is on the server; the client holds version B and updates the server's copy to it, which is then checked: every file of B must be there with B's content, and for rsync and ferry nothing else. `rsync -a --delete` (sends only differences, removes what B dropped), `scp -r` and `cp -r` on a fresh sshfs or Ferry mount (copy every file, leave what B dropped), `ferry sync --delete` from B to A (copies the files whose size or modification time differ, by chunks the server lacks, and removes what B dropped)."},
 }
 
 // grepFor is a string no source file contains, so grep reads everything.
@@ -96,8 +97,7 @@ type system interface {
 	teardown(e *env)
 }
 
-func allSystems(h *harness) []system {
-	b := &ferryBuild{h: h}
+func allSystems(h *harness, b *ferryBuild) []system {
 	return []system{sshSystem{"scp"}, sshSystem{"rsync"}, sshSystem{"ssh"}, &sshfs{}, &ferry{b: b}, &ferryMount{b: b}, &ferryMount{b: b, writeBack: true}, nfs{}, localDisk{}}
 }
 
@@ -127,13 +127,13 @@ func (s sshSystem) script(w workload, e *env) (string, error) {
 	rsh := "-e " + q("ssh "+F)
 	remote := func(p string) string { return "bench:" + q(p) }
 	big, tree := filepath.Join(e.srv, bigName), filepath.Join(e.srv, treeName)
-	sbig, stree := filepath.Join(e.src, bigName), filepath.Join(e.src, treeName)
+	stree := filepath.Join(e.src, treeName)
 	x := &e.h.data.extra
 	switch s.tool + " " + w.name {
 	case "scp get-file":
 		return fmt.Sprintf("scp -q %s %s %s", F, remote(big), q(e.out+"/")), nil
 	case "scp put-file":
-		return fmt.Sprintf("scp -q %s %s %s", F, q(sbig), remote(e.in+"/")), nil
+		return fmt.Sprintf("scp -q %s %s %s", F, q(e.h.data.putBig), remote(e.in+"/")), nil
 	case "scp get-tree":
 		return fmt.Sprintf("scp -q -r %s %s %s", F, remote(tree), q(e.out+"/")), nil
 	case "scp put-tree":
@@ -141,7 +141,7 @@ func (s sshSystem) script(w workload, e *env) (string, error) {
 	case "rsync get-file":
 		return fmt.Sprintf("rsync -a %s %s %s", rsh, remote(big), q(e.out+"/")), nil
 	case "rsync put-file":
-		return fmt.Sprintf("rsync -a %s %s %s", rsh, q(sbig), remote(e.in+"/")), nil
+		return fmt.Sprintf("rsync -a %s %s %s", rsh, q(e.h.data.putBig), remote(e.in+"/")), nil
 	case "rsync get-tree":
 		return fmt.Sprintf("rsync -a %s %s %s", rsh, remote(tree), q(e.out+"/")), nil
 	case "rsync put-tree":
@@ -199,7 +199,9 @@ func (s sshSystem) script(w workload, e *env) (string, error) {
 
 	case "ssh make-j2":
 		return fmt.Sprintf("ssh %s bench make -j2 -C %s", F, q(q(filepath.Join(e.in, cprojName)))), nil
-	case "scp make-j2", "rsync make-j2":
+	case "ssh recompile":
+		return fmt.Sprintf("ssh %s bench make -j2 -C %s", F, q(q(filepath.Join(e.in, cprojName)))), nil
+	case "scp make-j2", "rsync make-j2", "scp recompile", "rsync recompile":
 		return "", notApplicable(s.tool + " only copies; `ssh host make` is the ssh row")
 
 	case "scp edit-save":
@@ -260,7 +262,7 @@ func mountScript(w workload, e *env) (string, error) {
 	case "get-file":
 		return fmt.Sprintf("cp %s %s", q(m+"/"+bigName), q(e.out+"/")), nil
 	case "put-file":
-		return fmt.Sprintf("cp %s %s", q(filepath.Join(e.src, bigName)), q(m+"/in/")), nil
+		return fmt.Sprintf("cp %s %s", q(e.h.data.putBig), q(m+"/in/")), nil
 	case "read-file":
 		return fmt.Sprintf("cat %s >/dev/null", q(m+"/"+bigName)), nil
 	case "get-tree":
@@ -279,7 +281,7 @@ func mountScript(w workload, e *env) (string, error) {
 		return fmt.Sprintf("diff -r %s %s >/dev/null", q(m+"/"+treeName), q(filepath.Join(e.src, treeName))), nil
 	case "rm-tree":
 		return fmt.Sprintf("rm -r %s", q(m+"/in/"+treeName)), nil
-	case "make-j2":
+	case "make-j2", "recompile":
 		return fmt.Sprintf("make -j2 -C %s", q(m+"/in/"+cprojName)), nil
 	case "git-status":
 		return fmt.Sprintf("git -C %s status >/dev/null", q(m+"/"+repoName)), nil
@@ -450,7 +452,7 @@ var ferryNeeds = map[string]string{
 	"get-file": "get", "put-file": "put", "read-file": "cat",
 	"get-tree": "get", "put-tree": "put",
 	"find": "find", "ls-lR": "find",
-	"missing-name": "stat", "rm-tree": "rm", "edit-save": "put", "upgrade": "put",
+	"missing-name": "stat", "rm-tree": "rm", "edit-save": "put", "upgrade": "sync",
 }
 
 // ferryNotApplicable says why the native client has no row for a workload
@@ -460,6 +462,7 @@ var ferryNotApplicable = map[string]string{
 	"grep-warm":  "the native client has no search and no cache; the ferry-mount row is Ferry's",
 	"diff-r":     "the native client has no compare command; the ferry-mount row is Ferry's",
 	"make-j2":    "the native client runs no commands on the server; the ferry-mount row is Ferry's",
+	"recompile":  "the native client runs no commands on the server; the ferry-mount row is Ferry's",
 	"git-status": "the native client runs no commands; the ferry-mount row is Ferry's",
 }
 
@@ -470,7 +473,7 @@ func (f *ferry) setup(ctx context.Context, e *env) error {
 	return f.srv.start(ctx, e, f.b.bin)
 }
 
-func (f *ferry) reset(ctx context.Context, e *env) error { return nil }
+func (f *ferry) reset(ctx context.Context, e *env) error { return e.coldFerryCache() }
 func (f *ferry) teardown(e *env)                         { f.srv.stop() }
 
 func (f *ferry) script(w workload, e *env) (string, error) {
@@ -489,7 +492,7 @@ func (f *ferry) script(w workload, e *env) (string, error) {
 	case "get-file":
 		return fmt.Sprintf("%s get %s %s", bin, remote(e, "/"+bigName), q(e.out)), nil
 	case "put-file":
-		return fmt.Sprintf("%s put %s %s", bin, q(filepath.Join(e.src, bigName)), remote(e, "/in")), nil
+		return fmt.Sprintf("%s put %s %s", bin, q(e.h.data.putBig), remote(e, "/in")), nil
 	case "read-file":
 		return fmt.Sprintf("%s cat %s >/dev/null", bin, remote(e, "/"+bigName)), nil
 	case "get-tree":
@@ -507,7 +510,7 @@ func (f *ferry) script(w workload, e *env) (string, error) {
 	case "edit-save":
 		return fmt.Sprintf("%s put %s %s", bin, q(e.h.data.extra.docEdited), remote(e, "/in/"+docName)), nil
 	case "upgrade":
-		return fmt.Sprintf("%s put %s %s", bin, q(e.h.data.extra.modB), remote(e, "/in")), nil
+		return fmt.Sprintf("%s sync --delete %s %s", bin, q(e.h.data.extra.modB), remote(e, "/in/"+modName)), nil
 	}
 	return "", fmt.Errorf("%w: the harness has no ferry command for %s", errUnavailable, w.name)
 }
@@ -534,7 +537,7 @@ func (f *ferryMount) name() string {
 
 // writes are the workloads that write through the mount: the only ones
 // write-back changes.
-var writes = map[string]bool{"put-file": true, "put-tree": true, "rm-tree": true, "make-j2": true, "edit-save": true, "upgrade": true}
+var writes = map[string]bool{"put-file": true, "put-tree": true, "rm-tree": true, "make-j2": true, "recompile": true, "edit-save": true, "upgrade": true}
 
 func (f *ferryMount) setup(ctx context.Context, e *env) error {
 	if err := f.b.get(ctx); err != nil {
@@ -548,6 +551,9 @@ func (f *ferryMount) setup(ctx context.Context, e *env) error {
 
 func (f *ferryMount) reset(ctx context.Context, e *env) error {
 	f.unmount(e)
+	if err := e.coldFerryCache(); err != nil {
+		return err
+	}
 	// ferry mount starts itself again in the background and returns once
 	// the file system is up; the daemon stays in the client namespace.
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
@@ -598,8 +604,8 @@ func (f *ferryMount) script(w workload, e *env) (string, error) {
 
 // localDisk is the reference the issue's targets name: the command run on
 // the server's own disk (the same file system the servers serve), with no
-// link in between. It has rows for make-j2 and git-status only, and is not
-// a peer: ratios are to the best peer, never to it.
+// link in between. It has rows for make-j2, recompile and git-status
+// only, and is not a peer: ratios are to the best peer, never to it.
 type localDisk struct{}
 
 func (localDisk) name() string                            { return "local-disk" }
@@ -609,12 +615,12 @@ func (localDisk) teardown(e *env)                         {}
 
 func (localDisk) script(w workload, e *env) (string, error) {
 	switch w.name {
-	case "make-j2":
+	case "make-j2", "recompile":
 		return fmt.Sprintf("make -j2 -C %s", q(filepath.Join(e.in, cprojName))), nil
 	case "git-status":
 		return fmt.Sprintf("git -C %s status >/dev/null", q(filepath.Join(e.srv, repoName))), nil
 	}
-	return "", notApplicable("the local disk is a reference for make-j2 and git-status only")
+	return "", notApplicable("the local disk is a reference for make-j2, recompile and git-status only")
 }
 
 // nfs is the row of NFS (issue 3 names NFSv4 through nfs-ganesha). The
