@@ -9,7 +9,7 @@
 // is forced at Params.Max, so a pathological input (a long run of zeros, a
 // short repeating pattern) costs chunks of Max bytes, never tiny ones.
 //
-// The gear table, the masks and Default are part of the wire protocol: two
+// The gear table, the masks, Default and Fine are part of the wire protocol: two
 // sides that cut the same bytes must find the same boundaries to share
 // chunks. Changing any of them needs a new Version.
 package chunk
@@ -25,7 +25,7 @@ import (
 	"github.com/zeebo/blake3"
 )
 
-// Version names the chunking scheme (gear table, masks, Default). Peers
+// Version names the chunking scheme (gear table, masks, Default, Fine). Peers
 // exchange it and share chunk hashes only when theirs match.
 const Version = 1
 
@@ -50,6 +50,14 @@ type Params struct {
 // 2/8/64 sends within 3% of 1/4/16 on upgrades and 2 KB more per edit, with
 // 37% fewer chunks to index, list and fetch; larger sizes lose on edits fast.
 var Default = Params{Min: 2 << 10, Avg: 8 << 10, Max: 64 << 10}
+
+// Fine cuts a chunk into pieces, for sending a changed chunk as the few
+// pieces an edit touched while the receiver finds the rest in the version
+// it holds (chunked.Put.AddPieces). Pieces are listed only for chunks the
+// receiver lacks, so their 36-byte list entries cost little; at 1 KiB they
+// come near rsync's blocks (about 700 bytes for files of tens of KiB). It
+// is part of the protocol as Default is.
+var Fine = Params{Min: 256, Avg: 1 << 10, Max: 8 << 10}
 
 // MaxSize is the largest Max that Check accepts, so a chunk always fits in
 // one wire message.

@@ -53,7 +53,7 @@ func checkRefs(t testing.TB, b []byte, refs []Ref, p Params) {
 }
 
 func TestBounds(t *testing.T) {
-	for _, p := range []Params{Default, {Min: 64, Avg: 256, Max: 1024}, {Min: 4096, Avg: 4096, Max: 4096}, {Min: 1 << 10, Avg: 16 << 10, Max: MaxSize}} {
+	for _, p := range []Params{Default, Fine, {Min: 64, Avg: 256, Max: 1024}, {Min: 4096, Avg: 4096, Max: 4096}, {Min: 1 << 10, Avg: 16 << 10, Max: MaxSize}} {
 		if err := p.Check(); err != nil {
 			t.Fatal(err)
 		}

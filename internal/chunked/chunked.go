@@ -203,6 +203,7 @@ type Put struct {
 	old    sync.WaitGroup // Indexing the version being replaced.
 	buf    []byte
 	done   bool
+	fine   *fine // Fine deltas, once FineSource was asked.
 }
 
 // BeginPut starts replacing the file at path with size bytes and the
@@ -349,6 +350,7 @@ func (u *Put) Commit() (ferry.Dir, error) {
 	if err := u.ctx.Err(); err != nil {
 		return nil, ferry.E(op, u.path, ferry.KindCanceled, err)
 	}
+	u.closeFine()
 	if err := u.f.Sync(); err != nil {
 		return nil, ferry.E(op, u.path, ferry.KindIO, err)
 	}
@@ -399,6 +401,7 @@ func (u *Put) Abort() {
 	}
 	u.done = true
 	u.old.Wait()
+	u.closeFine()
 	if u.f != nil {
 		u.f.Close()
 	}

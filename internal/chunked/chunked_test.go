@@ -411,6 +411,31 @@ func TestPutRefused(t *testing.T) {
 		"bad version":     {{Path: "/f", Size: 1, ChunkVersion: 99}},
 		"ends early":      {withRefs(head(int64(len(good))), refs(h, len(good)), true)},
 	}
+	// Fine lists: the server holds a version of /f, so it takes them once
+	// the client said it sends them.
+	n := int64(len(good))
+	fineHead := func() *proto.ChunkPutMsg {
+		m := head(n)
+		m.FineOk = true
+		return withRefs(m, refs(h, len(good)), true)
+	}
+	piecesOf := func(b []byte) *proto.ChunkRefs {
+		return chunked.PackRefs([]chunk.Ref{{Hash: chunk.Sum(b[:10]), Len: 10}, {Hash: chunk.Sum(b[10:]), Len: len(b) - 10}})
+	}
+	b0, b1, g0 := chunk.Sum(bad[:10]), chunk.Sum(bad[10:]), chunk.Sum(good[:10])
+	other := chunk.Sum([]byte("other"))
+	for name, msgs := range map[string][]*proto.ChunkPutMsg{
+		"fine list unasked":      {withRefs(head(n), refs(h, len(good)), true), {Hash: h[:], Fine: piecesOf(good)}},
+		"fine list, wrong sizes": {fineHead(), {Hash: h[:], Fine: chunked.PackRefs([]chunk.Ref{{Hash: g0, Len: 10}})}},
+		"fine list unlisted":     {fineHead(), {Hash: other[:], Fine: piecesOf(good)}},
+		"fine list twice":        {fineHead(), {Hash: h[:], Fine: piecesOf(good)}, {Hash: h[:], Fine: piecesOf(good)}},
+		"pieces make another":    {fineHead(), {Hash: h[:], Fine: piecesOf(bad)}, {Hash: b0[:], Data: bad[:10], Piece: true}, {Hash: b1[:], Data: bad[10:], Piece: true}},
+		"piece not asked for":    {fineHead(), {Hash: h[:], Fine: piecesOf(good)}, {Hash: other[:], Data: []byte("other"), Piece: true}},
+		"piece corrupt":          {fineHead(), {Hash: h[:], Fine: piecesOf(good)}, {Hash: g0[:], Data: bad[:10], Piece: true}},
+		"piece before the list":  {fineHead(), {Hash: g0[:], Data: good[:10], Piece: true}},
+	} {
+		cases[name] = msgs
+	}
 	for name, msgs := range cases {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		st, err := raw.PutChunked(ctx)

@@ -54,6 +54,17 @@
 //     fails the call with KindInvalid; a broken stream leaves the old file.
 //     With optimistic data for all new chunks a write costs one round trip
 //     plus the missing bytes; without, two.
+//   - Fine deltas in PutChunked: if the first ChunkPutMsg says fine_ok and
+//     the server holds a version of the file (a regular file it may read,
+//     at most 64 MiB), the need replies say fine_ok too. The client may
+//     then send a needed chunk as its fine list instead (hash and fine:
+//     the hashes and sizes of its chunk.Fine pieces, about 1 KiB each);
+//     the server takes the pieces it finds in that version (re-hashed),
+//     answers fine_for and fine_need (the pieces it lacks), and the client
+//     sends those (hash, data, piece). The chunk is checked against its
+//     hash once whole. An edit then costs the pieces it touched rather than
+//     whole 8 KiB chunks, for one round trip more; a client that never
+//     says fine_ok, or a server that never answers it, keeps whole chunks.
 //   - A ChunkListReq may set inline_max: a file of at most that many bytes
 //     then comes whole in the first ChunkListReply (inline, data), so a
 //     client can ask for every file by chunks and still pay one round trip

@@ -1292,7 +1292,12 @@ func (x *ChunkData) GetZstd() bool {
 // ChunkPutMsg: the first carries path, dir, size and chunk_version; any may
 // carry the next piece of the chunk list (refs) or one chunk's bytes (hash,
 // data) for a chunk already listed; the one with list_end ends the list and
-// the client's unasked (optimistic) data.
+// the client's unasked (optimistic) data. After the server's need, a needed
+// chunk goes whole (hash, data) or, if both sides said fine_ok, as a fine
+// list (hash, fine) answered by a fine_need, then the pieces asked for
+// (hash, data, piece): an edit then costs the pieces it touched, about
+// 1 KiB each, not the 8 KiB chunks (the server finds the other pieces in
+// the version of the file it holds).
 type ChunkPutMsg struct {
 	state        protoimpl.MessageState `protogen:"open.v1"`
 	Path         string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
@@ -1305,7 +1310,17 @@ type ChunkPutMsg struct {
 	Data         []byte                 `protobuf:"bytes,8,opt,name=data,proto3" json:"data,omitempty"`
 	// zstd says data is compressed with zstd; a client sets it only after
 	// the server said zstd_ok on this connection.
-	Zstd          bool `protobuf:"varint,9,opt,name=zstd,proto3" json:"zstd,omitempty"`
+	Zstd bool `protobuf:"varint,9,opt,name=zstd,proto3" json:"zstd,omitempty"`
+	// fine_ok, in the first message, says the client can describe a chunk
+	// the server needs by its pieces (chunk.Fine) instead of sending it.
+	FineOk bool `protobuf:"varint,10,opt,name=fine_ok,json=fineOk,proto3" json:"fine_ok,omitempty"`
+	// fine, with hash, lists the pieces of the needed chunk hash: their
+	// hashes and sizes, which add up to the chunk's. Only after the server
+	// said fine_ok.
+	Fine *ChunkRefs `protobuf:"bytes,11,opt,name=fine,proto3" json:"fine,omitempty"`
+	// piece says hash and data are a piece the server asked for in a
+	// fine_need, not a whole chunk.
+	Piece         bool `protobuf:"varint,12,opt,name=piece,proto3" json:"piece,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1403,6 +1418,27 @@ func (x *ChunkPutMsg) GetZstd() bool {
 	return false
 }
 
+func (x *ChunkPutMsg) GetFineOk() bool {
+	if x != nil {
+		return x.FineOk
+	}
+	return false
+}
+
+func (x *ChunkPutMsg) GetFine() *ChunkRefs {
+	if x != nil {
+		return x.Fine
+	}
+	return nil
+}
+
+func (x *ChunkPutMsg) GetPiece() bool {
+	if x != nil {
+		return x.Piece
+	}
+	return false
+}
+
 // ChunkPutReply: need lists (as indexes into the chunk list) chunks the
 // server still lacks, need_end says the client has been told all it must
 // send, and dir, in the last reply, is the committed entry.
@@ -1412,7 +1448,15 @@ type ChunkPutReply struct {
 	NeedEnd bool                   `protobuf:"varint,2,opt,name=need_end,json=needEnd,proto3" json:"need_end,omitempty"`
 	Dir     *Dir                   `protobuf:"bytes,3,opt,name=dir,proto3" json:"dir,omitempty"`
 	// zstd_ok says the server accepts compressed chunk data.
-	ZstdOk        bool `protobuf:"varint,4,opt,name=zstd_ok,json=zstdOk,proto3" json:"zstd_ok,omitempty"`
+	ZstdOk bool `protobuf:"varint,4,opt,name=zstd_ok,json=zstdOk,proto3" json:"zstd_ok,omitempty"`
+	// fine_ok, with need, says the client may send the needed chunks'
+	// fine lists: the server holds a version of the file to find pieces in.
+	FineOk bool `protobuf:"varint,5,opt,name=fine_ok,json=fineOk,proto3" json:"fine_ok,omitempty"`
+	// fine_for answers the fine list of that chunk hash: fine_need lists
+	// (as indexes into the fine list) the pieces the server lacks; the
+	// others it found in the version it holds.
+	FineFor       []byte   `protobuf:"bytes,6,opt,name=fine_for,json=fineFor,proto3" json:"fine_for,omitempty"`
+	FineNeed      []uint32 `protobuf:"varint,7,rep,packed,name=fine_need,json=fineNeed,proto3" json:"fine_need,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1473,6 +1517,27 @@ func (x *ChunkPutReply) GetZstdOk() bool {
 		return x.ZstdOk
 	}
 	return false
+}
+
+func (x *ChunkPutReply) GetFineOk() bool {
+	if x != nil {
+		return x.FineOk
+	}
+	return false
+}
+
+func (x *ChunkPutReply) GetFineFor() []byte {
+	if x != nil {
+		return x.FineFor
+	}
+	return nil
+}
+
+func (x *ChunkPutReply) GetFineNeed() []uint32 {
+	if x != nil {
+		return x.FineNeed
+	}
+	return nil
 }
 
 var File_ferry_proto protoreflect.FileDescriptor
@@ -1564,7 +1629,7 @@ const file_ferry_proto_rawDesc = "" +
 	"\x04hash\x18\x01 \x01(\fR\x04hash\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x18\n" +
 	"\amissing\x18\x03 \x01(\bR\amissing\x12\x12\n" +
-	"\x04zstd\x18\x04 \x01(\bR\x04zstd\"\xfb\x01\n" +
+	"\x04zstd\x18\x04 \x01(\bR\x04zstd\"\xd3\x02\n" +
 	"\vChunkPutMsg\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1f\n" +
 	"\x03dir\x18\x02 \x01(\v2\r.ferry.v1.DirR\x03dir\x12\x12\n" +
@@ -1574,12 +1639,19 @@ const file_ferry_proto_rawDesc = "" +
 	"\blist_end\x18\x06 \x01(\bR\alistEnd\x12\x12\n" +
 	"\x04hash\x18\a \x01(\fR\x04hash\x12\x12\n" +
 	"\x04data\x18\b \x01(\fR\x04data\x12\x12\n" +
-	"\x04zstd\x18\t \x01(\bR\x04zstd\"x\n" +
+	"\x04zstd\x18\t \x01(\bR\x04zstd\x12\x17\n" +
+	"\afine_ok\x18\n" +
+	" \x01(\bR\x06fineOk\x12'\n" +
+	"\x04fine\x18\v \x01(\v2\x13.ferry.v1.ChunkRefsR\x04fine\x12\x14\n" +
+	"\x05piece\x18\f \x01(\bR\x05piece\"\xc9\x01\n" +
 	"\rChunkPutReply\x12\x12\n" +
 	"\x04need\x18\x01 \x03(\rR\x04need\x12\x19\n" +
 	"\bneed_end\x18\x02 \x01(\bR\aneedEnd\x12\x1f\n" +
 	"\x03dir\x18\x03 \x01(\v2\r.ferry.v1.DirR\x03dir\x12\x17\n" +
-	"\azstd_ok\x18\x04 \x01(\bR\x06zstdOk2\xe1\x05\n" +
+	"\azstd_ok\x18\x04 \x01(\bR\x06zstdOk\x12\x17\n" +
+	"\afine_ok\x18\x05 \x01(\bR\x06fineOk\x12\x19\n" +
+	"\bfine_for\x18\x06 \x01(\fR\afineFor\x12\x1b\n" +
+	"\tfine_need\x18\a \x03(\rR\bfineNeed2\xe1\x05\n" +
 	"\x05Ferry\x12-\n" +
 	"\x04Stat\x12\x11.ferry.v1.PathReq\x1a\x12.ferry.v1.DirReply\x12)\n" +
 	"\x03Get\x12\x10.ferry.v1.GetReq\x1a\x0e.ferry.v1.Data0\x01\x12-\n" +
@@ -1650,40 +1722,41 @@ var file_ferry_proto_depIdxs = []int32{
 	17, // 9: ferry.v1.ChunkListReply.refs:type_name -> ferry.v1.ChunkRefs
 	0,  // 10: ferry.v1.ChunkPutMsg.dir:type_name -> ferry.v1.Dir
 	17, // 11: ferry.v1.ChunkPutMsg.refs:type_name -> ferry.v1.ChunkRefs
-	0,  // 12: ferry.v1.ChunkPutReply.dir:type_name -> ferry.v1.Dir
-	3,  // 13: ferry.v1.Ferry.Stat:input_type -> ferry.v1.PathReq
-	5,  // 14: ferry.v1.Ferry.Get:input_type -> ferry.v1.GetReq
-	7,  // 15: ferry.v1.Ferry.Put:input_type -> ferry.v1.PutMsg
-	10, // 16: ferry.v1.Ferry.Move:input_type -> ferry.v1.MoveReq
-	3,  // 17: ferry.v1.Ferry.Remove:input_type -> ferry.v1.PathReq
-	3,  // 18: ferry.v1.Ferry.RemoveAll:input_type -> ferry.v1.PathReq
-	11, // 19: ferry.v1.Ferry.Wstat:input_type -> ferry.v1.WstatReq
-	12, // 20: ferry.v1.Ferry.Find:input_type -> ferry.v1.FindReq
-	12, // 21: ferry.v1.Ferry.FindGet:input_type -> ferry.v1.FindReq
-	3,  // 22: ferry.v1.Ferry.Watch:input_type -> ferry.v1.PathReq
-	8,  // 23: ferry.v1.Ferry.PutStatus:input_type -> ferry.v1.UploadReq
-	16, // 24: ferry.v1.Ferry.ChunkList:input_type -> ferry.v1.ChunkListReq
-	19, // 25: ferry.v1.Ferry.ReadChunks:input_type -> ferry.v1.ChunkReq
-	21, // 26: ferry.v1.Ferry.PutChunked:input_type -> ferry.v1.ChunkPutMsg
-	4,  // 27: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
-	6,  // 28: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
-	4,  // 29: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
-	4,  // 30: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
-	2,  // 31: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
-	2,  // 32: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
-	4,  // 33: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
-	13, // 34: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
-	13, // 35: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
-	15, // 36: ferry.v1.Ferry.Watch:output_type -> ferry.v1.WatchEvent
-	9,  // 37: ferry.v1.Ferry.PutStatus:output_type -> ferry.v1.UploadReply
-	18, // 38: ferry.v1.Ferry.ChunkList:output_type -> ferry.v1.ChunkListReply
-	20, // 39: ferry.v1.Ferry.ReadChunks:output_type -> ferry.v1.ChunkData
-	22, // 40: ferry.v1.Ferry.PutChunked:output_type -> ferry.v1.ChunkPutReply
-	27, // [27:41] is the sub-list for method output_type
-	13, // [13:27] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	17, // 12: ferry.v1.ChunkPutMsg.fine:type_name -> ferry.v1.ChunkRefs
+	0,  // 13: ferry.v1.ChunkPutReply.dir:type_name -> ferry.v1.Dir
+	3,  // 14: ferry.v1.Ferry.Stat:input_type -> ferry.v1.PathReq
+	5,  // 15: ferry.v1.Ferry.Get:input_type -> ferry.v1.GetReq
+	7,  // 16: ferry.v1.Ferry.Put:input_type -> ferry.v1.PutMsg
+	10, // 17: ferry.v1.Ferry.Move:input_type -> ferry.v1.MoveReq
+	3,  // 18: ferry.v1.Ferry.Remove:input_type -> ferry.v1.PathReq
+	3,  // 19: ferry.v1.Ferry.RemoveAll:input_type -> ferry.v1.PathReq
+	11, // 20: ferry.v1.Ferry.Wstat:input_type -> ferry.v1.WstatReq
+	12, // 21: ferry.v1.Ferry.Find:input_type -> ferry.v1.FindReq
+	12, // 22: ferry.v1.Ferry.FindGet:input_type -> ferry.v1.FindReq
+	3,  // 23: ferry.v1.Ferry.Watch:input_type -> ferry.v1.PathReq
+	8,  // 24: ferry.v1.Ferry.PutStatus:input_type -> ferry.v1.UploadReq
+	16, // 25: ferry.v1.Ferry.ChunkList:input_type -> ferry.v1.ChunkListReq
+	19, // 26: ferry.v1.Ferry.ReadChunks:input_type -> ferry.v1.ChunkReq
+	21, // 27: ferry.v1.Ferry.PutChunked:input_type -> ferry.v1.ChunkPutMsg
+	4,  // 28: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
+	6,  // 29: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
+	4,  // 30: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
+	4,  // 31: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
+	2,  // 32: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
+	2,  // 33: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
+	4,  // 34: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
+	13, // 35: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
+	13, // 36: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
+	15, // 37: ferry.v1.Ferry.Watch:output_type -> ferry.v1.WatchEvent
+	9,  // 38: ferry.v1.Ferry.PutStatus:output_type -> ferry.v1.UploadReply
+	18, // 39: ferry.v1.Ferry.ChunkList:output_type -> ferry.v1.ChunkListReply
+	20, // 40: ferry.v1.Ferry.ReadChunks:output_type -> ferry.v1.ChunkData
+	22, // 41: ferry.v1.Ferry.PutChunked:output_type -> ferry.v1.ChunkPutReply
+	28, // [28:42] is the sub-list for method output_type
+	14, // [14:28] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_ferry_proto_init() }

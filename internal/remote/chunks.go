@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -22,6 +23,8 @@ type ChunkStats struct {
 	SentBytes  int64 // SentBytes is the chunk data that crossed the wire, uncompressed.
 	WireBytes  int64 // WireBytes is the chunk data as it crossed the wire, compressed where it shrank.
 	Optimistic int   // Optimistic counts chunks a put sent before being asked.
+	FineLists  int   // FineLists counts needed chunks a put described by their pieces.
+	SentPieces int   // SentPieces counts the pieces of those whose bytes crossed the wire.
 	Inline     bool  // Inline says a small file came whole with its entry.
 }
 
@@ -175,6 +178,13 @@ func (c *Client) getChunked(ctx context.Context, p string, cache *store.Cache, w
 		}
 		listErr <- nil
 	}()
+	// The lister must be gone before the caller may close the cache it
+	// reads: on an early return, stop it and wait for its queue to close.
+	defer func() {
+		cancel()
+		for range queue {
+		}
+	}()
 	var zbuf []byte
 	for it := range queue {
 		var data []byte
@@ -274,7 +284,7 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 	if d == nil {
 		d = ferry.Dir{}
 	}
-	m := &proto.ChunkPutMsg{Path: p, Dir: proto.FromDir(d), Size: size, ChunkVersion: chunk.Version}
+	m := &proto.ChunkPutMsg{Path: p, Dir: proto.FromDir(d), Size: size, ChunkVersion: chunk.Version, FineOk: !c.noFine}
 	var refs, pending []chunk.Ref
 	sent := map[chunk.Hash]bool{}
 	// sendErr notes that the stream broke; the server's answer (from Recv
@@ -286,8 +296,8 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 			sendErr = st.Send(m)
 		}
 	}
-	sendChunk := func(h chunk.Hash, data []byte) {
-		m := &proto.ChunkPutMsg{Hash: h[:], Data: data}
+	sendData := func(h chunk.Hash, data []byte, piece bool) {
+		m := &proto.ChunkPutMsg{Hash: h[:], Data: data, Piece: piece}
 		if c.zip != nil && c.zstdOK.Load() {
 			// zbuf is reused: Send has copied the message out.
 			if m.Data, m.Zstd = c.zip.Compress(zbuf, data); m.Zstd {
@@ -295,10 +305,25 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 			}
 		}
 		send(m)
-		stats.SentChunks++
+		if piece {
+			stats.SentPieces++
+		} else {
+			stats.SentChunks++
+		}
 		stats.SentBytes += int64(len(data))
 		stats.WireBytes += int64(len(m.Data))
 	}
+	sendChunk := func(h chunk.Hash, data []byte) { sendData(h, data, false) }
+	// fines holds the needed chunks sent as fine lists, until the server
+	// says which of their pieces it lacks; fineBytes is their size, which
+	// fineBudget bounds (beyond it chunks go whole).
+	type fineList struct {
+		data   []byte
+		pieces []chunk.Ref
+	}
+	fines := map[chunk.Hash]fineList{}
+	var fineBytes int64
+	fineOK, needEnd, closed := false, false, false
 	flush := func() {
 		if len(pending) > 0 || m.Path != "" {
 			m.Refs = chunked.PackRefs(pending)
@@ -350,6 +375,27 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 			st.CloseSend()
 			return proto.ToDir(r.Dir), stats, nil
 		}
+		fineOK = fineOK || r.FineOk
+		if r.FineFor != nil {
+			h, err := chunk.FromBytes(r.FineFor)
+			fl, ok := fines[h]
+			if err != nil || !ok {
+				return nil, stats, ferry.E(op, p, ferry.KindInvalid, "the server answered a fine list that was not sent")
+			}
+			delete(fines, h)
+			fineBytes -= int64(len(fl.data))
+			sentPiece := map[chunk.Hash]bool{}
+			for _, j := range r.FineNeed {
+				if int(j) >= len(fl.pieces) {
+					return nil, stats, ferry.E(op, p, ferry.KindInvalid, "the server asked for a piece beyond the fine list")
+				}
+				pr := fl.pieces[j]
+				if !sentPiece[pr.Hash] {
+					sentPiece[pr.Hash] = true
+					sendData(pr.Hash, fl.data[pr.Off:pr.Off+int64(pr.Len)], true)
+				}
+			}
+		}
 		for _, i := range r.Need {
 			if int(i) >= len(refs) {
 				return nil, stats, ferry.E(op, p, ferry.KindInvalid, "the server asked for a chunk beyond the list")
@@ -369,10 +415,31 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 			if chunk.Sum(b) != ref.Hash {
 				return nil, stats, ferry.E(op, p, ferry.KindUnavailable, "the source changed during the put")
 			}
+			if fineOK && ref.Len >= fineFrom && fineBytes+int64(ref.Len) <= fineBudget {
+				data := bytes.Clone(b)
+				pieces, _ := chunk.List(bytes.NewReader(data), chunk.Fine)
+				fines[ref.Hash] = fineList{data, pieces}
+				fineBytes += int64(len(data))
+				send(&proto.ChunkPutMsg{Hash: ref.Hash[:], Fine: chunked.PackRefs(pieces)})
+				stats.FineLists++
+				continue
+			}
 			sendChunk(ref.Hash, b)
 		}
-		if r.NeedEnd {
+		needEnd = needEnd || r.NeedEnd
+		if needEnd && len(fines) == 0 && !closed {
+			closed = true
 			st.CloseSend()
 		}
 	}
 }
+
+// A needed chunk of at least fineFrom bytes goes as a fine list if the
+// server takes them: below that a list and its round trip save little.
+// Fine lists wait for their answers holding their chunks, at most
+// fineBudget bytes of them; beyond that chunks go whole (a put over a file
+// whose content is mostly new gains nothing from pieces anyway).
+const (
+	fineFrom   = 2 * 1024
+	fineBudget = 8 << 20
+)

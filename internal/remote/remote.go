@@ -63,6 +63,10 @@ type Config struct {
 	// chunked Get spreads its chunks over them. 0 means
 	// DefaultBulkConns.
 	BulkConns int
+	// NoFine sends every chunk a server lacks whole rather than as the
+	// pieces of it the server lacks (chunk.Fine): one round trip less per
+	// put that changes a file, for links where bytes cost less than that.
+	NoFine bool
 	// NoZstd turns off compression on the wire, for tests and for links
 	// fast enough that the CPU is the bottleneck.
 	NoZstd bool
@@ -110,6 +114,7 @@ type Client struct {
 	cache      *store.Cache
 	closeCache bool
 	chunkMin   int64
+	noFine     bool // Config.NoFine.
 	// zip is nil if the Client does not compress.
 	zip *zwire.Codec
 	// zstdOK is set once the server said it accepts compressed data: a
@@ -188,7 +193,7 @@ func Dial(cfg Config) (*Client, error) {
 	if c.resumeFor <= 0 {
 		c.resumeFor = DefaultResumeFor
 	}
-	c.cache, c.closeCache, c.chunkMin = cfg.Cache, cfg.CloseCache, cfg.ChunkMin
+	c.cache, c.closeCache, c.chunkMin, c.noFine = cfg.Cache, cfg.CloseCache, cfg.ChunkMin, cfg.NoFine
 	if c.chunkMin == 0 {
 		c.chunkMin = DefaultChunkMin
 	}

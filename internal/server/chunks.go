@@ -205,6 +205,7 @@ func (h *handler) putChunked(st grpc.BidiStreamingServer[proto.ChunkPutMsg, prot
 	defer u.Abort()
 	m := first
 	var zbuf []byte
+	fine := false // Both sides take fine lists, and the server has a source.
 	for {
 		if m.Refs != nil {
 			hs, sizes, err := chunked.UnpackRefs(m.Refs)
@@ -215,7 +216,30 @@ func (h *handler) putChunked(st grpc.BidiStreamingServer[proto.ChunkPutMsg, prot
 				return err
 			}
 		}
-		if m.Hash != nil {
+		if m.Fine != nil {
+			if !fine {
+				return ferry.E(op, first.Path, ferry.KindInvalid, "a fine list the server did not take")
+			}
+			hash, err := chunk.FromBytes(m.Hash)
+			if err != nil {
+				return ferry.E(op, first.Path, ferry.KindInvalid, err)
+			}
+			hs, sizes, err := chunked.UnpackRefs(m.Fine)
+			if err != nil {
+				return err
+			}
+			need, err := u.AddPieces(hash, hs, sizes)
+			if err != nil {
+				return err
+			}
+			r := &proto.ChunkPutReply{FineFor: m.Hash, FineNeed: make([]uint32, len(need))}
+			for i, x := range need {
+				r.FineNeed[i] = uint32(x)
+			}
+			if err := st.Send(r); err != nil {
+				return err
+			}
+		} else if m.Hash != nil {
 			hash, err := chunk.FromBytes(m.Hash)
 			if err != nil {
 				return ferry.E(op, first.Path, ferry.KindInvalid, err)
@@ -230,7 +254,12 @@ func (h *handler) putChunked(st grpc.BidiStreamingServer[proto.ChunkPutMsg, prot
 				}
 				zbuf = data
 			}
-			if err := u.Write(hash, data); err != nil {
+			if m.Piece {
+				err = u.WritePiece(hash, data)
+			} else {
+				err = u.Write(hash, data)
+			}
+			if err != nil {
 				return err
 			}
 		}
@@ -239,9 +268,11 @@ func (h *handler) putChunked(st grpc.BidiStreamingServer[proto.ChunkPutMsg, prot
 			if err != nil {
 				return err
 			}
+			// Pieces are worth finding only for what is needed.
+			fine = first.FineOk && len(need) > 0 && u.FineSource()
 			for len(need) > 0 || !u.Complete() {
 				n := min(len(need), 16<<10)
-				r := &proto.ChunkPutReply{Need: make([]uint32, n), NeedEnd: n == len(need), ZstdOk: h.s.zstd}
+				r := &proto.ChunkPutReply{Need: make([]uint32, n), NeedEnd: n == len(need), ZstdOk: h.s.zstd, FineOk: fine}
 				for i, x := range need[:n] {
 					r.Need[i] = uint32(x)
 				}

@@ -1,0 +1,72 @@
+package chunked_test
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/chunk"
+	"github.com/ferryfs/ferry/internal/remote"
+)
+
+// TestPutFine: a put over a file the server holds sends a changed chunk as
+// the pieces of it that changed, not whole, and the file is the new one;
+// a client that does not take fine lists sends whole chunks, more bytes.
+func TestPutFine(t *testing.T) {
+	e := start(t, 0)
+	whole := startWith(t, 0, setup{client: func(c *remote.Config) { c.NoFine = true }})
+	ctx := ctxT(t)
+	doc := document(1 << 20)
+	edited := editLine(doc, 5000, "one changed line")
+	edited = editLine(edited, 9000, "and another, further on")
+	sent := map[string]remote.ChunkStats{}
+	for name, env := range map[string]*env{"fine": e, "whole": whole} {
+		if _, _, err := env.c.PutChunked(ctx, "/doc", nil, bytes.NewReader(doc), int64(len(doc)), nil); err != nil {
+			t.Fatal(err)
+		}
+		_, st, err := env.c.PutChunked(ctx, "/doc", ferry.Dir{ferry.AttrMode: "0600"}, bytes.NewReader(edited), int64(len(edited)), nil)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got := env.read(t, "doc"); !bytes.Equal(got, edited) {
+			t.Fatalf("%s: the server holds %d bytes, equal %v; want the edited %d", name, len(got), bytes.Equal(got, edited), len(edited))
+		}
+		if tmp := env.temps(); len(tmp) > 0 {
+			t.Errorf("%s: temporary files left: %v", name, tmp)
+		}
+		sent[name] = st
+		t.Logf("%s: %+v", name, st)
+	}
+	f, w := sent["fine"], sent["whole"]
+	if f.FineLists == 0 || f.SentChunks != 0 || f.SentPieces == 0 {
+		t.Errorf("fine put: %+v; want the changed chunks as fine lists and pieces, no whole chunk", f)
+	}
+	if w.FineLists != 0 || w.SentChunks == 0 {
+		t.Errorf("put without fine lists: %+v; want whole chunks", w)
+	}
+	// Each edit touches a piece or two of about 1 KiB where a chunk is
+	// about 8 KiB.
+	if f.SentBytes*3 > w.SentBytes || f.SentBytes > 4*int64(chunk.Fine.Max) {
+		t.Errorf("fine put sent %d bytes of data, whole chunks %d; want under a third", f.SentBytes, w.SentBytes)
+	}
+}
+
+// TestPutFineNoSource: a put of a new file, or over one the server cannot
+// use as a source, sends whole chunks.
+func TestPutFineNoSource(t *testing.T) {
+	e := start(t, 0)
+	ctx := ctxT(t)
+	doc := document(256 << 10)
+	_, st, err := e.c.PutChunked(ctx, "/new", nil, bytes.NewReader(doc), int64(len(doc)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.FineLists != 0 || st.SentBytes != int64(len(doc)) || !bytes.Equal(e.read(t, "new"), doc) {
+		t.Errorf("put of a new file: %+v; want every chunk whole", st)
+	}
+	// An empty old version holds no pieces.
+	e.write(t, "empty", nil)
+	if _, st, err = e.c.PutChunked(ctx, "/empty", nil, bytes.NewReader(doc), int64(len(doc)), nil); err != nil || st.FineLists != 0 {
+		t.Errorf("put over an empty file: %+v, %v; want whole chunks", st, err)
+	}
+}
