@@ -177,8 +177,10 @@ func (u *Put) pieceAt(ph chunk.Hash, n int, off int64) (bool, error) {
 	return true, nil
 }
 
-// WritePiece supplies the bytes of a piece AddPieces asked for. Bytes that
-// do not hash to ph, or a piece not asked for, fail with KindInvalid.
+// WritePiece supplies the bytes of a piece AddPieces asked for; a piece
+// that arrived already is taken again without a word, since two chunks
+// listed before it arrived both asked for it. Bytes that do not hash to ph,
+// or a piece never asked for, fail with KindInvalid.
 func (u *Put) WritePiece(ph chunk.Hash, data []byte) error {
 	const op = "chunked.Put"
 	var places []place
@@ -186,6 +188,10 @@ func (u *Put) WritePiece(ph chunk.Hash, data []byte) error {
 		places = u.fine.asked[ph]
 	}
 	if len(places) == 0 {
+		if _, ok := u.fine.got[ph]; ok {
+			// Asked for again by a chunk listed before it arrived.
+			return nil
+		}
 		return ferry.E(op, u.path, ferry.KindInvalid, "piece "+ph.String()+" was not asked for")
 	}
 	if chunk.Sum(data) != ph {

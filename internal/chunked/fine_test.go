@@ -2,10 +2,13 @@ package chunked_test
 
 import (
 	"bytes"
+	"io"
 	"testing"
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/chunk"
+	"github.com/ferryfs/ferry/internal/chunked"
+	"github.com/ferryfs/ferry/internal/proto"
 	"github.com/ferryfs/ferry/internal/remote"
 )
 
@@ -68,5 +71,53 @@ func TestPutFineNoSource(t *testing.T) {
 	e.write(t, "empty", nil)
 	if _, st, err = e.c.PutChunked(ctx, "/empty", nil, bytes.NewReader(doc), int64(len(doc)), nil); err != nil || st.FineLists != 0 {
 		t.Errorf("put over an empty file: %+v, %v; want whole chunks", st, err)
+	}
+}
+
+// TestPutFineSharedPiece: two new chunks share a piece the server lacks;
+// both fine lists ask for it before it arrives, the client sends it for
+// each, and the put commits the right bytes.
+func TestPutFineSharedPiece(t *testing.T) {
+	e := start(t, 0)
+	e.write(t, "f", []byte("the old content, nothing like the new"))
+	raw := e.raw(t)
+	ctx := ctxT(t)
+	p, x1, x2 := []byte("a shared new piece"), []byte("then one tail"), []byte("and another tail")
+	a, b := append(append([]byte{}, p...), x1...), append(append([]byte{}, p...), x2...)
+	ref := func(d []byte) chunk.Ref { return chunk.Ref{Hash: chunk.Sum(d), Len: len(d)} }
+	ha, hb, hp, h1, h2 := chunk.Sum(a), chunk.Sum(b), chunk.Sum(p), chunk.Sum(x1), chunk.Sum(x2)
+	st, err := raw.PutChunked(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := []*proto.ChunkPutMsg{
+		{Path: "/f", Dir: &proto.Dir{}, Size: int64(len(a) + len(b)), ChunkVersion: chunk.Version, FineOk: true,
+			Refs: chunked.PackRefs([]chunk.Ref{ref(a), ref(b)}), ListEnd: true},
+		{Hash: ha[:], Fine: chunked.PackRefs([]chunk.Ref{ref(p), ref(x1)})},
+		{Hash: hb[:], Fine: chunked.PackRefs([]chunk.Ref{ref(p), ref(x2)})},
+		{Hash: hp[:], Data: p, Piece: true},
+		{Hash: h1[:], Data: x1, Piece: true},
+		{Hash: hp[:], Data: p, Piece: true},
+		{Hash: h2[:], Data: x2, Piece: true},
+	}
+	for _, m := range msgs {
+		if err := st.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st.CloseSend()
+	var committed bool
+	for {
+		r, err := st.Recv()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatalf("put: %v", proto.FromStatus("", "", err))
+		}
+		committed = committed || r.Dir != nil
+	}
+	if want := append(append([]byte{}, a...), b...); !committed || !bytes.Equal(e.read(t, "f"), want) {
+		t.Errorf("committed %v, file %q; want %q", committed, e.read(t, "f"), want)
 	}
 }
