@@ -224,6 +224,20 @@ func (c *contents) fetch(dir string, tree bool) {
 	complete = true
 }
 
+// keep holds data as the content of the file d describes, which this
+// mount has just stored: a build reads back the objects it wrote (the
+// linker), and each would otherwise cost a Get. Files above treeFile are
+// not kept.
+func (c *contents) keep(d ferry.Dir, data []byte) {
+	if int64(len(data)) != d.Size() || d.Size() > treeFile {
+		return
+	}
+	c.mu.Lock()
+	began := c.seq
+	c.mu.Unlock()
+	c.add(&content{path: d.Path(), mtime: d[ferry.AttrMtime], size: d.Size(), data: data}, began)
+}
+
 func (c *contents) add(f *content, began uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -323,6 +323,12 @@ func (n *node) flush(ctx context.Context) syscall.Errno {
 	wb.dirty, wb.created = false, false
 	wb.base, wb.set = got, ferry.Dir{}
 	n.record(p, got, false)
+	if wb.size <= treeFile {
+		data := make([]byte, wb.size)
+		if _, err := wb.f.ReadAt(data, 0); err == nil || err == io.EOF {
+			n.s.data.keep(got, data)
+		}
+	}
 	// The kernel holds the attributes of the buffer (the mtime of the
 	// last write here); the server's are now the truth.
 	n.NotifyContent(-1, 0)
@@ -386,6 +392,7 @@ func (n *node) flushBehind(wb *wbuf, p string, d ferry.Dir) (syscall.Errno, bool
 		n.mu.Unlock()
 		if last {
 			n.record(p, got, false)
+			n.s.data.keep(got, data)
 		}
 		return nil
 	})

@@ -762,3 +762,48 @@ func TestTreeFetch(t *testing.T) {
 		t.Errorf("reading the tree after two directories: %d more Gets, %d FindGets in all; want 0 and 2", g, fg)
 	}
 }
+
+// TestReadBackWritten: a file this mount stored is read back without a
+// Get (the linker reads the objects the compiler just wrote), with strict
+// close-to-open and with write-back; a change on the server still shows.
+func TestReadBackWritten(t *testing.T) {
+	for _, wb := range []bool{false, true} {
+		t.Run(fmt.Sprintf("writeback=%v", wb), func(t *testing.T) {
+			dir, tree := localTree(t)
+			c := &counting{FS: tree}
+			h := &heldStats{counting: c, w: tree, released: make(chan struct{})}
+			mnt, _ := mountFS(t, h, Options{WriteBack: wb})
+			files := map[string]string{
+				"obj/a.o": strings.Repeat("object a\n", 300),
+				"obj/b.o": strings.Repeat("object b, larger\n", 12000),
+			}
+			if err := os.Mkdir(filepath.Join(mnt, "obj"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for name, content := range files {
+				if err := os.WriteFile(filepath.Join(mnt, name), []byte(content), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := syncDir(mnt); err != nil {
+				t.Fatal(err)
+			}
+			gets := c.gets.Load()
+			for name, want := range files {
+				if got := readFile(t, filepath.Join(mnt, name)); got != want {
+					t.Errorf("%s read back: %d bytes, want %d", name, len(got), len(want))
+				}
+			}
+			if n := c.gets.Load() - gets; n != 0 {
+				t.Errorf("reading back files this mount wrote took %d Gets, want 0", n)
+			}
+			// Changed on the server, at the same size: the watch drops
+			// what the mount kept.
+			changed := strings.ToUpper(files["obj/a.o"])
+			writeFile(t, filepath.Join(dir, "obj/a.o"), changed)
+			if !waitFor(5*time.Second, func() bool { return readFile(t, filepath.Join(mnt, "obj/a.o")) == changed }) {
+				t.Errorf("a change on the server is not read after 5 s: %.20q", readFile(t, filepath.Join(mnt, "obj/a.o")))
+			}
+		})
+	}
+}
