@@ -99,7 +99,9 @@ func (c *contents) get(d ferry.Dir) ([]byte, bool) {
 // If the directory's parent, or another directory beside it, was fetched
 // before, a program is going through the tree (grep -r, git status, a
 // build): then the parent's whole subtree is fetched in one request, so
-// that each directory does not cost a round trip of its own.
+// that each directory does not cost a round trip of its own; and the
+// grandparent's, if a subtree beside the parent was fetched so, and so on
+// up.
 func (c *contents) want(d ferry.Dir) {
 	if d.Type() != ferry.TypeFile || d.Size() > smallFile {
 		return
@@ -112,6 +114,11 @@ func (c *contents) want(d ferry.Dir) {
 	}
 	c.stats.fetches++
 	if parent := path.Dir(dir); parent != dir && c.scanned(parent) {
+		// Climb while a subtree beside is being walked too: git status
+		// and grep -r go through one top directory after another, and
+		// each would otherwise cost two fetches of its own.
+		for up := path.Dir(parent); up != parent && c.treeBeside(up, parent); parent, up = up, path.Dir(up) {
+		}
 		c.trees[parent] = true
 		go c.fetch(parent, true)
 		return
@@ -130,6 +137,17 @@ func (c *contents) inTree(dir string) bool {
 			return false
 		}
 	}
+}
+
+// treeBeside reports whether a subtree of dir other than p was fetched
+// whole. c.mu is held.
+func (c *contents) treeBeside(dir, p string) bool {
+	for t := range c.trees {
+		if t != p && path.Dir(t) == dir {
+			return true
+		}
+	}
+	return false
 }
 
 // scanned reports whether dir or one of its subdirectories was fetched.
@@ -236,6 +254,17 @@ func (c *contents) keep(d ferry.Dir, data []byte) {
 	began := c.seq
 	c.mu.Unlock()
 	c.add(&content{path: d.Path(), mtime: d[ferry.AttrMtime], size: d.Size(), data: data}, began)
+}
+
+// held returns what is held for the path p, if anything.
+func (c *contents) held(p string) (*content, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.ents[p]
+	if !ok {
+		return nil, false
+	}
+	return e.Value.(*content), true
 }
 
 func (c *contents) add(f *content, began uint64) {

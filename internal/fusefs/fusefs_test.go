@@ -763,6 +763,48 @@ func TestTreeFetch(t *testing.T) {
 	}
 }
 
+// TestTreeFetchClimbs: a program going through one top directory after
+// another (git status, grep -r) gets the whole tree above them after the
+// second, rather than two fetches per top directory.
+func TestTreeFetchClimbs(t *testing.T) {
+	dir, mnt, c, s := mountLocal(t, Options{})
+	want := map[string]string{}
+	for i := range 5 {
+		for j := range 3 {
+			for k := range 2 {
+				rel := fmt.Sprintf("r/d%d/e%d/f%d", i, j, k)
+				want[rel] = strings.Repeat(rel+" ", 100+k)
+				writeFile(t, filepath.Join(dir, rel), want[rel])
+			}
+		}
+	}
+	c.reset()
+	held := func(n int) {
+		t.Helper()
+		if !waitFor(5*time.Second, func() bool { _, _, h := s.data.counts(); return h >= n }) {
+			_, _, h := s.data.counts()
+			t.Fatalf("fetches brought %d files, want at least %d", h, n)
+		}
+	}
+	// d0/e0, then d0/e1 (d0's tree), then d1/e0, then d1/e1: a tree
+	// beside d1 was fetched, so the fetch climbs to r.
+	for i, rel := range []string{"r/d0/e0/f0", "r/d0/e1/f0", "r/d1/e0/f0", "r/d1/e1/f0"} {
+		if got := readFile(t, filepath.Join(mnt, rel)); got != want[rel] {
+			t.Fatalf("%s: got %d bytes, want %d", rel, len(got), len(want[rel]))
+		}
+		held([]int{2, 6, 8, 30}[i])
+	}
+	gets := c.gets.Load()
+	for rel, w := range want {
+		if got := readFile(t, filepath.Join(mnt, rel)); got != w {
+			t.Errorf("%s: got %d bytes, want %d", rel, len(got), len(w))
+		}
+	}
+	if g, fg := c.gets.Load()-gets, c.findgets.Load(); g != 0 || fg != 4 {
+		t.Errorf("reading the tree: %d more Gets, %d FindGets in all; want 0 and 4", g, fg)
+	}
+}
+
 // TestReadBackWritten: a file this mount stored is read back without a
 // Get (the linker reads the objects the compiler just wrote), with strict
 // close-to-open and with write-back; a change on the server still shows.
@@ -786,6 +828,15 @@ func TestReadBackWritten(t *testing.T) {
 				}
 			}
 			if err := syncDir(mnt); err != nil {
+				t.Fatal(err)
+			}
+			// Written under a temporary name and renamed into place,
+			// as git and editors do.
+			files["obj/c.o"] = "renamed into place\n"
+			if err := os.WriteFile(filepath.Join(mnt, "obj/c.tmp"), []byte(files["obj/c.o"]), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(filepath.Join(mnt, "obj/c.tmp"), filepath.Join(mnt, "obj/c.o")); err != nil {
 				t.Fatal(err)
 			}
 			gets := c.gets.Load()

@@ -562,6 +562,11 @@ func (m *meta) forget(p string) {
 func (m *meta) invalidate(p string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.invalidateLocked(p)
+}
+
+// invalidateLocked is invalidate. m.mu is held.
+func (m *meta) invalidateLocked(p string) {
 	m.invalidated(p)
 	m.dropTree(p)
 	if l := m.dirs[path.Dir(p)]; l != nil && p != "/" {
@@ -733,6 +738,26 @@ func (m *meta) worthChecking(p string) bool {
 func (m *meta) check(p string, d ferry.Dir, err error, seq uint64) (agrees, attrs bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.checkLocked(p, d, err, seq)
+}
+
+// invalidateUnchanged is invalidate, unless p changed since seq, when the
+// answer that made the caller doubt the cache was asked for: it is then
+// stale. What changed p since is newer: this mount's own call (whose
+// result, and a stored file's content, the cache holds), or a change by
+// others, whose own event is handled in its turn.
+func (m *meta) invalidateUnchanged(p string, seq uint64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.changedSince(p, seq) {
+		return false
+	}
+	m.invalidateLocked(p)
+	return true
+}
+
+// checkLocked is check. m.mu is held.
+func (m *meta) checkLocked(p string, d ferry.Dir, err error, seq uint64) (agrees, attrs bool) {
 	// An answer that agrees with the cache confirms it, even if p
 	// changed again meanwhile (the event often arrives before the reply
 	// to the change that caused it); one that disagrees is believed

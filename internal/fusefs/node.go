@@ -763,6 +763,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			return e
 		}
 	}
+	kept, _ := n.s.data.held(from)
 	d, err := n.s.fsys.Move(cctx, from, to).Wait()
 	if err != nil {
 		return errno(err)
@@ -771,6 +772,11 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		dst.orphan()
 	}
 	n.s.meta.renamed(from, d)
+	if kept != nil && kept.mtime == d[ferry.AttrMtime] && kept.size == d.Size() {
+		// A file written and renamed into place (git's index.lock, an
+		// editor's save) is read back under its new name.
+		n.s.data.keep(d, kept.data)
+	}
 	n.s.moveIno(from, to)
 	if src != nil {
 		src.remember(d)

@@ -153,7 +153,8 @@ func (s *Server) check(ctx context.Context, p string) {
 			in.NotifyContent(-1, 0)
 		}
 	case !agrees:
-		s.meta.invalidate(p)
-		s.notify(p, false)
+		if s.meta.invalidateUnchanged(p, seq) {
+			s.notify(p, false)
+		}
 	}
 }

@@ -10,6 +10,7 @@
 package zwire
 
 import (
+	"sync"
 	"sync/atomic"
 
 	"github.com/klauspost/compress/zstd"
@@ -31,6 +32,12 @@ type Codec struct {
 	in, out  atomic.Int64 // Bytes before and after compression.
 	skipped  atomic.Int64 // Payloads sent as they were because they did not shrink.
 	inflated atomic.Int64 // Bytes produced by decompression.
+
+	// mu is held for reading while the decoder is in use and for writing
+	// by Close, so that a call still in flight when its connection's
+	// owner closes (a stream's goroutine) fails instead of racing.
+	mu     sync.RWMutex
+	closed bool
 }
 
 // New returns a Codec for payloads of at most limit bytes: Decompress refuses
@@ -75,6 +82,11 @@ func (c *Codec) Compress(dst, src []byte) ([]byte, bool) {
 // decompress to more than the Codec's bound.
 func (c *Codec) Decompress(dst, src []byte) ([]byte, error) {
 	const op = "zwire.Decompress"
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	if c.closed {
+		return nil, ferry.E(op, "", ferry.KindCanceled, "the codec is closed")
+	}
 	out, err := c.dec.DecodeAll(src, dst[:0])
 	if err != nil {
 		return nil, ferry.E(op, "", ferry.KindInvalid, err)
@@ -98,5 +110,13 @@ func (c *Codec) Stats() Stats {
 	return Stats{In: c.in.Load(), Out: c.out.Load(), Skipped: c.skipped.Load(), Inflated: c.inflated.Load()}
 }
 
-// Close releases the decoder's goroutines.
-func (c *Codec) Close() { c.dec.Close() }
+// Close releases the decoder's goroutines, once the decompressions in
+// progress end; later ones fail with KindCanceled. Compress still works.
+func (c *Codec) Close() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.closed {
+		c.closed = true
+		c.dec.Close()
+	}
+}

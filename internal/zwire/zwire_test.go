@@ -3,6 +3,7 @@ package zwire
 import (
 	"bytes"
 	"crypto/rand"
+	"sync"
 	"testing"
 
 	"github.com/ferryfs/ferry"
@@ -75,4 +76,36 @@ func FuzzDecompress(f *testing.F) {
 			t.Fatalf("decompressed %d bytes past the bound", len(out))
 		}
 	})
+}
+
+// TestCloseDuringUse: closing a Codec while other goroutines decompress
+// (a client closed with streams in flight) neither races nor panics; the
+// decompressions after it fail with KindCanceled.
+func TestCloseDuringUse(t *testing.T) {
+	c := New(1 << 20)
+	frame, ok := c.Compress(nil, bytes.Repeat([]byte("ferry "), 1000))
+	if !ok {
+		t.Fatal("a repetitive payload did not compress")
+	}
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 200 {
+				if _, err := c.Decompress(nil, frame); err != nil {
+					if !ferry.IsKind(err, ferry.KindCanceled) {
+						t.Errorf("Decompress: %v, want kind canceled after Close", err)
+					}
+					return
+				}
+			}
+		}()
+	}
+	c.Close()
+	wg.Wait()
+	if _, err := c.Decompress(nil, frame); !ferry.IsKind(err, ferry.KindCanceled) {
+		t.Errorf("Decompress after Close: %v, want kind canceled", err)
+	}
+	c.Close() // A second Close does nothing.
 }
