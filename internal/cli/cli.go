@@ -86,6 +86,7 @@ func serveCmd() *cobra.Command {
 	var grace time.Duration
 	var noSelf bool
 	var ix indexOpts
+	var raFixed int64
 	c := &cobra.Command{
 		Use:   "serve DIR",
 		Short: "Serve the directory DIR",
@@ -121,7 +122,7 @@ Limitations: all admitted users have the server process's rights on DIR;
 a real file named Ctl at the top of DIR is shadowed by the control file.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return serve(cmd.Context(), args[0], listen, metrics, grace, !noSelf, ix, cmd.ErrOrStderr())
+			return serve(cmd.Context(), args[0], listen, metrics, grace, !noSelf, ix, raFixed, cmd.ErrOrStderr())
 		},
 	}
 	c.Flags().StringVar(&ix.dir, "index", "", "directory of the chunk index (default $FERRY_HOME/index/NAME-HASH)")
@@ -133,6 +134,11 @@ a real file named Ctl at the top of DIR is shadowed by the control file.`,
 	c.Flags().DurationVar(&grace, "grace", 10*time.Second, "how long calls in flight may take to finish on stop")
 	c.Flags().BoolVar(&noSelf, "no-self", false, "do not admit the client key of the user running the server")
 	c.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics over HTTP on this address (off if empty)")
+	// The flag readahead-fixed is hidden: it makes the server worse on
+	// purpose, for the load benchmark (bench/load) to compare against
+	// (see server.Config.ReadAheadFixed).
+	c.Flags().Int64Var(&raFixed, "readahead-fixed", 0, "read this many `bytes` ahead of every download whatever its connection carries, instead of sizing read-ahead by the connection (for benchmarks; 0: adaptive)")
+	c.Flags().MarkHidden("readahead-fixed")
 	return c
 }
 
@@ -161,7 +167,7 @@ func indexDir(dir string) (string, error) {
 	return filepath.Join(auth.Home(), "index", filepath.Base(abs)+"-"+hex.EncodeToString(sum[:8])), nil
 }
 
-func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration, self bool, ix indexOpts, stderr io.Writer) error {
+func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration, self bool, ix indexOpts, raFixed int64, stderr io.Writer) error {
 	home := auth.Home()
 	key, created, err := auth.LoadOrCreateKey(filepath.Join(home, auth.ServerKeyFile))
 	if err != nil {
@@ -202,7 +208,7 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 	defer tree.Close()
 	level := new(slog.LevelVar)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	srv, err := server.New(server.Config{FS: tree, Key: key, Auth: az, Version: Version, Log: log, Level: level})
+	srv, err := server.New(server.Config{FS: tree, Key: key, Auth: az, Version: Version, Log: log, Level: level, ReadAheadFixed: raFixed})
 	if err != nil {
 		return err
 	}

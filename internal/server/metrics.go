@@ -19,6 +19,9 @@ var (
 	descBytes      = prometheus.NewDesc("ferry_payload_bytes_total", "Payload bytes of all calls, by direction.", []string{"dir"}, nil)
 	descRAHeld     = prometheus.NewDesc("ferry_readahead_bytes", "Bytes read ahead of all connections.", nil, nil)
 	descRACanc     = prometheus.NewDesc("ferry_readahead_cancelled_total", "Read-aheads stopped by a cancelled stream or a broken connection.", nil, nil)
+	descRAStreams  = prometheus.NewDesc("ferry_readahead_streams", "Streams reading ahead.", nil, nil)
+	descRAOrphan   = prometheus.NewDesc("ferry_readahead_orphaned_bytes", "Bytes still held by the read-ahead of cancelled streams and broken connections, not yet freed.", nil, nil)
+	descConnRAT    = prometheus.NewDesc("ferry_conn_readahead_target_bytes", "The sum of the target read-ahead depths of a connection's streams.", connLabels, nil)
 	descConnRA     = prometheus.NewDesc("ferry_conn_readahead_bytes", "Bytes read ahead for a connection.", connLabels, nil)
 	descConnRTT    = prometheus.NewDesc("ferry_conn_rtt_seconds", "Smoothed round trip of a connection.", connLabels, nil)
 	descConnBW     = prometheus.NewDesc("ferry_conn_delivery_rate_bytes", "Recent delivery rate of a connection, bytes per second.", connLabels, nil)
@@ -38,8 +41,8 @@ var (
 )
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCalls, descErrors, descBytes, descRAHeld, descRACanc,
-		descConnRA, descConnRTT, descConnBW, descConnTx, descConnRx, descConnRe, descConnCC,
+	for _, d := range []*prometheus.Desc{descCalls, descErrors, descBytes, descRAHeld, descRACanc, descRAStreams, descRAOrphan,
+		descConnRA, descConnRAT, descConnRTT, descConnBW, descConnTx, descConnRx, descConnRe, descConnCC,
 		descZstd, descZSkip, descIxSize, descIxMax, descIxFiles, descIxDone, descIxLook, descTrashFiles, descTrashBytes} {
 		ch <- d
 	}
@@ -53,9 +56,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descErrors, prometheus.CounterValue, float64(s.errs.Load()))
 	ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(s.bytesIn.Load()), "in")
 	ch <- prometheus.MustNewConstMetric(descBytes, prometheus.CounterValue, float64(s.bytesOut.Load()), "out")
-	held, cancelled := s.ReadAhead()
-	ch <- prometheus.MustNewConstMetric(descRAHeld, prometheus.GaugeValue, float64(held))
-	ch <- prometheus.MustNewConstMetric(descRACanc, prometheus.CounterValue, float64(cancelled))
+	ra := s.budget.stats()
+	ch <- prometheus.MustNewConstMetric(descRAHeld, prometheus.GaugeValue, float64(ra.used))
+	ch <- prometheus.MustNewConstMetric(descRACanc, prometheus.CounterValue, float64(s.cancelledReads.Load()))
+	ch <- prometheus.MustNewConstMetric(descRAStreams, prometheus.GaugeValue, float64(ra.streams))
+	ch <- prometheus.MustNewConstMetric(descRAOrphan, prometheus.GaugeValue, float64(ra.orphaned))
 	z := s.zip.Stats()
 	ch <- prometheus.MustNewConstMetric(descZstd, prometheus.CounterValue, float64(z.In), "in")
 	ch <- prometheus.MustNewConstMetric(descZstd, prometheus.CounterValue, float64(z.Out), "out")
@@ -80,6 +85,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		labels := []string{cn.addr, cn.user}
 		cn.mu.Unlock()
 		ch <- prometheus.MustNewConstMetric(descConnRA, prometheus.GaugeValue, float64(cn.readAhead.Load()), labels...)
+		ch <- prometheus.MustNewConstMetric(descConnRAT, prometheus.GaugeValue, float64(cn.readAheadTarget.Load()), labels...)
 		if cn.raw == nil {
 			continue
 		}

@@ -19,6 +19,10 @@ import (
 // one budget, each capped at an equal share of it while others want memory.
 // A stream that is cancelled, or whose connection breaks, stops its reader
 // at once and frees what it held.
+//
+// With Config.ReadAheadFixed every stream instead reads a fixed amount
+// ahead whatever its connection, as servers commonly do; that exists so
+// that bench/load can measure what the adaptive sizing saves.
 const (
 	readAheadRTTs = 4
 	// minReadAhead keeps one message ready even before any measurement.
@@ -29,15 +33,25 @@ const (
 
 // budget is memory shared by the read-ahead of all streams.
 type budget struct {
-	mu      sync.Mutex
-	cond    *sync.Cond
-	total   int64
-	used    int64
-	streams int // Streams holding or waiting for memory.
+	mu    sync.Mutex
+	cond  *sync.Cond
+	total int64
+	used  int64
+	// fixed, if positive, is every stream's depth, whatever its
+	// connection and share (see Config.ReadAheadFixed).
+	fixed int64
+	// live are the streams started and not yet stopped: those holding or
+	// waiting for memory.
+	live map[*readAhead]struct{}
 }
 
-func newBudget(total int64) *budget {
-	b := &budget{total: total}
+// newBudget returns a budget of total bytes; fixed, if positive, is the
+// depth of every stream, within minReadAhead and maxReadAhead.
+func newBudget(total, fixed int64) *budget {
+	b := &budget{total: total, live: map[*readAhead]struct{}{}}
+	if fixed > 0 {
+		b.fixed = min(max(fixed, minReadAhead), maxReadAhead)
+	}
 	b.cond = sync.NewCond(&b.mu)
 	return b
 }
@@ -46,7 +60,7 @@ func newBudget(total int64) *budget {
 func (b *budget) share() int64 {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.total / int64(max(b.streams, 1))
+	return b.total / int64(max(len(b.live), 1))
 }
 
 // acquire waits until n bytes are free or ctx is done.
@@ -79,16 +93,48 @@ func (b *budget) release(n int64) {
 	b.mu.Unlock()
 }
 
-func (b *budget) join(d int) {
+// join counts ra among the streams that share the budget.
+func (b *budget) join(ra *readAhead) {
 	b.mu.Lock()
-	b.streams += d
+	b.live[ra] = struct{}{}
 	b.mu.Unlock()
+}
+
+// leave forgets ra, which holds nothing any more.
+func (b *budget) leave(ra *readAhead) {
+	b.mu.Lock()
+	delete(b.live, ra)
+	b.mu.Unlock()
+}
+
+// budgetStats is what a budget holds, for the control file and metrics.
+type budgetStats struct {
+	used, total int64
+	fixed       int64 // 0: adaptive.
+	streams     int
+	// orphaned is the part of used held by streams whose context is done
+	// (cancelled, or their connection broke) and which have not freed it
+	// yet: how long that lasts is how fast a dead client's memory returns.
+	orphaned int64
+}
+
+func (b *budget) stats() budgetStats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	st := budgetStats{used: b.used, total: b.total, fixed: b.fixed, streams: len(b.live)}
+	for ra := range b.live {
+		if ra.ctx.Err() != nil {
+			st.orphaned += ra.held.Load()
+		}
+	}
+	return st
 }
 
 // readAhead reads rd ahead of the sender into a queue whose depth follows
 // the connection c (nil: no measurements) and the budget. Next returns the
 // pieces in order; the reader goroutine stops when ctx is done.
 type readAhead struct {
+	ctx     context.Context
 	q       chan piece
 	space   chan struct{} // Signalled when the sender takes a piece.
 	b       *budget
@@ -109,18 +155,23 @@ type piece struct {
 
 func startReadAhead(ctx context.Context, rd io.Reader, c *conn, b *budget, cancels *atomic.Int64) *readAhead {
 	ra := &readAhead{
-		q: make(chan piece, maxReadAhead/proto.MaxData), space: make(chan struct{}, 1),
+		ctx: ctx,
+		q:   make(chan piece, maxReadAhead/proto.MaxData), space: make(chan struct{}, 1),
 		b: b, c: c, cancels: cancels, done: make(chan struct{}),
 	}
-	ra.depth.Store(minReadAhead)
-	b.join(1)
+	if b.fixed > 0 {
+		ra.setDepth(b.fixed)
+	} else {
+		ra.setDepth(minReadAhead)
+	}
+	b.join(ra)
 	go func() {
 		defer close(ra.done)
 		defer close(ra.q)
 		var next time.Time
 		measure := func() {
-			if c != nil && c.raw != nil && time.Now().After(next) {
-				ra.depth.Store(targetDepth(c, b))
+			if b.fixed == 0 && c != nil && c.raw != nil && time.Now().After(next) {
+				ra.setDepth(targetDepth(c, b))
 				next = time.Now().Add(remeasure)
 			}
 		}
@@ -191,6 +242,15 @@ func (ra *readAhead) Next() (piece, bool) {
 	return p, ok
 }
 
+// setDepth sets the stream's target depth, and its part of its
+// connection's.
+func (ra *readAhead) setDepth(d int64) {
+	old := ra.depth.Swap(d)
+	if ra.c != nil {
+		ra.c.readAheadTarget.Add(d - old)
+	}
+}
+
 // hold counts n more bytes held, for the stream and its connection.
 func (ra *readAhead) hold(n int64) {
 	ra.held.Add(n)
@@ -207,5 +267,6 @@ func (ra *readAhead) Stop() {
 		ra.hold(-proto.MaxData)
 		ra.b.release(proto.MaxData)
 	}
-	ra.b.join(-1)
+	ra.setDepth(0)
+	ra.b.leave(ra)
 }

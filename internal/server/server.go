@@ -54,6 +54,13 @@ type Config struct {
 	// ReadAheadBudget is the memory all Gets may hold read ahead of their
 	// connections; 0 means DefaultReadAheadBudget.
 	ReadAheadBudget int64
+	// ReadAheadFixed, if positive, makes every Get read this many bytes
+	// ahead (within ReadAheadBudget, and at least one message), whatever
+	// its connection carries, instead of sizing its read-ahead by the
+	// connection's delivery rate and round trip. It exists to measure
+	// what the adaptive sizing is worth (bench/load): a fixed size pins
+	// as much memory for a 1 Mbit/s client as for a fast one.
+	ReadAheadFixed int64
 	// StagingDir holds resumable uploads until they are committed; it must
 	// be outside the served tree. If empty, the server makes a temporary
 	// one and removes it when Serve returns.
@@ -103,8 +110,10 @@ type conn struct {
 	raw   net.Conn // The TCP connection, for the kernel's measurements; may be nil.
 	since time.Time
 	calls atomic.Int64
-	// readAhead is the bytes read ahead for this connection's streams.
-	readAhead atomic.Int64
+	// readAhead is the bytes read ahead for this connection's streams,
+	// and readAheadTarget the sum of their target depths.
+	readAhead       atomic.Int64
+	readAheadTarget atomic.Int64
 
 	mu   sync.Mutex
 	user string // Set by the first call that authenticated.
@@ -140,7 +149,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ReadAheadBudget <= 0 {
 		cfg.ReadAheadBudget = DefaultReadAheadBudget
 	}
-	s := &Server{cfg: cfg, start: time.Now(), conns: map[*conn]struct{}{}, raw: map[string]net.Conn{}, budget: newBudget(cfg.ReadAheadBudget),
+	s := &Server{cfg: cfg, start: time.Now(), conns: map[*conn]struct{}{}, raw: map[string]net.Conn{}, budget: newBudget(cfg.ReadAheadBudget, cfg.ReadAheadFixed),
 		zip: zwire.New(proto.MaxData), zstd: !cfg.NoZstd}
 	if cfg.StagingDir == "" {
 		dir, err := os.MkdirTemp("", "ferry-uploads-")
@@ -367,7 +376,7 @@ func (s *Server) Status(context.Context) string {
 		}
 		fmt.Fprintf(&b, "conn: addr=%s user=%s since=%s calls=%d",
 			c.addr, user, c.since.UTC().Format(time.RFC3339), c.calls.Load())
-		fmt.Fprintf(&b, " readahead=%d", c.readAhead.Load())
+		fmt.Fprintf(&b, " readahead=%d readahead_target=%d", c.readAhead.Load(), c.readAheadTarget.Load())
 		if c.raw != nil {
 			if info, err := transport.ConnInfo(c.raw); err == nil {
 				fmt.Fprintf(&b, " %s", info)
@@ -379,9 +388,15 @@ func (s *Server) Status(context.Context) string {
 		fmt.Fprintf(&b, "calls.%s: %d\n", n, s.calls[i].Load())
 	}
 	fmt.Fprintf(&b, "errors: %d\n", s.errs.Load())
-	s.budget.mu.Lock()
-	fmt.Fprintf(&b, "readahead.bytes: %d of %d\n", s.budget.used, s.budget.total)
-	s.budget.mu.Unlock()
+	ra := s.budget.stats()
+	if ra.fixed > 0 {
+		fmt.Fprintf(&b, "readahead.mode: fixed %d\n", ra.fixed)
+	} else {
+		fmt.Fprintf(&b, "readahead.mode: adaptive\n")
+	}
+	fmt.Fprintf(&b, "readahead.bytes: %d of %d\n", ra.used, ra.total)
+	fmt.Fprintf(&b, "readahead.streams: %d\n", ra.streams)
+	fmt.Fprintf(&b, "readahead.orphaned: %d\n", ra.orphaned)
 	fmt.Fprintf(&b, "readahead.cancelled: %d\n", s.cancelledReads.Load())
 	s.uploads.mu.Lock()
 	fmt.Fprintf(&b, "uploads.active: %d\nuploads.resumed: %d\n", len(s.uploads.active), s.uploads.resumed)
