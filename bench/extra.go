@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 )
 
 // The data of the workloads beyond copies and walks: a name that is not
@@ -199,12 +200,31 @@ func makeDoc(ctx context.Context, d *dataset, x *extraData) error {
 	return os.WriteFile(x.docEdited, edited, 0o644)
 }
 
+// stampTree sets the modification time of every file and directory in
+// dir to t.
+func stampTree(dir string, t time.Time) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.Type()&fs.ModeSymlink != 0 {
+			return err
+		}
+		return os.Chtimes(p, t, t)
+	})
+}
+
 // makeModules copies the two versions of upgradeModule (or of its
 // directory x.modDir) out of the module cache, downloading them through
 // the Go module proxy if they are not there, writable, and counts what
 // differs.
 func makeModules(ctx context.Context, x *extraData) error {
-	for _, c := range []struct{ version, dst string }{{upgradeFrom, x.modA}, {upgradeTo, x.modB}} {
+	// Each version's files get one time of their own, as a release
+	// unpacked on its day has: the module cache's are the times of its
+	// extraction, which on a fresh machine may fall in the same second
+	// for both versions, and then a file of the same size in both
+	// (VERSION) looks unchanged to rsync's and ferry sync's quick check.
+	for _, c := range []struct {
+		version, dst string
+		stamp        time.Time
+	}{{upgradeFrom, x.modA, time.Date(2023, 4, 18, 12, 0, 0, 0, time.UTC)}, {upgradeTo, x.modB, time.Date(2023, 6, 30, 12, 0, 0, 0, time.UTC)}} {
 		// go mod download answers from the cache when it can; its Dir
 		// is the module's directory, whatever the escaping of its path.
 		out, err := output(ctx, "go", "mod", "download", "-json", upgradeModule+"@"+c.version)
@@ -223,6 +243,9 @@ func makeModules(ctx context.Context, x *extraData) error {
 			return err
 		}
 		if _, err := output(ctx, "chmod", "-R", "u+w", c.dst); err != nil {
+			return err
+		}
+		if err := stampTree(c.dst, c.stamp); err != nil {
 			return err
 		}
 	}

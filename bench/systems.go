@@ -536,8 +536,9 @@ func (f *ferryMount) name() string {
 }
 
 // writes are the workloads that write through the mount: the only ones
-// write-back changes.
-var writes = map[string]bool{"put-file": true, "put-tree": true, "rm-tree": true, "make-j2": true, "recompile": true, "edit-save": true, "upgrade": true}
+// write-back changes. git status writes too: it takes the index's lock
+// (index.lock, created, then removed or renamed over the index).
+var writes = map[string]bool{"put-file": true, "put-tree": true, "rm-tree": true, "make-j2": true, "recompile": true, "edit-save": true, "upgrade": true, "git-status": true}
 
 func (f *ferryMount) setup(ctx context.Context, e *env) error {
 	if err := f.b.get(ctx); err != nil {
