@@ -2,12 +2,16 @@ package chunked_test
 
 import (
 	"bytes"
+	"context"
 	"io"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/chunk"
 	"github.com/ferryfs/ferry/internal/chunked"
+	"github.com/ferryfs/ferry/internal/local"
 	"github.com/ferryfs/ferry/internal/proto"
 	"github.com/ferryfs/ferry/internal/remote"
 )
@@ -120,4 +124,89 @@ func TestPutFineSharedPiece(t *testing.T) {
 	if want := append(append([]byte{}, a...), b...); !committed || !bytes.Equal(e.read(t, "f"), want) {
 		t.Errorf("committed %v, file %q; want %q", committed, e.read(t, "f"), want)
 	}
+}
+
+// FuzzFinePut feeds a fine put whatever pieces a client might describe:
+// cut at arbitrary sizes, some lying about their hashes, some sent with
+// wrong bytes. The put must never panic, and whatever it commits must be
+// the new content.
+func FuzzFinePut(f *testing.F) {
+	f.Add([]byte("the old version of the file, mostly the same"), []byte("the new version of the file, mostly the same"), []byte{10, 20, 0, 7}, byte(0))
+	f.Add([]byte("x"), []byte("abcdefghij"), []byte{3, 3, 3, 1}, byte(5))
+	f.Add([]byte("the old version of the file, mostly the same"), []byte("the new version of the file, mostly the same"), []byte{10, 20, 30}, byte(0))
+	f.Fuzz(func(t *testing.T, old, data, cuts []byte, lies byte) {
+		if len(data) == 0 || len(old) == 0 || len(data) > 64<<10 {
+			return
+		}
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "f"), old, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		lt, err := local.New(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tree, err := chunked.Open(lt, chunked.Options{MaxChunks: 1 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tree.Close()
+		ctx := context.Background()
+		u, err := tree.BeginPut(ctx, "/f", ferry.Dir{ferry.AttrType: ferry.TypeFile}, int64(len(data)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer u.Abort()
+		h := chunk.Sum(data)
+		if err := u.AddRefs([]chunk.Hash{h}, []int{len(data)}); err != nil {
+			t.Fatal(err)
+		}
+		need, err := u.EndList()
+		if err != nil || len(need) != 1 || !u.FineSource() {
+			return
+		}
+		// Pieces: cut where cuts say (a zero cut is a bad size), the
+		// rest in one; every lies-th piece lies about its hash.
+		var hashes []chunk.Hash
+		var sizes []int
+		var pieces [][]byte
+		rest := data
+		for i, c := range cuts {
+			n := min(int(c), len(rest))
+			if i == len(cuts)-1 || n == len(rest) {
+				n = len(rest)
+			}
+			p := rest[:n]
+			ph := chunk.Sum(p)
+			if lies != 0 && i%int(lies) == 0 {
+				ph[0] ^= 1
+			}
+			hashes, sizes, pieces = append(hashes, ph), append(sizes, n), append(pieces, p)
+			if rest = rest[n:]; len(rest) == 0 {
+				break
+			}
+		}
+		want, err := u.AddPieces(h, hashes, sizes)
+		if err != nil {
+			return
+		}
+		for _, j := range want {
+			if j < 0 || j >= len(pieces) {
+				t.Fatalf("asked for piece %d of %d", j, len(pieces))
+			}
+			if err := u.WritePiece(hashes[j], pieces[j]); err != nil {
+				return
+			}
+		}
+		if !u.Complete() {
+			return
+		}
+		if _, err := u.Commit(); err != nil {
+			t.Fatalf("a complete put did not commit: %v", err)
+		}
+		got, _ := os.ReadFile(filepath.Join(dir, "f"))
+		if !bytes.Equal(got, data) {
+			t.Fatalf("committed %q, want %q", got, data)
+		}
+	})
 }
