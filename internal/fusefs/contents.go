@@ -60,6 +60,10 @@ type contents struct {
 	dropped    map[string]uint64
 	allDropped uint64
 	stats      struct{ hits, fetches int64 }
+	// running holds the roots of the fetches in progress, and changed
+	// is signalled when one ends or a file arrives, for await.
+	running map[string]bool
+	changed *sync.Cond
 }
 
 type content struct {
@@ -70,9 +74,11 @@ type content struct {
 }
 
 func newContents(fsys ferry.Finder, log *slog.Logger, max int64) *contents {
-	return &contents{fsys: fsys, log: log, max: max,
+	c := &contents{fsys: fsys, log: log, max: max,
 		ents: map[string]*list.Element{}, lru: list.New(), dirs: map[string]bool{}, trees: map[string]bool{},
-		dropped: map[string]uint64{}}
+		dropped: map[string]uint64{}, running: map[string]bool{}}
+	c.changed = sync.NewCond(&c.mu)
+	return c
 }
 
 // get returns the content of the file at d's path if it is held and d
@@ -80,6 +86,64 @@ func newContents(fsys ferry.Finder, log *slog.Logger, max int64) *contents {
 func (c *contents) get(d ferry.Dir) ([]byte, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.getLocked(d)
+}
+
+// awaitMax bounds how long await waits for a fetch to bring a file: past
+// it the file's own Get is likely the quicker.
+const awaitMax = time.Second
+
+// await is get, waiting (at most awaitMax, and while ctx lasts) for a
+// fetch in progress that will bring the file d describes: a program
+// reading a directory's files one by one (git status, grep -r) then takes
+// them from the fetch's stream instead of asking for each while the
+// stream is on its way.
+func (c *contents) await(ctx context.Context, d ferry.Dir) ([]byte, bool) {
+	if d.Type() != ferry.TypeFile || d.Size() > smallFile {
+		return nil, false
+	}
+	wake := func() {
+		c.mu.Lock()
+		c.changed.Broadcast()
+		c.mu.Unlock()
+	}
+	timer := time.AfterFunc(awaitMax, wake)
+	defer timer.Stop()
+	stop := context.AfterFunc(ctx, wake)
+	defer stop()
+	deadline := time.Now().Add(awaitMax)
+	dir := path.Dir(d.Path())
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for {
+		if data, ok := c.getLocked(d); ok {
+			return data, true
+		}
+		if !c.coming(dir) || ctx.Err() != nil || !time.Now().Before(deadline) {
+			return nil, false
+		}
+		c.changed.Wait()
+	}
+}
+
+// coming reports whether a fetch in progress covers the small files of
+// dir. c.mu is held.
+func (c *contents) coming(dir string) bool {
+	if c.running[dir] {
+		return true
+	}
+	for a := dir; ; a = path.Dir(a) {
+		if c.running[a] && c.trees[a] {
+			return true
+		}
+		if a == "/" || a == "." {
+			return false
+		}
+	}
+}
+
+// getLocked is get. c.mu is held.
+func (c *contents) getLocked(d ferry.Dir) ([]byte, bool) {
 	e, ok := c.ents[d.Path()]
 	if !ok {
 		return nil, false
@@ -120,10 +184,12 @@ func (c *contents) want(d ferry.Dir) {
 		for up := path.Dir(parent); up != parent && c.treeBeside(up, parent); parent, up = up, path.Dir(up) {
 		}
 		c.trees[parent] = true
+		c.running[parent] = true
 		go c.fetch(parent, true)
 		return
 	}
 	c.dirs[dir] = true
+	c.running[dir] = true
 	go c.fetch(dir, false)
 }
 
@@ -169,6 +235,12 @@ func (c *contents) scanned(dir string) bool {
 func (c *contents) fetch(dir string, tree bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
+	defer func() {
+		c.mu.Lock()
+		delete(c.running, dir)
+		c.changed.Broadcast()
+		c.mu.Unlock()
+	}()
 	c.mu.Lock()
 	began := c.seq
 	c.mu.Unlock()
@@ -278,6 +350,7 @@ func (c *contents) add(f *content, began uint64) {
 	}
 	c.ents[f.path] = c.lru.PushFront(f)
 	c.size += int64(len(f.data))
+	c.changed.Broadcast()
 	for c.size > c.max {
 		c.removeLocked(c.lru.Back())
 	}

@@ -198,6 +198,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		return &handle{n: n, mem: data}, keep, 0
 	}
 	n.s.data.want(d)
+	if data, ok := n.s.data.await(cctx, d); ok {
+		return &handle{n: n, mem: data}, keep, 0
+	}
 	return &handle{n: n, r: &stream{n: n}}, keep, 0
 }
 

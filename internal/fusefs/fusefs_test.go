@@ -858,3 +858,41 @@ func TestReadBackWritten(t *testing.T) {
 		})
 	}
 }
+
+// slowFetch is a tree whose FindGets start late, as over a long round
+// trip.
+type slowFetch struct {
+	*counting
+	delay time.Duration
+}
+
+func (s *slowFetch) FindGet(ctx context.Context, p, pred string) *ferry.Stream[ferry.Entry] {
+	time.Sleep(s.delay)
+	return s.counting.FindGet(ctx, p, pred)
+}
+
+// TestAwaitFetch: a small file read while a fetch that brings it is on its
+// way is taken from that fetch, not asked for on its own.
+func TestAwaitFetch(t *testing.T) {
+	dir, tree := localTree(t)
+	c := &counting{FS: tree}
+	want := map[string]string{}
+	for i := range 10 {
+		rel := fmt.Sprintf("src/f%d.c", i)
+		want[rel] = strings.Repeat(rel+" ", 50+i)
+		writeFile(t, filepath.Join(dir, rel), want[rel])
+	}
+	mnt, _ := mountFS(t, &slowFetch{counting: c, delay: 300 * time.Millisecond}, Options{})
+	if _, err := os.ReadDir(filepath.Join(mnt, "src")); err != nil {
+		t.Fatal(err)
+	}
+	gets := c.gets.Load()
+	for rel, w := range want {
+		if got := readFile(t, filepath.Join(mnt, rel)); got != w {
+			t.Errorf("%s: got %d bytes, want %d", rel, len(got), len(w))
+		}
+	}
+	if g, fg := c.gets.Load()-gets, c.findgets.Load(); g != 0 || fg != 1 {
+		t.Errorf("reading a directory's files while its fetch was on its way: %d Gets, %d FindGets; want 0 and 1", g, fg)
+	}
+}
