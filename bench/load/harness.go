@@ -23,18 +23,28 @@ import (
 	"github.com/ferryfs/ferry/internal/netem"
 )
 
-// harness holds what lives for the whole invocation: the bed, the work
-// directory with the served files, the ferry binary.
+// harness holds what lives for the whole invocation: the work directory
+// with the served files, the ferry binary, and the bed of the moment. Both
+// benchmarks use it: the load benchmark keeps one bed for all its runs,
+// the latency benchmark makes a fresh one for each link (openBed,
+// closeBed).
 type harness struct {
-	o     *options
+	keep  bool // keep the work directory
 	bed   *netem.Bed
 	work  string
 	srv   string   // the served directory
 	home  string   // FERRY_HOME of the server and the clients
 	ferry string   // the ferry binary built from the working tree
 	self  string   // this binary, run again as the worker
-	files []string // the served files' paths on the server
+	files []string // the served files' paths on the server, in the order asked for
 	logf  *os.File // the server's and the worker's output
+}
+
+// servedFile is a file of random bytes the harness writes into the served
+// directory.
+type servedFile struct {
+	name string // relative to the served directory
+	size int64
 }
 
 // serverPort and metricsAddr are where ferry serve listens: the first on
@@ -45,10 +55,10 @@ const (
 	metricsAddr = "127.0.0.1:9177"
 )
 
-// newHarness makes the work directory and the files, builds ferry and
-// starts the bed. On error it leaves nothing behind.
-func newHarness(ctx context.Context, o *options, root string) (_ *harness, err error) {
-	h := &harness{o: o}
+// newHarness makes the work directory and the files and builds ferry. On
+// error it leaves nothing behind.
+func newHarness(ctx context.Context, root string, keep bool, files []servedFile) (_ *harness, err error) {
+	h := &harness{keep: keep}
 	defer func() {
 		if err != nil {
 			h.close()
@@ -76,38 +86,58 @@ func newHarness(ctx context.Context, o *options, root string) (_ *harness, err e
 	if out, err := build.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("building ferry: %w: %s", err, strings.TrimSpace(string(out)))
 	}
-	log.Printf("writing %d files of %s of random bytes", o.files, fmtSize(o.fileSize))
-	for i := range o.files {
-		name := fmt.Sprintf("f%d.bin", i)
-		if err := writeRandom(filepath.Join(h.srv, name), o.fileSize, uint64(i)); err != nil {
+	for i, f := range files {
+		log.Printf("writing %s: %s of random bytes", f.name, fmtSize(f.size))
+		if err := writeRandom(filepath.Join(h.srv, f.name), f.size, uint64(i)); err != nil {
 			return nil, err
 		}
-		h.files = append(h.files, "/"+name)
+		h.files = append(h.files, "/"+f.name)
+	}
+	return h, nil
+}
+
+// openBed starts a bed with link cfg; closeBed removes it.
+func (h *harness) openBed(ctx context.Context, cfg netem.Config) error {
+	if h.bed != nil {
+		return errors.New("openBed: a bed is already up")
 	}
 	setup, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if h.bed, err = netem.New(setup, netem.Symmetric(o.rtt, o.rate, 0)); err != nil {
-		return nil, err
+	bed, err := netem.New(setup, cfg)
+	if err != nil {
+		return err
 	}
-	log.Printf("bed up: %s round trip, %s each way, %s", o.rtt, netem.FormatRate(o.rate), h.bed.CongestionControl)
-	return h, nil
+	h.bed = bed
+	loss := ""
+	if cfg.Down.Loss > 0 {
+		loss = fmt.Sprintf(", %g%% loss", cfg.Down.Loss*100)
+	}
+	log.Printf("bed up: %s round trip, %s each way%s, %s", cfg.Up.Delay+cfg.Down.Delay, netem.FormatRate(cfg.Down.Rate), loss, bed.CongestionControl)
+	return nil
+}
+
+// closeBed removes the bed, killing whatever still runs in it.
+func (h *harness) closeBed() {
+	if h.bed == nil {
+		return
+	}
+	if err := h.bed.Close(); err != nil {
+		log.Printf("removing the bed: %v", err)
+	}
+	h.bed = nil
 }
 
 // close removes the bed (killing whatever still runs in it) and, unless
 // -keep, the work directory.
 func (h *harness) close() {
-	if h.bed != nil {
-		if err := h.bed.Close(); err != nil {
-			log.Printf("removing the bed: %v", err)
-		}
-	}
+	h.closeBed()
 	if h.logf != nil {
 		h.logf.Close()
 	}
 	if h.work == "" {
 		return
 	}
-	if h.o.keep {
+	if h.keep {
 		log.Printf("kept %s", h.work)
 		return
 	}
@@ -133,6 +163,11 @@ func writeRandom(path string, size int64, seed uint64) error {
 	return f.Close()
 }
 
+// serverAddr is where ferry serve listens in the bed, as host:port.
+func (h *harness) serverAddr() string {
+	return net.JoinHostPort(h.bed.ServerAddr.String(), strconv.Itoa(serverPort))
+}
+
 // command returns a command that runs in namespace ns in its own process
 // group, so that cancelling ctx kills it and all it started.
 func (h *harness) command(ctx context.Context, ns, name string, args ...string) *exec.Cmd {
@@ -154,16 +189,17 @@ type ferryServer struct {
 }
 
 // startServer starts ferry serve in the server namespace, with read-ahead
-// of mode m, and waits until its metrics answer.
-func (h *harness) startServer(ctx context.Context, m mode) (*ferryServer, error) {
+// of mode m and the extra flags, and waits until its metrics answer.
+func (h *harness) startServer(ctx context.Context, m mode, extra ...string) (*ferryServer, error) {
 	args := []string{"serve", h.srv,
-		"--listen", net.JoinHostPort(h.bed.ServerAddr.String(), strconv.Itoa(serverPort)),
+		"--listen", h.serverAddr(),
 		"--metrics", metricsAddr,
 		"--index", filepath.Join(h.work, "index"),
 		"--grace", "2s"}
 	if m.fixed > 0 {
 		args = append(args, "--readahead-fixed", strconv.FormatInt(m.fixed, 10))
 	}
+	args = append(args, extra...)
 	fmt.Fprintf(h.logf, "### %s %s\n", h.ferry, strings.Join(args, " "))
 	cmd := h.command(ctx, h.bed.ServerNS, h.ferry, args...)
 	cmd.Stdout = h.logf
@@ -250,18 +286,10 @@ type workerProc struct {
 	owners map[string]connOwner // by the client's address
 }
 
-// startWorker starts the load generator in the client namespace.
-func (h *harness) startWorker(ctx context.Context) (*workerProc, error) {
-	o := h.o
-	args := []string{"worker",
-		"-addr", net.JoinHostPort(h.bed.ServerAddr.String(), strconv.Itoa(serverPort)),
-		"-home", h.home,
-		"-clients", strconv.Itoa(o.clients),
-		"-slow", strconv.Itoa(o.slow()),
-		"-slow-rate", strconv.FormatInt(o.slowRate, 10),
-		"-files", strings.Join(h.files, ","),
-		"-kill-frac", strconv.FormatFloat(o.killFrac, 'g', -1, 64),
-	}
+// startWorker runs this binary again in the client namespace with args
+// (the first names the worker: "worker" or "latency-worker") and reads its
+// events.
+func (h *harness) startWorker(ctx context.Context, args ...string) (*workerProc, error) {
 	cmd := h.command(ctx, h.bed.ClientNS, h.self, args...)
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

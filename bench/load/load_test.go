@@ -12,16 +12,10 @@ import (
 	"github.com/ferryfs/ferry/internal/testenv"
 )
 
-// TestMain lets the test binary be the benchmark's worker too, as the
+// TestMain lets the test binary be the benchmark's workers too, as the
 // benchmark runs itself (os.Executable) as the load generator.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && os.Args[1] == "worker" {
-		if err := runWorker(os.Args[2:]); err != nil {
-			os.Stderr.WriteString("load worker: " + err.Error() + "\n")
-			os.Exit(1)
-		}
-		os.Exit(0)
-	}
+	workerMain(os.Args[1:])
 	os.Exit(m.Run())
 }
 
@@ -45,7 +39,7 @@ func TestLoadSmall(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	h, err := newHarness(ctx, o, root)
+	h, err := newHarness(ctx, root, o.keep, o.servedFiles())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,9 +50,12 @@ func TestLoadSmall(t *testing.T) {
 			h.close()
 		}
 	}()
+	if err := h.openBed(ctx, netem.Symmetric(o.rtt, o.rate, 0)); err != nil {
+		t.Fatal(err)
+	}
 	rep := &report{opts: o, started: time.Now(), machine: machine(), commit: "test", cc: h.bed.CongestionControl}
 	for _, m := range o.modes() {
-		res, err := h.runOnce(ctx, m)
+		res, err := h.runOnce(ctx, o, m)
 		if err != nil {
 			t.Fatalf("%s: %v", m, err)
 		}

@@ -9,12 +9,18 @@
 // reports how quickly the server's cancelled-reads counter accounts for
 // them and their read-ahead memory returns.
 //
+// With the argument latency it runs the benchmark's second part instead:
+// one client times Stats and small Gets on an idle link and while a bulk
+// download, then a bulk upload, runs on the same client, over a fresh bed
+// for each link (see latency.go).
+//
 // Usage, from the repository root, as root:
 //
 //	go run ./bench/load [flags]
+//	go run ./bench/load latency [flags]
 //
-// See bench/README.md ("The server load benchmark") for what it measures
-// and its limitations.
+// See bench/README.md ("The server load benchmark" and "The latency
+// benchmark") for what they measure and their limitations.
 package main
 
 import (
@@ -58,6 +64,15 @@ type options struct {
 // slow is how many clients are throttled.
 func (o *options) slow() int { return int(float64(o.clients)*o.slowFrac + 0.5) }
 
+// servedFiles are the files the clients download.
+func (o *options) servedFiles() []servedFile {
+	var files []servedFile
+	for i := range o.files {
+		files = append(files, servedFile{fmt.Sprintf("f%d.bin", i), o.fileSize})
+	}
+	return files
+}
+
 // mode is one server configuration: adaptive read-ahead (fixed 0) or a
 // fixed size.
 type mode struct {
@@ -81,16 +96,17 @@ func (o *options) modes() []mode {
 }
 
 func main() {
-	if len(os.Args) > 1 && os.Args[1] == "worker" {
-		if err := runWorker(os.Args[2:]); err != nil {
-			fmt.Fprintln(os.Stderr, "load worker:", err)
-			os.Exit(1)
-		}
-		return
-	}
+	workerMain(os.Args[1:])
 	log.SetFlags(log.Ltime)
 	log.SetPrefix("load: ")
-	if err := run(); err != nil {
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "latency" {
+		log.SetPrefix("latency: ")
+		err = runLatency(os.Args[2:])
+	} else {
+		err = run()
+	}
+	if err != nil {
 		log.Fatal(err)
 	}
 }
@@ -168,33 +184,26 @@ func run() error {
 		}
 		return err
 	}
-	if err := netem.Available(); err != nil {
-		return err
-	}
-	// The first Ctrl-C cancels ctx and everything unwinds: processes
-	// killed, namespaces and files removed. After it, signals get their
-	// default action again, so a second Ctrl-C exits at once (the next
-	// run then sweeps what is left).
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stop()
-	go func() { <-ctx.Done(); stop() }()
-
-	root, err := repoRoot()
+	ctx, stop, root, err := begin()
 	if err != nil {
 		return err
 	}
-	h, err := newHarness(ctx, o, root)
+	defer stop()
+	h, err := newHarness(ctx, root, o.keep, o.servedFiles())
 	if err != nil {
 		return err
 	}
 	defer h.close()
+	if err := h.openBed(ctx, netem.Symmetric(o.rtt, o.rate, 0)); err != nil {
+		return err
+	}
 	rep := &report{opts: o, started: time.Now(), loadStart: loadavg(), machine: machine(), commit: ferryCommit(root), cc: h.bed.CongestionControl}
 	// Modes alternate within each round, so that a change in the
 	// machine's load falls on all of them alike.
 	for r := range o.runs {
 		for _, m := range o.modes() {
 			log.Printf("run %d/%d: %s", r+1, o.runs, m)
-			res, err := h.runOnce(ctx, m)
+			res, err := h.runOnce(ctx, o, m)
 			if err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
@@ -207,15 +216,48 @@ func run() error {
 		}
 	}
 	rep.finished, rep.loadEnd = time.Now(), loadavg()
-	out := o.out
-	if !filepath.IsAbs(out) {
-		out = filepath.Join(root, out)
+	return writeOut(root, o.out, rep.write)
+}
+
+// begin checks that a bed can be made and returns the invocation's
+// context and the repository's root. The first Ctrl-C cancels the context
+// and everything unwinds: processes killed, namespaces and files removed.
+// After it, signals get their default action again, so a second Ctrl-C
+// exits at once (the next run then sweeps what is left). The caller must
+// call stop.
+func begin() (ctx context.Context, stop context.CancelFunc, root string, err error) {
+	if err := netem.Available(); err != nil {
+		return nil, nil, "", err
 	}
-	if err := rep.write(out); err != nil {
-		return err
+	if root, err = repoRoot(); err != nil {
+		return nil, nil, "", err
 	}
-	log.Printf("wrote %s", out)
-	return nil
+	ctx, stop = signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	go func() { <-ctx.Done(); stop() }()
+	return ctx, stop, root, nil
+}
+
+// workerMain runs the worker args name, if they name one, and exits.
+// Both main and the tests' TestMain call it: the benchmark runs its own
+// binary (os.Executable) again as the worker.
+func workerMain(args []string) {
+	if len(args) == 0 {
+		return
+	}
+	var run func([]string) error
+	switch args[0] {
+	case "worker":
+		run = runWorker
+	case "latency-worker":
+		run = runLatencyWorker
+	default:
+		return
+	}
+	if err := run(args[1:]); err != nil {
+		fmt.Fprintf(os.Stderr, "load %s: %v\n", args[0], err)
+		os.Exit(1)
+	}
+	os.Exit(0)
 }
 
 // repoRoot returns the directory of go.mod above the working directory.

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"log"
 	"os"
 	"path/filepath"
 	"slices"
@@ -23,14 +24,30 @@ type report struct {
 	runs               []runResult
 }
 
-// write writes the report to path, through a temporary file renamed
-// over it, so that an interrupted write never leaves half a report.
-func (r *report) write(path string) error {
+// write writes the report to path.
+func (r *report) write(path string) error { return writeReport(path, r.markdown()) }
+
+// writeOut writes a report with write to out, a path relative to the
+// repository's root unless absolute, and says where.
+func writeOut(root, out string, write func(string) error) error {
+	if !filepath.IsAbs(out) {
+		out = filepath.Join(root, out)
+	}
+	if err := write(out); err != nil {
+		return err
+	}
+	log.Printf("wrote %s", out)
+	return nil
+}
+
+// writeReport writes text to path through a temporary file renamed over
+// it, so that an interrupted write never leaves half a report.
+func writeReport(path, text string) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), ".report-*")
 	if err != nil {
 		return fmt.Errorf("writing the report: %w", err)
 	}
-	_, err = tmp.WriteString(r.markdown())
+	_, err = tmp.WriteString(text)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}

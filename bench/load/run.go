@@ -6,6 +6,8 @@ import (
 	"log"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -82,10 +84,22 @@ type killResult struct {
 	resolution time.Duration
 }
 
-// runOnce runs the server in mode m and the clients against it: warm-up,
+// startLoadWorker starts the load generator of o's clients.
+func (h *harness) startLoadWorker(ctx context.Context, o *options) (*workerProc, error) {
+	return h.startWorker(ctx, "worker",
+		"-addr", h.serverAddr(),
+		"-home", h.home,
+		"-clients", strconv.Itoa(o.clients),
+		"-slow", strconv.Itoa(o.slow()),
+		"-slow-rate", strconv.FormatInt(o.slowRate, 10),
+		"-files", strings.Join(h.files, ","),
+		"-kill-frac", strconv.FormatFloat(o.killFrac, 'g', -1, 64),
+	)
+}
+
+// runOnce runs the server in mode m and o's clients against it: warm-up,
 // the measured window, then the kill.
-func (h *harness) runOnce(ctx context.Context, m mode) (res runResult, err error) {
-	o := h.o
+func (h *harness) runOnce(ctx context.Context, o *options, m mode) (res runResult, err error) {
 	res.mode = m
 	fmt.Fprintf(h.logf, "### run: %s\n", m)
 	srv, err := h.startServer(ctx, m)
@@ -98,7 +112,7 @@ func (h *harness) runOnce(ctx context.Context, m mode) (res runResult, err error
 		return res, err
 	}
 	res.rssIdle = idle.rss
-	w, err := h.startWorker(ctx)
+	w, err := h.startLoadWorker(ctx, o)
 	if err != nil {
 		return res, err
 	}

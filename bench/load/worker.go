@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -56,9 +57,22 @@ type event struct {
 	// Ready is how many clients had received data, for "ready".
 	Ready int `json:"ready,omitempty"`
 	// Errors counts failed downloads of clients not killed, for "done";
-	// Msg says what the first was.
+	// Msg says what the first was. The latency worker counts its failed
+	// bulk transfers so far in Errors, for "idle" and "done".
 	Errors int64  `json:"errors,omitempty"`
 	Msg    string `json:"msg,omitempty"`
+	// StatNs and GetNs are the latencies of the timed calls that
+	// succeeded, in nanoseconds, in the order made, and StatFailed and
+	// GetFailed count those that failed (Msg says how the first did), for
+	// the latency worker's "calls". T0 and T are when the calls began and
+	// ended, Bulk0 and Bulk1 the bulk transfer's bytes so far then.
+	StatNs     []int64 `json:"stat,omitempty"`
+	GetNs      []int64 `json:"get,omitempty"`
+	StatFailed int     `json:"stat_failed,omitempty"`
+	GetFailed  int     `json:"get_failed,omitempty"`
+	T0         int64   `json:"t0,omitempty"`
+	Bulk0      int64   `json:"bulk0,omitempty"`
+	Bulk1      int64   `json:"bulk1,omitempty"`
 }
 
 // workerOpts are the worker's flags.
@@ -169,22 +183,19 @@ func (c *client) kill() {
 	c.stop()
 }
 
-// run downloads the files in turn until the client is stopped.
-func (c *client) run(files []string) {
+// run downloads the files in turn until ctx ends.
+func (c *client) run(ctx context.Context, files []string) {
 	buf := make([]byte, 256<<10)
-	for i := 0; c.ctx.Err() == nil; i++ {
+	for i := 0; ctx.Err() == nil; i++ {
 		p := files[(c.id+i)%len(files)]
 		c.inGet.Store(true)
-		rd := c.rc.Get(c.ctx, p, 0, -1)
+		rd := c.rc.Get(ctx, p, 0, -1)
 		_, err := io.CopyBuffer(counter{&c.bytes}, rd, buf)
 		rd.Close()
 		c.inGet.Store(false)
-		if err != nil && c.ctx.Err() == nil {
+		if err != nil && ctx.Err() == nil {
 			c.errs.add(fmt.Errorf("client %d: get %s: %w", c.id, p, err))
-			select {
-			case <-c.ctx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
+			sleep(ctx, 100*time.Millisecond)
 		}
 	}
 }
@@ -233,7 +244,59 @@ func pickKilled(clients, slow int, frac float64) []int {
 	return out
 }
 
-// runWorker is the worker's main.
+// workerEnv is what both workers share: the client key and the pinned
+// server keys in -home, events out and commands in.
+type workerEnv struct {
+	key   ed25519.PrivateKey
+	hosts *auth.KnownHosts
+	// emit writes an event; it is safe for concurrent use.
+	emit func(event)
+	// cmds delivers the lines of standard input, trimmed, and is closed
+	// at its end.
+	cmds <-chan string
+}
+
+func newWorkerEnv(home string) (*workerEnv, error) {
+	key, _, err := auth.LoadOrCreateKey(filepath.Join(home, auth.ClientKeyFile))
+	if err != nil {
+		return nil, fmt.Errorf("worker: client key: %w", err)
+	}
+	var outMu sync.Mutex
+	enc := json.NewEncoder(os.Stdout)
+	cmds := make(chan string)
+	go func() {
+		defer close(cmds)
+		sc := bufio.NewScanner(os.Stdin)
+		for sc.Scan() {
+			cmds <- strings.TrimSpace(sc.Text())
+		}
+	}()
+	return &workerEnv{
+		key:   key,
+		hosts: &auth.KnownHosts{File: filepath.Join(home, auth.KnownHostsFile)},
+		emit: func(e event) {
+			outMu.Lock()
+			defer outMu.Unlock()
+			enc.Encode(e)
+		},
+		cmds: cmds,
+	}, nil
+}
+
+// dialClient returns a remote.Client of the server at addr whose
+// connections c.dial makes.
+func (env *workerEnv) dialClient(addr string, c *client) (*remote.Client, error) {
+	return remote.Dial(remote.Config{
+		Addr: addr, Key: env.key, Hosts: env.hosts, Dial: c.dial,
+		// Plain streamed Gets and Puts of incompressible files: no chunk
+		// cache, no compression, nothing but the read-ahead and the link
+		// between the file and the client.
+		ChunkMin: -1, NoZstd: true, BulkConns: 1,
+		ResumeFor: time.Second,
+	})
+}
+
+// runWorker is the load worker's main.
 func runWorker(args []string) error {
 	o, err := parseWorkerFlags(args)
 	if err != nil {
@@ -241,18 +304,11 @@ func runWorker(args []string) error {
 	}
 	ctx, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stopSignals()
-	var outMu sync.Mutex
-	enc := json.NewEncoder(os.Stdout)
-	emit := func(e event) {
-		outMu.Lock()
-		defer outMu.Unlock()
-		enc.Encode(e)
-	}
-	key, _, err := auth.LoadOrCreateKey(filepath.Join(o.home, auth.ClientKeyFile))
+	env, err := newWorkerEnv(o.home)
 	if err != nil {
-		return fmt.Errorf("worker: client key: %w", err)
+		return err
 	}
-	hosts := &auth.KnownHosts{File: filepath.Join(o.home, auth.KnownHostsFile)}
+	emit := env.emit
 	errs := &errCount{}
 	clients := make([]*client, o.clients)
 	var wg sync.WaitGroup
@@ -272,14 +328,7 @@ func runWorker(args []string) error {
 	for i := range clients {
 		cctx, cancel := context.WithCancel(ctx)
 		c := &client{id: i, slow: i < o.slow, rate: o.slowRate, ctx: cctx, stop: cancel, errs: errs, emit: emit}
-		c.rc, err = remote.Dial(remote.Config{
-			Addr: o.addr, Key: key, Hosts: hosts, Dial: c.dial,
-			// Plain streamed Gets of incompressible files: no chunk
-			// cache, no compression, nothing but the read-ahead and the
-			// link between the file and the client.
-			ChunkMin: -1, NoZstd: true, BulkConns: 1,
-			ResumeFor: time.Second,
-		})
+		c.rc, err = env.dialClient(o.addr, c)
 		if err != nil {
 			cancel()
 			return fmt.Errorf("worker: client %d: %w", i, err)
@@ -296,7 +345,7 @@ func runWorker(args []string) error {
 			}
 		}
 		wg.Add(1)
-		go func() { defer wg.Done(); c.run(o.files) }()
+		go func() { defer wg.Done(); c.run(c.ctx, o.files) }()
 	}
 	// Ready once every client has data, or after a minute with those
 	// that have.
@@ -316,21 +365,13 @@ func runWorker(args []string) error {
 	}
 	emit(event{Ev: "ready", T: time.Now().UnixNano(), Ready: ready})
 
-	cmds := make(chan string)
-	go func() {
-		defer close(cmds)
-		sc := bufio.NewScanner(os.Stdin)
-		for sc.Scan() {
-			cmds <- strings.TrimSpace(sc.Text())
-		}
-	}()
 	for {
 		var cmd string
 		var ok bool
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case cmd, ok = <-cmds:
+		case cmd, ok = <-env.cmds:
 		}
 		switch {
 		case !ok || cmd == "stop":
