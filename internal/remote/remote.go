@@ -1,9 +1,12 @@
 // Package remote implements a ferry.FS over the wire protocol: the client
 // end of a Ferry connection.
 //
-// A Client holds one TLS 1.3 connection that carries all its calls at once;
-// every method returns at once and its call proceeds in the background, so a
-// caller can issue many calls before waiting for any. A Client is safe for
+// A Client holds two TLS 1.3 connections, each carrying many calls at once:
+// one for bulk data (Get, Put, FindGet and the chunk calls) and one for the
+// rest, so that a Stat or a Find does not wait behind a transfer's data
+// (a small Get on the bulk connection does: bench/REPORT-latency.md).
+// Every method returns at once and its call proceeds in the background, so
+// a caller can issue many calls before waiting for any. A Client is safe for
 // concurrent use and can be stacked under caches and the FUSE adaptor.
 package remote
 
