@@ -1,10 +1,16 @@
 package remote_test
 
 import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/fstest"
+	"github.com/ferryfs/ferry/internal/remote"
 	"github.com/ferryfs/ferry/internal/servertest"
 )
 
@@ -23,4 +29,41 @@ func TestWatch(t *testing.T) {
 		c := s.Client(t, "tester")
 		return c, c, s.Dir
 	})
+}
+
+// TestSmallGetOnCallConnection: a Get of at most SmallGet bytes goes on
+// the connection that carries Stat, not behind bulk data; a Get to the end
+// of the file goes on the bulk connection. The server counts calls per
+// connection.
+func TestSmallGetOnCallConnection(t *testing.T) {
+	s := servertest.Start(t, "")
+	if err := os.WriteFile(filepath.Join(s.Dir, "small"), []byte("a small file\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := s.Client(t, "tester")
+	ctx := context.Background()
+	for range 2 {
+		if _, err := c.Stat(ctx, "/small").Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, count := range []int64{13, remote.SmallGet, -1} {
+		r := c.Get(ctx, "/small", 0, count)
+		b, err := io.ReadAll(r)
+		r.Close()
+		if err != nil || string(b) != "a small file\n" {
+			t.Fatalf("Get(count %d) = %q, %v", count, b, err)
+		}
+	}
+	// Two Stats and the two small Gets on one connection, the Get to the
+	// end on the other.
+	calls := map[string]bool{}
+	for _, line := range strings.Split(s.Srv.Status(ctx), "\n") {
+		if f := strings.Fields(line); len(f) > 4 && f[0] == "conn:" {
+			calls[f[4]] = true
+		}
+	}
+	if !calls["calls=4"] || !calls["calls=1"] || len(calls) != 2 {
+		t.Errorf("calls per connection %v, want calls=4 (two Stats, two small Gets) and calls=1 (the Get to the end)", calls)
+	}
 }
