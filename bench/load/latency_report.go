@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ferryfs/ferry/internal/netem"
+	"github.com/ferryfs/ferry/internal/remote"
 	"github.com/ferryfs/ferry/internal/transport"
 )
 
@@ -145,17 +146,14 @@ func (r *latReport) markdown() string {
 		strings.Join(links, "; "), rate, strings.Join(ccs, ", "))
 	p("- Server: `ferry serve` in the server namespace (adaptive read-ahead; `--trash-max -1`, so that a replaced upload is not kept and indexed)\n")
 	p("- Client: one `remote.Client` in the client namespace, with its two TCP connections: one for calls such as Stat, one for bulk data (Get, Put); plain streamed Gets and Puts, no chunk cache, no compression\n")
-	p("- Calls: in each phase, %d Stats of a %s file and %d Gets of it read whole (to the end of the stream), alternating, one at a time, each after a pause of %s\n",
+	p("- Calls: in each phase, %d Stats of a %s file and %d Gets of it read whole (a Get of the file's size, as the mount asks for a small file), alternating, one at a time, each after a pause of %s\n",
 		o.calls, fmtSize(o.smallSize), o.calls, o.gap)
 	p("- Phases on each link: idle; during a download of a %s file of random bytes, fetched over and over; during an upload of %s of random bytes to one path, put over and over; the calls start %s after the transfer's first bytes\n\n",
 		fmtSize(o.bulkSize), fmtSize(o.bulkSize), o.warmup)
 
 	p("## Which connection a call takes\n\n")
-	p("`remote.Client` sends Stat on its call connection, but Get, like Put, on its bulk connection (`reader.start` calls `c.bulk.Get`), whatever the size. So a small read never waits behind a bulk transfer's data in the link's queue alone, as a Stat does:\n\n")
-	p("- during a download, the small Get's reply leaves the server on the download's own TCP connection: it waits behind the data the server's socket holds unsent (up to `TCP_NOTSENT_LOWAT`, %s, %.0f ms at %s) and gRPC's write buffer (%s, %.0f ms), interleaved with the download's frames by gRPC, and then behind whatever the link's queue holds;\n",
-		fmtSize(transport.NotSentLowat), msAt(transport.NotSentLowat, o.rate), rate, fmtSize(transport.WriteBuffer), msAt(transport.WriteBuffer, o.rate))
-	p("- during an upload, the small Get's request waits in the same way behind the upload's data in the client's socket and gRPC's buffer, then in the queue of the link's upward direction; its reply comes down an idle direction;\n")
-	p("- a Stat waits only in the link's queue: behind the download's data on the way back, or behind the upload's on the way there. With a lost packet it also waits for TCP to repair its own connection.\n\n")
+	p("`remote.Client` sends Stat, and a Get of at most `remote.SmallGet` (%s) bytes, on its call connection, and larger Gets, Gets to the end of a file and Puts on its bulk connection. So the small Get here, like the Stat, waits only where the two connections meet, in the link's queue: behind the download's data on the way back, or behind the upload's on the way there; with a lost packet it also waits for TCP to repair its own connection. On the bulk connection (before commit 79a446c every Get took it) it also waited behind the data the server's socket holds unsent (up to `TCP_NOTSENT_LOWAT`, %s, %.0f ms at %s) and gRPC's write buffer (%s, %.0f ms).\n\n",
+		fmtSize(remote.SmallGet), fmtSize(transport.NotSentLowat), msAt(transport.NotSentLowat, o.rate), rate, fmtSize(transport.WriteBuffer), msAt(transport.WriteBuffer, o.rate))
 
 	p("## Latency\n\n")
 	p("Milliseconds from issuing a call to its result (a Stat's reply; a Get's last byte and the end of its stream), and the same in round trips of the link's configured round trip (no call takes less than one). Median (of an even count, the mean of the middle two), p90 by nearest rank (the %s of %d), largest. *Added* is the rise of the median over the same call's idle median, in round trips. *Within %d RTT* is the target: *yes* if the p90 is, *median only* if only the median is, *no* otherwise. Failed calls (none unless the column says so) are left out of the figures.\n\n",
