@@ -91,6 +91,14 @@ package proto
 // vanish.
 const MaxData = 256 << 10
 
+// SendData is the most data a sender puts in one message: MaxData less
+// room for the message's other fields, so that the encoded message fits a
+// 256 KiB buffer of gRPC's pool (transport.BufferPool) instead of taking
+// the next size, 1 MiB. A message queued for a slow receiver pins its
+// buffer until the socket takes it; with 1 MiB buffers that was about
+// 2 MiB per slow download. Receivers still take MaxData.
+const SendData = MaxData - 64
+
 // MaxRefs is the most chunk refs one ChunkRefs carries (about 36 KB), and
 // the most hashes one ChunkReq asks for.
 const MaxRefs = 1024

@@ -26,6 +26,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/ferryfs/ferry"
@@ -172,11 +173,12 @@ func Dial(cfg Config) (*Client, error) {
 		// Keepalives notice a dead link within about 30 s instead of the
 		// kernel's many minutes.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(proto.MaxData + (64 << 10))),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(proto.MaxData+(64<<10)), grpc.ForceCodecV2(transport.Codec)),
 		grpc.WithInitialWindowSize(transport.StreamWindow),
 		grpc.WithInitialConnWindowSize(transport.ConnWindow),
 		grpc.WithWriteBufferSize(transport.WriteBuffer),
 		grpc.WithReadBufferSize(transport.WriteBuffer),
+		experimental.WithBufferPool(transport.BufferPool),
 		// Reconnect quickly after an outage: gRPC's default waits up to
 		// two minutes between attempts.
 		grpc.WithConnectParams(grpc.ConnectParams{
@@ -530,7 +532,7 @@ func (c *Client) putStream(ctx context.Context, p string, d ferry.Dir, off int64
 		m.Dir = &proto.Dir{}
 	}
 	if data != nil {
-		buf := make([]byte, proto.MaxData)
+		buf := make([]byte, proto.SendData)
 		var zbuf []byte
 		for {
 			n, rerr := io.ReadFull(data, buf)

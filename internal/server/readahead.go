@@ -26,7 +26,7 @@ import (
 const (
 	readAheadRTTs = 4
 	// minReadAhead keeps one message ready even before any measurement.
-	minReadAhead = proto.MaxData
+	minReadAhead = proto.SendData
 	// maxReadAhead bounds one stream whatever its connection.
 	maxReadAhead = 64 << 20
 )
@@ -156,7 +156,7 @@ type piece struct {
 func startReadAhead(ctx context.Context, rd io.Reader, c *conn, b *budget, cancels *atomic.Int64) *readAhead {
 	ra := &readAhead{
 		ctx: ctx,
-		q:   make(chan piece, maxReadAhead/proto.MaxData), space: make(chan struct{}, 1),
+		q:   make(chan piece, maxReadAhead/proto.SendData), space: make(chan struct{}, 1),
 		b: b, c: c, cancels: cancels, done: make(chan struct{}),
 	}
 	if b.fixed > 0 {
@@ -188,21 +188,21 @@ func startReadAhead(ctx context.Context, rd io.Reader, c *conn, b *budget, cance
 				}
 				measure()
 			}
-			if !b.acquire(ctx, proto.MaxData) {
+			if !b.acquire(ctx, proto.SendData) {
 				ra.cancels.Add(1)
 				return
 			}
-			buf := make([]byte, proto.MaxData)
+			buf := make([]byte, proto.SendData)
 			n, err := io.ReadFull(rd, buf)
 			if err == io.ErrUnexpectedEOF {
 				err = io.EOF
 			}
-			ra.hold(proto.MaxData)
+			ra.hold(proto.SendData)
 			select {
 			case ra.q <- piece{buf[:n], err}:
 			case <-ctx.Done():
-				ra.hold(-proto.MaxData)
-				b.release(proto.MaxData)
+				ra.hold(-proto.SendData)
+				b.release(proto.SendData)
 				ra.cancels.Add(1)
 				return
 			}
@@ -232,8 +232,8 @@ func targetDepth(c *conn, b *budget) int64 {
 func (ra *readAhead) Next() (piece, bool) {
 	p, ok := <-ra.q
 	if ok {
-		ra.hold(-proto.MaxData)
-		ra.b.release(proto.MaxData)
+		ra.hold(-proto.SendData)
+		ra.b.release(proto.SendData)
 		select {
 		case ra.space <- struct{}{}:
 		default:
@@ -264,8 +264,8 @@ func (ra *readAhead) hold(n int64) {
 func (ra *readAhead) Stop() {
 	<-ra.done
 	for range ra.q {
-		ra.hold(-proto.MaxData)
-		ra.b.release(proto.MaxData)
+		ra.hold(-proto.SendData)
+		ra.b.release(proto.SendData)
 	}
 	ra.setDepth(0)
 	ra.b.leave(ra)

@@ -63,19 +63,19 @@ func TestReadAheadFixed(t *testing.T) {
 		wantPieces int64
 		wantTarget int64
 	}{
-		{"four pieces", 4 * proto.MaxData, 4, 4 * proto.MaxData},
-		{"rounded up to a piece", proto.MaxData + 1, 2, proto.MaxData + 1},
-		{"at least one message", 1, 1, proto.MaxData},
+		{"four pieces", 4 * proto.SendData, 4, 4 * proto.SendData},
+		{"rounded up to a piece", proto.SendData + 1, 2, proto.SendData + 1},
+		{"at least one message", 1, 1, proto.SendData},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := newBudget(64*proto.MaxData, tc.fixed)
+			b := newBudget(64*proto.SendData, tc.fixed)
 			c := &conn{}
 			var cancels atomic.Int64
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
-			data := bytes.Repeat([]byte{1}, 16*proto.MaxData)
+			data := bytes.Repeat([]byte{1}, 16*proto.SendData)
 			ra := startReadAhead(ctx, bytes.NewReader(data), c, b, &cancels)
-			want := tc.wantPieces * proto.MaxData
+			want := tc.wantPieces * proto.SendData
 			deadline := time.Now().Add(5 * time.Second)
 			for c.readAhead.Load() < want && time.Now().Before(deadline) {
 				time.Sleep(time.Millisecond)

@@ -28,6 +28,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/peer"
@@ -178,6 +179,8 @@ func New(cfg Config) (*Server, error) {
 		grpc.InitialConnWindowSize(transport.ConnWindow),
 		grpc.WriteBufferSize(transport.WriteBuffer),
 		grpc.ReadBufferSize(transport.WriteBuffer),
+		experimental.BufferPool(transport.BufferPool),
+		grpc.ForceServerCodecV2(transport.Codec),
 		// Clients ping every 20 s to notice dead links and keep their
 		// watches (their leases) alive; gRPC's default policy would
 		// answer such pings with GOAWAY.

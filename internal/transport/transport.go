@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc/mem"
 )
 
 // Congestion is the congestion controller every socket asks for. Where the
@@ -179,3 +180,20 @@ const (
 	// system calls on fast links.
 	WriteBuffer = 256 << 10
 )
+
+// BufferPool is the pool gRPC encodes (Codec) and receives messages in, on
+// both ends: gRPC's default tiers are 256 B, 4, 16 and 32 KiB and 1 MiB,
+// so a file message of up to proto.SendData (just under 256 KiB) took a
+// 1 MiB buffer, held while the message waits for a slow receiver's socket.
+// This one adds a 256 KiB tier. A server and 200 clients in one process
+// (190 reading at 1 Mbit/s over loopback, downloads of 32 MiB) held 1,221
+// MB of heap after GC, 399 MB of it in 1 MiB encoding buffers; with this
+// pool and Codec, 810 MB.
+var BufferPool = mustPool(mem.NewBinaryTieredBufferPool(8, 12, 14, 15, 18, 20))
+
+func mustPool(p mem.BufferPool, err error) mem.BufferPool {
+	if err != nil {
+		panic(err) // Only invalid exponents fail.
+	}
+	return p
+}
