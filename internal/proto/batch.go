@@ -16,7 +16,7 @@ const BatchWait = 2 * time.Millisecond
 
 // SendFind sends the entries of s, in order, with send. With a nil zip each
 // entry is one FindReply; otherwise entries go in FindBatch replies of at
-// most MaxData bytes, compressed by zip where that shrinks them (an entry
+// most SendData bytes, compressed by zip where that shrinks them (an entry
 // too big for a batch goes alone, as it is). A batch is sent when it is
 // full, when the stream ends, or once its first entry has waited
 // BatchWait, so a slow walk is not held back. SendFind returns the first
@@ -85,10 +85,10 @@ func sendFind(s *ferry.Stream[ferry.Entry], send func(*FindReply) error, zip *zw
 		// An entry's bytes in the batch: itself, its tag and its length.
 		n := pb.Size(m) + 8
 		var err error
-		if size+n > MaxData {
+		if size+n > SendData {
 			err = flush()
 		}
-		if err == nil && n > MaxData {
+		if err == nil && n > SendData {
 			err = send(m)
 		} else if err == nil {
 			if len(batch.Entries) == 0 {

@@ -313,7 +313,6 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 		stats.SentBytes += int64(len(data))
 		stats.WireBytes += int64(len(m.Data))
 	}
-	sendChunk := func(h chunk.Hash, data []byte) { sendData(h, data, false) }
 	// fines holds the needed chunks sent as fine lists, until the server
 	// says which of their pieces it lacks; fineBytes is their size, which
 	// fineBudget bounds (beyond it chunks go whole).
@@ -344,7 +343,7 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 		if known != nil && !known(r.Hash) && !sent[r.Hash] {
 			flush()
 			sent[r.Hash] = true
-			sendChunk(r.Hash, data)
+			sendData(r.Hash, data, false)
 			stats.Optimistic++
 		} else if len(pending) == proto.MaxRefs {
 			flush()
@@ -424,7 +423,7 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 				stats.FineLists++
 				continue
 			}
-			sendChunk(ref.Hash, b)
+			sendData(ref.Hash, b, false)
 		}
 		needEnd = needEnd || r.NeedEnd
 		if needEnd && len(fines) == 0 && !closed {
