@@ -146,7 +146,7 @@ func (r *latReport) markdown() string {
 		strings.Join(links, "; "), rate, strings.Join(ccs, ", "))
 	p("- Server: `ferry serve` in the server namespace (adaptive read-ahead; `--trash-max -1`, so that a replaced upload is not kept and indexed)\n")
 	p("- Client: one `remote.Client` in the client namespace, with its two TCP connections: one for calls such as Stat, one for bulk data (Get, Put); plain streamed Gets and Puts, no chunk cache, no compression\n")
-	p("- Calls: in each phase, %d Stats of a %s file and %d Gets of it read whole (a Get of the file's size, as the mount asks for a small file), alternating, one at a time, each after a pause of %s\n",
+	p("- Calls: in each phase, %d Stats of a %s file and %d Gets of it read whole (a Get of the file's size), alternating, one at a time, each after a pause of %s\n",
 		o.calls, fmtSize(o.smallSize), o.calls, o.gap)
 	p("- Phases on each link: idle; during a download of a %s file of random bytes, fetched over and over; during an upload of %s of random bytes to one path, put over and over; the calls start %s after the transfer's first bytes\n\n",
 		fmtSize(o.bulkSize), fmtSize(o.bulkSize), o.warmup)

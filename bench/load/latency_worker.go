@@ -181,8 +181,8 @@ func (c *client) timeCalls(ctx context.Context, o *latWorkerOpts, want int64, bu
 			break
 		}
 		if d, err := timeCall(ctx, func(ctx context.Context) error {
-			// By its size, as the mount asks for a small file: the
-			// client then sends it on the call connection (SmallGet).
+			// By its size: the client then sends it on the call
+			// connection (SmallGet).
 			rd := c.rc.Get(ctx, o.small, 0, want)
 			defer rd.Close()
 			n, err := io.ReadFull(rd, buf)

@@ -516,18 +516,7 @@ func (s *stream) start(off int64) syscall.Errno {
 		cancel()
 		return errno(err)
 	}
-	// A small file is asked for by its size, which lets the tree below
-	// send it as a small call rather than behind bulk data (a remote
-	// client's SmallGet). The size is the one the open saw; a file grown
-	// since is read on by a new stream from where this one ends.
-	count := int64(-1)
-	s.n.mu.Lock()
-	size := s.n.seenSize
-	s.n.mu.Unlock()
-	if size <= smallFile && off < size {
-		count = size - off
-	}
-	r := s.n.s.fsys.Get(ctx, p, off, count)
+	r := s.n.s.fsys.Get(ctx, p, off, -1)
 	ch := make(chan chunk, readAhead)
 	go func() {
 		defer close(ch)

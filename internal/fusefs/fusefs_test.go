@@ -40,7 +40,6 @@ func needFUSE(t *testing.T) {
 type counting struct {
 	ferry.FS
 	finds, stats, gets, puts, wstats, findgets atomic.Int64
-	lastCount                                  atomic.Int64 // The count of the last Get.
 }
 
 func (c *counting) FindGet(ctx context.Context, p, pred string) *ferry.Stream[ferry.Entry] {
@@ -60,7 +59,6 @@ func (c *counting) Stat(ctx context.Context, p string) *ferry.Future[ferry.Dir] 
 
 func (c *counting) Get(ctx context.Context, p string, off, n int64) io.ReadCloser {
 	c.gets.Add(1)
-	c.lastCount.Store(n)
 	return c.FS.Get(ctx, p, off, n)
 }
 
@@ -896,23 +894,5 @@ func TestAwaitFetch(t *testing.T) {
 	}
 	if g, fg := c.gets.Load()-gets, c.findgets.Load(); g != 0 || fg != 1 {
 		t.Errorf("reading a directory's files while its fetch was on its way: %d Gets, %d FindGets; want 0 and 1", g, fg)
-	}
-}
-
-// TestSmallReadCount: a small file read with a Get of its own (its
-// directory's fetch too slow to wait for) asks for its size, so that a
-// remote tree sends it on the call connection, not behind bulk data.
-func TestSmallReadCount(t *testing.T) {
-	dir, tree := localTree(t)
-	c := &counting{FS: tree}
-	want := "a small file\n"
-	writeFile(t, filepath.Join(dir, "s/small"), want)
-	mnt, _ := mountFS(t, &slowFetch{counting: c, delay: awaitMax + 500*time.Millisecond}, Options{})
-	gets := c.gets.Load()
-	if got := readFile(t, filepath.Join(mnt, "s/small")); got != want {
-		t.Fatalf("read %q, want %q", got, want)
-	}
-	if n, count := c.gets.Load()-gets, c.lastCount.Load(); n != 1 || count != int64(len(want)) {
-		t.Errorf("%d Gets, the last for %d bytes; want 1 for %d", n, count, len(want))
 	}
 }
