@@ -90,12 +90,15 @@ func TestDirCache(t *testing.T) {
 	if got := names(); got != "a" {
 		t.Fatalf("listing = %q, want %q", got, "a")
 	}
-	before := s.readdirs.Load()
+	before, opens := s.readdirs.Load(), s.kernel.opendirs.Load()
 	if got := names(); got != "a" {
 		t.Fatalf("second listing = %q, want %q", got, "a")
 	}
 	if n := s.readdirs.Load() - before; n != 0 {
 		t.Errorf("listing the directory again came to the mount %d times, want 0 (the kernel keeps it)", n)
+	}
+	if n := s.kernel.opendirs.Load() - opens; n != 0 {
+		t.Errorf("opening the directory again came to the mount %d times, want 0 (the kernel opens it itself)", n)
 	}
 	// Made on the server: the watch drops the kernel's listing.
 	writeFile(t, filepath.Join(dir, "d", "b"), "b")
@@ -111,5 +114,88 @@ func TestDirCache(t *testing.T) {
 	}
 	if got := names(); got != "b" {
 		t.Errorf("after removing a through the mount, listing = %q, want %q", got, "b")
+	}
+}
+
+// TestNegativeEntries: on a leased mount the kernel keeps "no such file"
+// for a name, so asking again does not come to the mount; a file made on
+// the server under that name still shows at once (the watch's
+// invalidation drops the kernel's entry).
+func TestNegativeEntries(t *testing.T) {
+	needFUSE(t)
+	dir, tree := localTree(t)
+	writeFile(t, filepath.Join(dir, "d", "a"), "a")
+	mnt, s := mountFS(t, tree, Options{})
+	nope := filepath.Join(mnt, "d", "nope")
+	for i := range 3 {
+		before := s.kernel.lookups.Load()
+		if _, err := os.Stat(nope); !os.IsNotExist(err) {
+			t.Fatalf("stat %d of a missing name: %v, want no such file", i, err)
+		}
+		if n := s.kernel.lookups.Load() - before; i > 0 && n != 0 {
+			t.Errorf("stat %d of a missing name came to the mount %d times, want 0 (the kernel keeps the answer)", i, n)
+		}
+	}
+	writeFile(t, filepath.Join(dir, "d", "nope"), "here")
+	if !waitFor(5*time.Second, func() bool { _, err := os.Stat(nope); return err == nil }) {
+		t.Fatalf("a file made on the server under a name the kernel knew missing is not there after 5 s")
+	}
+	if got := readFile(t, nope); got != "here" {
+		t.Errorf("read %q, want %q", got, "here")
+	}
+}
+
+// TestListingExpiresWithoutLease: once the kernel opens directories itself
+// it keeps their listings, so a listing made after the lease was lost must
+// still be dropped after the TTL, as entries are.
+func TestListingExpiresWithoutLease(t *testing.T) {
+	needFUSE(t)
+	dir, tree := localTree(t)
+	writeFile(t, filepath.Join(dir, "d", "a"), "a")
+	w := &watching{FS: tree, watches: make(chan chan ferry.Event, 4)}
+	// The watch does not come back within the test once it ends.
+	mnt, s := mountFS(t, w, Options{TTL: 200 * time.Millisecond, WatchBackoff: time.Hour})
+	events := <-w.watches
+	if !waitFor(5*time.Second, s.meta.leased) {
+		t.Fatal("no lease after the watch's first event")
+	}
+	list := func() string {
+		t.Helper()
+		es, err := os.ReadDir(filepath.Join(mnt, "d"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range es {
+			out = append(out, e.Name())
+		}
+		return strings.Join(out, " ")
+	}
+	if got := list(); got != "a" {
+		t.Fatalf("listing = %q, want %q", got, "a")
+	}
+	if !s.kernel.noOpendir.Load() {
+		t.Fatal("the kernel still opens directories through the mount under a lease")
+	}
+	close(events)
+	if !waitFor(5*time.Second, func() bool { return !s.meta.leased() }) {
+		t.Fatal("the lease outlived its watch")
+	}
+	if got := list(); got != "a" {
+		t.Fatalf("listing without a lease = %q, want %q", got, "a")
+	}
+	// Made on the server with no watch to tell, and the directory's time
+	// put back as rsync -a does, so that the kernel cannot tell by it:
+	// seen once the TTL is over.
+	st, err := os.Stat(filepath.Join(dir, "d"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(dir, "d", "b"), "b")
+	if err := os.Chtimes(filepath.Join(dir, "d"), st.ModTime(), st.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(5*time.Second, func() bool { return list() == "a b" }) {
+		t.Errorf("5 s after a file was made on the server without a lease, listing = %q, want %q", list(), "a b")
 	}
 }

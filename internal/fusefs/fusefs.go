@@ -128,6 +128,8 @@ type Server struct {
 
 	// readdirs counts the listings the kernel asked for, for tests.
 	readdirs atomic.Int64
+	// kernel stands between the kernel and go-fuse's file system.
+	kernel *kernelFS
 }
 
 // Mount mounts the tree fsys at mountpoint and serves it in the
@@ -186,6 +188,7 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 		inos: map[string]uint64{}, nextIno: 2,
 	}
 	s.meta.data = s.data
+	s.meta.settle = func(ctx context.Context, p string) error { return s.wback.wait(ctx, p) }
 	s.root = &node{s: s}
 	zero := time.Duration(0)
 	fopt := &fs.Options{
@@ -230,8 +233,14 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	if err != nil {
 		return nil, ferry.E(op, mountpoint, ferry.KindInvalid, err)
 	}
-	srv, err := fs.Mount(mnt, s.root, fopt)
+	s.kernel = &kernelFS{RawFileSystem: fs.NewNodeFS(s.root, fopt), s: s}
+	srv, err := fuse.NewServer(s.kernel, mnt, &fopt.MountOptions)
 	if err != nil {
+		return nil, ferry.E(op, mnt, ferry.KindIO, err)
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		srv.Unmount()
 		return nil, ferry.E(op, mnt, ferry.KindIO, err)
 	}
 	s.srv, s.mnt = srv, mnt

@@ -52,6 +52,10 @@ type meta struct {
 	// can doubt those names.
 	kids map[string]map[string]uint64
 	data *contents // Prefetched small files, dropped with their entries.
+	// settle waits for this mount's background calls on a path
+	// (writeback.wait) before the tree is asked about it: until they are
+	// done the tree's answer is older than what this mount did.
+	settle func(ctx context.Context, p string) error
 
 	// Counters, for tests and the log.
 	finds, stats uint64
@@ -261,6 +265,11 @@ func (m *meta) getattr(ctx context.Context, p string) (ferry.Dir, error) {
 
 // stat asks the tree for p and caches the answer.
 func (m *meta) stat(ctx context.Context, p string) (ferry.Dir, error) {
+	if m.settle != nil {
+		if err := m.settle(ctx, p); err != nil {
+			return nil, err
+		}
+	}
 	at, lease, seq := m.stamp()
 	m.mu.Lock()
 	m.stats++

@@ -329,6 +329,7 @@ func (n *node) wstat(ctx context.Context, want ferry.Dir) syscall.Errno {
 // kernel drops that cache itself when the directory changes through this
 // mount, and on the invalidations notify sends for changes by others.
 // Without a watch every open lists afresh and drops what the kernel kept.
+// Once a lease is held the kernel opens directories itself (kernelFS).
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	var fl uint32
 	if n.s.meta.leased() {
@@ -412,6 +413,7 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	if err != nil {
 		return nil, errno(err)
 	}
+	n.expireListing()
 	out := make([]fuse.DirEntry, 0, len(ds)+2)
 	out = append(out,
 		fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR, Ino: n.StableAttr().Ino},

@@ -142,9 +142,15 @@ func (s *Server) notifyTree(p string) { s.notify(p, true) }
 // change, or a directory's change of times: it asks the server, and drops
 // the cache only if the cache does not already agree.
 func (s *Server) check(ctx context.Context, p string) {
-	_, _, seq := s.meta.stamp()
 	ctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
+	// The server's answer is not newer than this mount's own calls on p
+	// still in the background (an unlink behind a close, say): believed
+	// before they are done, it would bring back what they removed.
+	if s.wback.wait(ctx, p) != nil {
+		return
+	}
+	_, _, seq := s.meta.stamp()
 	d, err := s.fsys.Stat(ctx, p).Wait()
 	agrees, attrs := s.meta.check(p, d, err, seq)
 	switch {
