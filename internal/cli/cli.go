@@ -278,6 +278,11 @@ func dial(cmd *cobra.Command, addr string) (*remote.Client, error) {
 		cfg.Key = key
 	}
 	cfg.BulkConns, _ = cmd.Flags().GetInt("bulk-conns")
+	if cmd.Flags().Lookup("timeout") != nil {
+		// A transfer rides out a broken connection no longer than a
+		// call may wait.
+		cfg.ResumeFor, _ = cmd.Flags().GetDuration("timeout")
+	}
 	cfg.Cache = openCache(cmd, addr)
 	cfg.CloseCache = true
 	c, err := remote.Dial(cfg)

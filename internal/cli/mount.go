@@ -30,7 +30,7 @@ func mountCmd() *cobra.Command {
 		writeBack                     bool
 		logFile                       string
 		readyFd                       int
-		ttl                           time.Duration
+		ttl, timeout                  time.Duration
 		depth                         int
 	)
 	c := &cobra.Command{
@@ -88,6 +88,10 @@ Limitations:
   - statfs reports fixed numbers (1 TiB free), not the server's disk.
   - Without a watch from the server, changes made by others show up
     after at most --ttl (and at the next open of a file).
+  - While the server cannot be reached, calls wait for it to come back
+    for up to --timeout, then fail with EIO (a close then has not stored
+    the file); a link that goes silent without breaking the connection
+    is noticed by keepalives within about 30 s on top.
   - Permissions are checked by the local kernel against the server's
     owners and modes (default_permissions); the server itself acts with
     its own rights.`,
@@ -102,6 +106,7 @@ Limitations:
 				TTL:           ttl,
 				PrefetchDepth: depth,
 				WriteBack:     writeBack,
+				CallTimeout:   timeout,
 			})
 		},
 	}
@@ -111,6 +116,7 @@ Limitations:
 	c.Flags().StringVar(&logFile, "log", "", "log file of the background process (default $FERRY_HOME/mount.log)")
 	c.Flags().DurationVar(&ttl, "ttl", time.Second, "how long metadata is trusted without a watch from the server")
 	c.Flags().BoolVar(&writeBack, "writeback", false, "let close return before the file is stored; fsync still waits")
+	c.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long a call waits for the server (reconnecting meanwhile) before it fails with EIO")
 	c.Flags().IntVar(&depth, "prefetch-depth", 16, "how many levels below a directory its first use fetches")
 	c.Flags().IntVar(&readyFd, "ready-fd", 0, "descriptor on which to report readiness (used by the background start)")
 	c.Flags().MarkHidden("ready-fd")

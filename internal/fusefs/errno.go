@@ -20,8 +20,11 @@ var kindErrno = map[ferry.Kind]syscall.Errno{
 	// A server that cannot be reached is an I/O error to programs, as on
 	// NFS: EAGAIN would make some of them spin.
 	ferry.KindUnavailable: syscall.EIO,
-	ferry.KindCanceled:    syscall.EINTR,
-	ferry.KindAuth:        syscall.EACCES,
+	// The mount's calls are not cancelled by programs (the kernel
+	// answers an interrupted one itself): a canceled call is one that
+	// ran out of Options.CallTimeout, or the mount going away.
+	ferry.KindCanceled: syscall.EIO,
+	ferry.KindAuth:     syscall.EACCES,
 }
 
 // errno converts an error of the tree to the errno of a FUSE reply: 0 for

@@ -95,6 +95,12 @@ type Options struct {
 	// and writes beyond 256 MiB not yet stored are stored on close, as
 	// without WriteBack.
 	WriteBack bool
+	// CallTimeout is how long a call waits for the server before it
+	// fails with EIO (default 1 min); meanwhile a broken connection is
+	// made again. The tree's own wait for a connection to come back
+	// (remote.Config.ResumeFor) should not be longer: ferry mount
+	// --timeout sets both.
+	CallTimeout time.Duration
 	// WatchBackoff is the first wait before re-establishing a lost watch
 	// (default 100 ms); it doubles up to a minute.
 	WatchBackoff time.Duration
@@ -157,6 +163,9 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	if opt.TTL <= 0 {
 		opt.TTL = time.Second
 	}
+	if opt.CallTimeout <= 0 {
+		opt.CallTimeout = time.Minute
+	}
 	if opt.LeaseTTL <= 0 {
 		opt.LeaseTTL = time.Minute
 	}
@@ -169,7 +178,7 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	if opt.FsName == "" {
 		opt.FsName = "ferry:" + root
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), opt.CallTimeout)
 	d, err := fsys.Stat(ctx, root).Wait()
 	cancel()
 	if err != nil {
@@ -182,7 +191,7 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 		fsys: fsys, opt: opt, log: opt.Log,
 		meta:    newMeta(fsys, opt.PrefetchDepth, opt.PrefetchBudget, opt.TTL),
 		data:    newContents(fsys, opt.Log, cacheBudget),
-		wback:   newWriteback(),
+		wback:   newWriteback(opt.CallTimeout),
 		done:    make(chan struct{}),
 		rootUid: d.Int(ferry.AttrUid), rootGid: d.Int(ferry.AttrGid),
 		inos: map[string]uint64{}, nextIno: 2,

@@ -86,7 +86,7 @@ func (n *node) path() (string, bool) {
 // call to the server abandoned halfway helps no one. Calls are bounded by
 // the request timeout instead.
 func (s *Server) ctx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	return context.WithTimeout(context.WithoutCancel(ctx), s.opt.CallTimeout)
 }
 
 // typeBits returns the S_IFMT bits for an entry.

@@ -142,7 +142,7 @@ func (s *Server) notifyTree(p string) { s.notify(p, true) }
 // change, or a directory's change of times: it asks the server, and drops
 // the cache only if the cache does not already agree.
 func (s *Server) check(ctx context.Context, p string) {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	ctx, cancel := context.WithTimeout(ctx, s.opt.CallTimeout)
 	defer cancel()
 	// The server's answer is not newer than this mount's own calls on p
 	// still in the background (an unlink behind a close, say): believed

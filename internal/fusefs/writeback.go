@@ -31,6 +31,8 @@ type writeback struct {
 	errs  map[string]error // Failures not yet reported.
 	bytes int64            // Snapshot bytes held by ops.
 	sem   chan struct{}
+	// timeout bounds each background call (Options.CallTimeout).
+	timeout time.Duration
 }
 
 type wbOp struct {
@@ -39,8 +41,8 @@ type wbOp struct {
 	done chan struct{}
 }
 
-func newWriteback() *writeback {
-	return &writeback{errs: map[string]error{}, sem: make(chan struct{}, writebackOps)}
+func newWriteback(timeout time.Duration) *writeback {
+	return &writeback{errs: map[string]error{}, sem: make(chan struct{}, writebackOps), timeout: timeout}
 }
 
 // related reports whether a call on a must be ordered with one on b.
@@ -83,7 +85,7 @@ func (w *writeback) start(p string, size int64, call func(ctx context.Context) e
 		w.sem <- struct{}{}
 		// A background call outlives the request that queued it; it
 		// has its own deadline, like every call of the mount.
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
 		err := call(ctx)
 		cancel()
 		<-w.sem

@@ -1,6 +1,7 @@
 package servertest
 
 import (
+	"io"
 	"net"
 	"sync"
 	"testing"
@@ -88,4 +89,76 @@ func delayCopy(dst, src net.Conn, d time.Duration) {
 	} else {
 		dst.Close()
 	}
+}
+
+// Switch is a proxy to a server that a test can take away and bring back.
+type Switch struct {
+	Addr  string // Where clients connect.
+	mu    sync.Mutex
+	down  bool
+	conns []net.Conn
+}
+
+// SwitchProxy listens on loopback and forwards each connection to target
+// until the test ends or Down is called.
+func SwitchProxy(t testing.TB, target string) *Switch {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sw := &Switch{Addr: l.Addr().String()}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			sw.mu.Lock()
+			down := sw.down
+			sw.mu.Unlock()
+			var s net.Conn
+			if !down {
+				s, err = net.Dial("tcp", target)
+			}
+			if down || err != nil {
+				c.Close()
+				continue
+			}
+			sw.mu.Lock()
+			sw.conns = append(sw.conns, c, s)
+			sw.mu.Unlock()
+			wg.Add(2)
+			go func() { defer wg.Done(); io.Copy(s, c); s.Close() }()
+			go func() { defer wg.Done(); io.Copy(c, s); c.Close() }()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		sw.Down()
+		wg.Wait()
+	})
+	return sw
+}
+
+// Down breaks every connection and refuses new ones, as a server that went
+// away does.
+func (sw *Switch) Down() {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	sw.down = true
+	for _, c := range sw.conns {
+		c.Close()
+	}
+	sw.conns = nil
+}
+
+// Up lets connections through again.
+func (sw *Switch) Up() {
+	sw.mu.Lock()
+	defer sw.mu.Unlock()
+	sw.down = false
 }

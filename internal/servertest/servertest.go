@@ -112,8 +112,9 @@ func (s *Server) Client(t testing.TB, user string) *remote.Client {
 	return s.ClientVia(t, user, s.Addr)
 }
 
-// ClientVia is Client connecting through addr, such as a DelayProxy's.
-func (s *Server) ClientVia(t testing.TB, user, addr string) *remote.Client {
+// ClientVia is Client connecting through addr, such as a DelayProxy's;
+// each of tune, if any, may change the client's configuration first.
+func (s *Server) ClientVia(t testing.TB, user, addr string, tune ...func(*remote.Config)) *remote.Client {
 	t.Helper()
 	home := t.TempDir()
 	key, _, err := auth.LoadOrCreateKey(filepath.Join(home, auth.ClientKeyFile))
@@ -123,11 +124,15 @@ func (s *Server) ClientVia(t testing.TB, user, addr string) *remote.Client {
 	if err := s.Auth.Authorize(auth.Fingerprint(key.Public().(ed25519.PublicKey)), user); err != nil {
 		t.Fatal(err)
 	}
-	c, err := remote.Dial(remote.Config{
+	cfg := remote.Config{
 		Addr:  addr,
 		Key:   key,
 		Hosts: &auth.KnownHosts{File: filepath.Join(home, auth.KnownHostsFile)},
-	})
+	}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	c, err := remote.Dial(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
