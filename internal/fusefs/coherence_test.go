@@ -75,18 +75,7 @@ func TestDirCache(t *testing.T) {
 	dir, tree := localTree(t)
 	writeFile(t, filepath.Join(dir, "d", "a"), "a")
 	mnt, s := mountFS(t, tree, Options{})
-	names := func() string {
-		t.Helper()
-		es, err := os.ReadDir(filepath.Join(mnt, "d"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, e := range es {
-			out = append(out, e.Name())
-		}
-		return strings.Join(out, " ")
-	}
+	names := func() string { t.Helper(); return listNames(t, filepath.Join(mnt, "d")) }
 	if got := names(); got != "a" {
 		t.Fatalf("listing = %q, want %q", got, "a")
 	}
@@ -159,18 +148,7 @@ func TestListingExpiresWithoutLease(t *testing.T) {
 	if !waitFor(5*time.Second, s.meta.leased) {
 		t.Fatal("no lease after the watch's first event")
 	}
-	list := func() string {
-		t.Helper()
-		es, err := os.ReadDir(filepath.Join(mnt, "d"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var out []string
-		for _, e := range es {
-			out = append(out, e.Name())
-		}
-		return strings.Join(out, " ")
-	}
+	list := func() string { t.Helper(); return listNames(t, filepath.Join(mnt, "d")) }
 	if got := list(); got != "a" {
 		t.Fatalf("listing = %q, want %q", got, "a")
 	}
@@ -198,4 +176,18 @@ func TestListingExpiresWithoutLease(t *testing.T) {
 	if !waitFor(5*time.Second, func() bool { return list() == "a b" }) {
 		t.Errorf("5 s after a file was made on the server without a lease, listing = %q, want %q", list(), "a b")
 	}
+}
+
+// listNames returns the names in dir, space-separated, in order.
+func listNames(t *testing.T, dir string) string {
+	t.Helper()
+	es, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range es {
+		out = append(out, e.Name())
+	}
+	return strings.Join(out, " ")
 }

@@ -376,6 +376,10 @@ func (n *node) flushBehind(wb *wbuf, p string, d ferry.Dir) (syscall.Errno, bool
 	n.stores++
 	gen := n.stores
 	n.mu.Unlock()
+	// Recorded as pending before the store can start: one that ends at
+	// once drops the pending entry, which recording it after would bring
+	// back for good (git then found its renamed lock files still there).
+	n.record(p, local, true)
 	ok := n.s.wback.start(p, wb.size, func(ctx context.Context) error {
 		got, err := n.s.put(ctx, p, d, ferry.Whole, func() io.Reader { return bytes.NewReader(data) })
 		if err != nil {
@@ -400,11 +404,11 @@ func (n *node) flushBehind(wb *wbuf, p string, d ferry.Dir) (syscall.Errno, bool
 		return nil
 	})
 	if !ok {
+		n.s.meta.dropPending(p)
 		return 0, false
 	}
 	wb.dirty, wb.created = false, false
 	wb.base, wb.set = local, ferry.Dir{}
-	n.record(p, local, true)
 	// As after a store: the kernel's attributes are those of its own
 	// writes, and the mtime is now the one sent.
 	n.NotifyContent(-1, 0)

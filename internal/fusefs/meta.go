@@ -37,6 +37,7 @@ type meta struct {
 	fetching map[string]*fetch
 	pending  map[string]ferry.Dir // Files created here but not yet on the server.
 	own      map[string]time.Time // Paths this mount changed, and when.
+	inflight map[string]int       // Paths this mount's calls are changing (expect).
 	lease    uint64               // The current watch's number; 0 while there is none.
 	leases   uint64               // How many leases there have been.
 	seq      uint64               // Counts invalidations.
@@ -107,6 +108,7 @@ func newMeta(fsys ferry.FS, depth, budget int, ttl time.Duration) *meta {
 		fetching: map[string]*fetch{},
 		pending:  map[string]ferry.Dir{},
 		own:      map[string]time.Time{},
+		inflight: map[string]int{},
 		inval:    map[string]uint64{},
 		kids:     map[string]map[string]uint64{},
 	}
@@ -673,6 +675,7 @@ func (m *meta) renamed(from string, d ferry.Dir) {
 	m.invalidated(from)
 	m.invalidated(d.Path())
 	m.dropTree(from)
+	delete(m.pending, from) // Whatever was pending there has moved.
 	if l := m.dirs[path.Dir(from)]; l != nil {
 		delete(l.names, path.Base(from))
 	}
@@ -713,6 +716,30 @@ func (m *meta) created(dir string) {
 const ownWindow = 10 * time.Second
 
 // markOwn records that this mount changed p. m.mu is held.
+// expect marks ps as about to be changed by this mount, until the
+// returned func is called once the call's answer is recorded. The server's
+// event for the change can arrive, and be checked, before that answer: a
+// check that then finds no entry leaves it to the answer, rather than
+// dropping p, which would make the kernel forget the entry the call is
+// making (a new directory's: getcwd then failed in it).
+func (m *meta) expect(ps ...string) (done func()) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, p := range ps {
+		m.markOwn(p)
+		m.inflight[p]++
+	}
+	return func() {
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		for _, p := range ps {
+			if m.inflight[p]--; m.inflight[p] <= 0 {
+				delete(m.inflight, p)
+			}
+		}
+	}
+}
+
 func (m *meta) markOwn(p string) {
 	now := time.Now()
 	m.own[p] = now
@@ -785,7 +812,8 @@ func (m *meta) checkLocked(p string, d ferry.Dir, err error, seq uint64) (agrees
 		return !listed, false
 	}
 	if e == nil {
-		return false, false
+		// A call of this mount is making p: its answer will say.
+		return m.inflight[p] > 0, false
 	}
 	same := true
 	for _, k := range []string{ferry.AttrType, ferry.AttrSize, ferry.AttrMtime, ferry.AttrMode, ferry.AttrUid, ferry.AttrGid, ferry.AttrTarget, ferry.AttrNlink} {

@@ -560,6 +560,7 @@ func (n *node) make(ctx context.Context, name string, mode uint32, d ferry.Dir, 
 	} else if !ferry.IsKind(err, ferry.KindNotExist) {
 		return nil, errno(err)
 	}
+	defer n.s.meta.expect(p)()
 	var got ferry.Dir
 	if n.s.opt.WriteBack && d.IsDir() {
 		got = n.makeBehind(p, d)
@@ -766,6 +767,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		}
 	}
 	kept, _ := n.s.data.held(from)
+	defer n.s.meta.expect(from, to)()
 	d, err := n.s.fsys.Move(cctx, from, to).Wait()
 	if err != nil {
 		return errno(err)

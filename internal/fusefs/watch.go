@@ -114,7 +114,7 @@ func (s *Server) notify(p string, tree bool) {
 	}
 	name := path.Base(p)
 	child := parent.GetChild(name)
-	parent.NotifyEntry(name)
+	s.forgetEntry(parent, name, child, p, !tree)
 	// The kernel drops its copy of the parent's listing (OpendirHandle)
 	// on an entry invalidation only if it holds the entry; a name it never
 	// looked up, such as a new file's, needs the parent's content dropped.
@@ -129,10 +129,36 @@ func (s *Server) notify(p string, tree bool) {
 
 func (s *Server) notifyBelow(in *fs.Inode) {
 	for name, c := range in.Children() {
-		in.NotifyEntry(name)
+		s.forgetEntry(in, name, c, "", false)
 		c.NotifyContent(0, 0)
 		s.notifyBelow(c)
 	}
+}
+
+// forgetEntry tells the kernel to forget the entry name in parent, unless
+// child is a directory: unhashing a directory's entry makes getcwd fail
+// for every process working in it (git init failed so, on the echo of its
+// own mkdir). A directory keeps its entry, and its attributes and listing
+// are dropped by the caller; nodes are found by path, so what is below it
+// is asked for afresh. With check, p is asked for in the background and
+// the entry forgotten after all if it is no longer a directory; otherwise
+// (a lost lease) a directory removed on the server meanwhile shows until
+// its entry's timeout.
+func (s *Server) forgetEntry(parent *fs.Inode, name string, child *fs.Inode, p string, check bool) {
+	if child == nil || !child.IsDir() {
+		parent.NotifyEntry(name)
+		return
+	}
+	if !check {
+		return
+	}
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.opt.CallTimeout)
+		defer cancel()
+		if d, err := s.fsys.Stat(ctx, p).Wait(); ferry.IsKind(err, ferry.KindNotExist) || (err == nil && !d.IsDir()) {
+			parent.NotifyEntry(name)
+		}
+	}()
 }
 
 // notifyTree is notify for p and everything below it.

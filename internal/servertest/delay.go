@@ -14,44 +14,7 @@ import (
 // network namespaces. It stops when the test ends.
 func DelayProxy(t testing.TB, target string, oneWay time.Duration) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c, s)
-			mu.Unlock()
-			wg.Add(2)
-			go func() { defer wg.Done(); delayCopy(s, c, oneWay) }()
-			go func() { defer wg.Done(); delayCopy(c, s, oneWay) }()
-		}
-	}()
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	return l.Addr().String()
+	return proxy(t, target, func(dst, src net.Conn) { delayCopy(dst, src, oneWay) }).Addr
 }
 
 type chunk struct {
@@ -103,6 +66,13 @@ type Switch struct {
 // until the test ends or Down is called.
 func SwitchProxy(t testing.TB, target string) *Switch {
 	t.Helper()
+	return proxy(t, target, func(dst, src net.Conn) { io.Copy(dst, src); dst.Close() })
+}
+
+// proxy listens on loopback and connects each client to target, copying
+// each direction with pipe, until the test ends.
+func proxy(t testing.TB, target string, pipe func(dst, src net.Conn)) *Switch {
+	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -132,8 +102,8 @@ func SwitchProxy(t testing.TB, target string) *Switch {
 			sw.conns = append(sw.conns, c, s)
 			sw.mu.Unlock()
 			wg.Add(2)
-			go func() { defer wg.Done(); io.Copy(s, c); s.Close() }()
-			go func() { defer wg.Done(); io.Copy(c, s); c.Close() }()
+			go func() { defer wg.Done(); pipe(s, c) }()
+			go func() { defer wg.Done(); pipe(c, s) }()
 		}
 	}()
 	t.Cleanup(func() {
