@@ -3,6 +3,7 @@ package fusefs
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path"
@@ -491,7 +492,13 @@ type stream struct {
 	cur    []byte
 	pos    int64 // The offset of cur[0].
 	err    error // The stream's end (io.EOF) or failure, once cur is used up.
+	grew   bool  // The file went on beyond a count asked for (errLimit).
 }
+
+// errLimit ends a stream whose Get asked for a count: the file may go on
+// beyond it (it grew since the size the count came from), so a read that
+// wants more starts a Get of the rest rather than taking it for the end.
+var errLimit = errors.New("end of the bytes asked for")
 
 type chunk struct {
 	data []byte
@@ -520,7 +527,18 @@ func (s *stream) start(off int64) syscall.Errno {
 		cancel()
 		return errno(err)
 	}
-	r := s.n.s.fsys.Get(ctx, p, off, -1)
+	// A small file is asked for by its size, which lets the tree below
+	// send it as a small call rather than behind bulk data (a remote
+	// client's SmallGet). The size is the one the open saw; if the file
+	// grew since, a read beyond it starts a new Get (errLimit).
+	count := int64(-1)
+	s.n.mu.Lock()
+	size := s.n.seenSize
+	s.n.mu.Unlock()
+	if size <= smallFile && off < size && !s.grew {
+		count = size - off
+	}
+	r := s.n.s.fsys.Get(ctx, p, off, count)
 	ch := make(chan chunk, readAhead)
 	go func() {
 		defer close(ch)
@@ -534,6 +552,9 @@ func (s *stream) start(off int64) syscall.Errno {
 				case <-ctx.Done():
 					return
 				}
+			}
+			if err == io.EOF && count >= 0 {
+				err = errLimit
 			}
 			if err != nil {
 				select {
@@ -577,10 +598,25 @@ func (s *stream) next() {
 	}
 }
 
+// readOn handles the end of a Get that asked for a count (errLimit): if
+// the file is now known to be longer than the stream's position (it grew
+// since the open), a Get of the rest starts at off; otherwise the stream
+// has reached the file's end. The kernel asks beyond the end of a small
+// file as a matter of course (a page at a time), so that costs no call.
+func (s *stream) readOn(ctx context.Context, off int64) syscall.Errno {
+	d, e := s.n.attrs(ctx)
+	if e != 0 || d.Size() <= s.pos {
+		s.err = io.EOF
+		return 0
+	}
+	s.grew = true
+	return s.start(off)
+}
+
 func (s *stream) read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.ch == nil || off < s.pos || off > s.pos+int64(len(s.cur))+maxSkip || (s.err != nil && s.err != io.EOF) {
+	if s.ch == nil || off < s.pos || off > s.pos+int64(len(s.cur))+maxSkip || (s.err != nil && s.err != io.EOF && s.err != errLimit) {
 		if e := s.start(off); e != 0 {
 			return nil, e
 		}
@@ -588,6 +624,12 @@ func (s *stream) read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	// Skip to off.
 	for s.pos < off {
 		s.next()
+		if len(s.cur) == 0 && s.err == errLimit {
+			if e := s.readOn(ctx, off); e != 0 {
+				return nil, e
+			}
+			break
+		}
 		if len(s.cur) == 0 {
 			break
 		}
@@ -597,6 +639,12 @@ func (s *stream) read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	n := 0
 	for n < len(dest) && s.pos == off+int64(n) {
 		s.next()
+		if len(s.cur) == 0 && s.err == errLimit {
+			if e := s.readOn(ctx, s.pos); e != 0 {
+				return nil, e
+			}
+			continue
+		}
 		if len(s.cur) == 0 {
 			break
 		}

@@ -40,6 +40,7 @@ func needFUSE(t *testing.T) {
 type counting struct {
 	ferry.FS
 	finds, stats, gets, puts, wstats, findgets atomic.Int64
+	lastCount                                  atomic.Int64 // The count of the last Get.
 }
 
 func (c *counting) FindGet(ctx context.Context, p, pred string) *ferry.Stream[ferry.Entry] {
@@ -59,6 +60,7 @@ func (c *counting) Stat(ctx context.Context, p string) *ferry.Future[ferry.Dir] 
 
 func (c *counting) Get(ctx context.Context, p string, off, n int64) io.ReadCloser {
 	c.gets.Add(1)
+	c.lastCount.Store(n)
 	return c.FS.Get(ctx, p, off, n)
 }
 
@@ -895,4 +897,58 @@ func TestAwaitFetch(t *testing.T) {
 	if g, fg := c.gets.Load()-gets, c.findgets.Load(); g != 0 || fg != 1 {
 		t.Errorf("reading a directory's files while its fetch was on its way: %d Gets, %d FindGets; want 0 and 1", g, fg)
 	}
+}
+
+// TestSmallReadCount: a small file read with a Get of its own (its
+// directory's fetch too slow to wait for) asks for its size, so that a
+// remote tree sends it on the call connection, not behind bulk data.
+func TestSmallReadCount(t *testing.T) {
+	want := "a small file\n"
+	_, mnt, c := mountSlowFetch(t, want)
+	gets := c.gets.Load()
+	if got := readFile(t, filepath.Join(mnt, "s/small")); got != want {
+		t.Fatalf("read %q, want %q", got, want)
+	}
+	if n, count := c.gets.Load()-gets, c.lastCount.Load(); n != 1 || count != int64(len(want)) {
+		t.Errorf("%d Gets, the last for %d bytes; want 1 for %d", n, count, len(want))
+	}
+}
+
+// TestSmallReadGrown: a file that grew on the server after it was opened
+// here is read whole through that open, though its first Get asked for
+// the size the open saw.
+func TestSmallReadGrown(t *testing.T) {
+	short := "a small file\n"
+	dir, mnt, _ := mountSlowFetch(t, short)
+	f, err := os.Open(filepath.Join(mnt, "s/small"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	long := strings.Repeat(short, 300)
+	writeFile(t, filepath.Join(dir, "s/small"), long)
+	if !waitFor(5*time.Second, func() bool {
+		st, err := os.Stat(filepath.Join(mnt, "s/small"))
+		return err == nil && st.Size() == int64(len(long))
+	}) {
+		t.Fatal("the mount does not see the file grow")
+	}
+	got, err := io.ReadAll(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != long {
+		t.Errorf("read %d bytes through the earlier open (%q...), want %d", len(got), got[:min(len(got), 20)], len(long))
+	}
+}
+
+// mountSlowFetch mounts a tree holding s/small with content, whose small
+// file fetches are too slow to wait for, so that reads take Gets of their
+// own.
+func mountSlowFetch(t *testing.T, content string) (dir, mnt string, c *counting) {
+	dir, tree := localTree(t)
+	c = &counting{FS: tree}
+	writeFile(t, filepath.Join(dir, "s/small"), content)
+	mnt, _ = mountFS(t, &slowFetch{counting: c, delay: awaitMax + 500*time.Millisecond}, Options{})
+	return dir, mnt, c
 }
