@@ -715,7 +715,6 @@ func (m *meta) created(dir string) {
 // is taken to be the echo of that change, and checked before it is acted on.
 const ownWindow = 10 * time.Second
 
-// markOwn records that this mount changed p. m.mu is held.
 // expect marks ps as about to be changed by this mount, until the
 // returned func is called once the call's answer is recorded. The server's
 // event for the change can arrive, and be checked, before that answer: a
@@ -740,6 +739,7 @@ func (m *meta) expect(ps ...string) (done func()) {
 	}
 }
 
+// markOwn records that this mount changed p. m.mu is held.
 func (m *meta) markOwn(p string) {
 	now := time.Now()
 	m.own[p] = now
