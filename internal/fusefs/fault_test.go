@@ -2,15 +2,18 @@ package fusefs
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/remote"
 	"github.com/ferryfs/ferry/internal/servertest"
 )
@@ -92,5 +95,58 @@ func TestServerGoneAndBack(t *testing.T) {
 	// A close that failed stored nothing, or all of it: never a part.
 	if b, err := os.ReadFile(filepath.Join(dir, "b")); err == nil && string(b) != "never stored" {
 		t.Errorf("the server has a partial b: %q", b)
+	}
+}
+
+// failingGets is a tree whose Gets break at byte 1,000,000 of the file
+// (mid-page) while fail is set, as a connection lost mid-transfer does,
+// wherever they start.
+type failingGets struct {
+	ferry.FS
+	fail atomic.Bool
+}
+
+func (f *failingGets) Get(ctx context.Context, p string, off, n int64) io.ReadCloser {
+	r := f.FS.Get(ctx, p, off, n)
+	if !f.fail.Load() {
+		return r
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(io.LimitReader(r, max(0, 1000000-off)), errReader{}), r}
+}
+
+type errReader struct{}
+
+func (errReader) Read([]byte) (int, error) {
+	return 0, ferry.E("test.Get", "", ferry.KindUnavailable, "connection lost")
+}
+
+// TestReadFailureIsNotEnd: a Get that breaks midway fails the read with
+// EIO; it must not hand the kernel the bytes that came, which the kernel
+// would take for the end of the file (and trim its size to: the file then
+// reads short, without an error, until its attributes are asked for
+// again). Read again once Gets work, the file is whole.
+func TestReadFailureIsNotEnd(t *testing.T) {
+	dir, tree := localTree(t)
+	want := make([]byte, 2<<20)
+	for i := range want {
+		want[i] = byte(i * 13 / 7)
+	}
+	writeFile(t, filepath.Join(dir, "big"), string(want))
+	f := &failingGets{FS: tree}
+	mnt, _ := mountFS(t, f, Options{})
+	f.fail.Store(true)
+	if _, err := os.ReadFile(filepath.Join(mnt, "big")); !errors.Is(err, syscall.EIO) {
+		t.Errorf("reading while Gets break: %v, want EIO", err)
+	}
+	f.fail.Store(false)
+	got, err := os.ReadFile(filepath.Join(mnt, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("read after Gets work again: %d bytes, want %d (equal=%v)", len(got), len(want), bytes.Equal(got, want))
 	}
 }

@@ -651,7 +651,10 @@ func (s *stream) read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 		k := copy(dest[n:], s.cur)
 		s.cur, s.pos, n = s.cur[k:], s.pos+int64(k), n+k
 	}
-	if n == 0 && s.err != nil && s.err != io.EOF {
+	// A read that stops short of what was asked for tells the kernel the
+	// file ends there (it trims its size), so a failure mid-read fails
+	// the whole read, whatever arrived before it.
+	if n < len(dest) && s.err != nil && s.err != io.EOF {
 		err := s.err
 		s.stop()
 		return nil, errno(err)
