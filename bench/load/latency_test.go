@@ -214,7 +214,7 @@ func fakeLatReport() *latReport {
 
 func TestLatencyMarkdown(t *testing.T) {
 	md := fakeLatReport().markdown()
-	for _, want := range []string{
+	wantLines(t, md,
 		"- Command: `go run ./bench/load latency -links 50ms,100ms/1% -n 4`",
 		"- Links: `netem` beds, a fresh one for each link: 50ms; 100ms, 1% loss; 100mbit each way",
 		"TCP bbr",
@@ -232,30 +232,11 @@ func TestLatencyMarkdown(t *testing.T) {
 		"- 100ms, 1% loss, during an upload: 0 Stats and 1 Gets failed; the first: get /small.bin: deadline exceeded",
 		"- 50ms, during an upload: 1 bulk transfers failed; the first of the run: put /up.bin: broken",
 		"- 50ms, during a download, Get: 125 125 125 150",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("the report lacks %q:\n%s", want, md)
-		}
-	}
+	)
 }
 
 func TestWriteLatencyReport(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "REPORT-latency.md")
-	rep := fakeLatReport()
-	if err := rep.write(path); err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(got) != rep.markdown() {
-		t.Error("the written report differs from markdown()")
-	}
-	if ents, _ := os.ReadDir(dir); len(ents) != 1 {
-		t.Errorf("the directory holds %d files, want only the report", len(ents))
-	}
+	checkWrite(t, fakeLatReport(), filepath.Join(t.TempDir(), "REPORT-latency.md"))
 }
 
 // TestLatencySmall runs the latency benchmark on one short link over a

@@ -7,9 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os/signal"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/ferryfs/ferry"
@@ -223,12 +221,11 @@ func runLatencyWorker(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stopSignals()
-	env, err := newWorkerEnv(o.home)
+	ctx, env, stop, err := startWorker(o.home)
 	if err != nil {
 		return err
 	}
+	defer stop()
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	c := &client{ctx: cctx, stop: cancel, errs: &errCount{}, emit: env.emit}

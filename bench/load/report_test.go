@@ -83,7 +83,7 @@ func TestMarkdown(t *testing.T) {
 	rep := fakeReport()
 	rep.runs[3].ready = 17
 	md := rep.markdown()
-	for _, want := range []string{
+	wantLines(t, md,
 		"- Command: `go run ./bench/load -clients 20 -slow 0.5 -fixed 4MiB -runs 2`",
 		"- Modes: adaptive, fixed 4MiB; 2 runs of each",
 		"10 throttled to 1mbit",
@@ -94,20 +94,30 @@ func TestMarkdown(t *testing.T) {
 		"| adaptive | 4 (2 + 2) | 2560 KiB | 4 of 4, 25-40 ms | 25-40 ms | 35-50 ms | 0 KiB | 10 ms |",
 		"Run 2 (fixed 4MiB): only 17 of the 20 clients had received data",
 		"| 2 | fixed 4MiB | 410.0 | 10.0 | 400.0 | 0.20 | 0.30 | 0.50 | 200.0 MiB | 40.0 MiB / 10.0 MiB | 40 | 4 of 4 in 25-40 ms | 25-40 ms | 0 |",
-	} {
-		if !strings.Contains(md, want) {
-			t.Errorf("the report lacks %q:\n%s", want, md)
+	)
+}
+
+// wantLines checks that the report md holds each of want.
+func wantLines(t *testing.T, md string, want ...string) {
+	t.Helper()
+	for _, w := range want {
+		if !strings.Contains(md, w) {
+			t.Errorf("the report lacks %q:\n%s", w, md)
 		}
 	}
 }
 
-func TestWriteReport(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "REPORT-load.md")
-	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	rep := fakeReport()
+// markdownReport is a report of either benchmark.
+type markdownReport interface {
+	markdown() string
+	write(path string) error
+}
+
+// checkWrite writes rep to path, in a directory that holds nothing else,
+// and checks that the file is the report's markdown and nothing is left
+// beside it.
+func checkWrite(t *testing.T, rep markdownReport, path string) {
+	t.Helper()
 	if err := rep.write(path); err != nil {
 		t.Fatal(err)
 	}
@@ -118,10 +128,19 @@ func TestWriteReport(t *testing.T) {
 	if string(got) != rep.markdown() {
 		t.Error("the written report differs from markdown()")
 	}
-	ents, _ := os.ReadDir(dir)
-	if len(ents) != 1 {
+	if ents, _ := os.ReadDir(filepath.Dir(path)); len(ents) != 1 {
 		t.Errorf("the directory holds %d files, want only the report", len(ents))
 	}
+}
+
+func TestWriteReport(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "REPORT-load.md")
+	if err := os.WriteFile(path, []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	rep := fakeReport()
+	checkWrite(t, rep, path)
 	if err := rep.write(filepath.Join(dir, "missing", "r.md")); err == nil {
 		t.Error("writing into a missing directory succeeded")
 	}

@@ -256,6 +256,17 @@ type workerEnv struct {
 	cmds <-chan string
 }
 
+// startWorker is what both workers do first: a context that SIGINT and
+// SIGTERM cancel, and the environment in home. stop releases the signals.
+func startWorker(home string) (ctx context.Context, env *workerEnv, stop func(), err error) {
+	ctx, stop = signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	if env, err = newWorkerEnv(home); err != nil {
+		stop()
+		return nil, nil, nil, err
+	}
+	return ctx, env, stop, nil
+}
+
 func newWorkerEnv(home string) (*workerEnv, error) {
 	key, _, err := auth.LoadOrCreateKey(filepath.Join(home, auth.ClientKeyFile))
 	if err != nil {
@@ -302,12 +313,11 @@ func runWorker(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stopSignals := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	defer stopSignals()
-	env, err := newWorkerEnv(o.home)
+	ctx, env, stop, err := startWorker(o.home)
 	if err != nil {
 		return err
 	}
+	defer stop()
 	emit := env.emit
 	errs := &errCount{}
 	clients := make([]*client, o.clients)

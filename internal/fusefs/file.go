@@ -390,7 +390,7 @@ func (n *node) flushBehind(wb *wbuf, p string, d ferry.Dir) (syscall.Errno, bool
 			// Not from here: an fsync waiting for this call may
 			// hold the directory's lock that the kernel needs to
 			// take the notice.
-			go n.s.notify(p, false)
+			go n.s.notify(p, false, true)
 			return err
 		}
 		// A later store of the file is queued: what this mount shows

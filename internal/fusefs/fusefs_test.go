@@ -755,11 +755,7 @@ func TestTreeFetch(t *testing.T) {
 		t.Fatalf("the subtree fetch brought %d files, want at least 20", n)
 	}
 	gets := c.gets.Load()
-	for rel, w := range want {
-		if got := readFile(t, filepath.Join(mnt, rel)); got != w {
-			t.Errorf("%s: got %d bytes, want %d", rel, len(got), len(w))
-		}
-	}
+	readAll(t, mnt, want)
 	if g, fg := c.gets.Load()-gets, c.findgets.Load(); g != 0 || fg != 2 {
 		t.Errorf("reading the tree after two directories: %d more Gets, %d FindGets in all; want 0 and 2", g, fg)
 	}
@@ -797,11 +793,7 @@ func TestTreeFetchClimbs(t *testing.T) {
 		held([]int{2, 6, 8, 30}[i])
 	}
 	gets := c.gets.Load()
-	for rel, w := range want {
-		if got := readFile(t, filepath.Join(mnt, rel)); got != w {
-			t.Errorf("%s: got %d bytes, want %d", rel, len(got), len(w))
-		}
-	}
+	readAll(t, mnt, want)
 	if g, fg := c.gets.Load()-gets, c.findgets.Load(); g != 0 || fg != 4 {
 		t.Errorf("reading the tree: %d more Gets, %d FindGets in all; want 0 and 4", g, fg)
 	}
@@ -889,11 +881,7 @@ func TestAwaitFetch(t *testing.T) {
 		t.Fatal(err)
 	}
 	gets := c.gets.Load()
-	for rel, w := range want {
-		if got := readFile(t, filepath.Join(mnt, rel)); got != w {
-			t.Errorf("%s: got %d bytes, want %d", rel, len(got), len(w))
-		}
-	}
+	readAll(t, mnt, want)
 	if g, fg := c.gets.Load()-gets, c.findgets.Load(); g != 0 || fg != 1 {
 		t.Errorf("reading a directory's files while its fetch was on its way: %d Gets, %d FindGets; want 0 and 1", g, fg)
 	}
@@ -951,4 +939,15 @@ func mountSlowFetch(t *testing.T, content string) (dir, mnt string, c *counting)
 	writeFile(t, filepath.Join(dir, "s/small"), content)
 	mnt, _ = mountFS(t, &slowFetch{counting: c, delay: awaitMax + 500*time.Millisecond}, Options{})
 	return dir, mnt, c
+}
+
+// readAll reads each file of want (by path below mnt) through the mount and
+// checks its content.
+func readAll(t *testing.T, mnt string, want map[string]string) {
+	t.Helper()
+	for rel, w := range want {
+		if got := readFile(t, filepath.Join(mnt, rel)); got != w {
+			t.Errorf("%s: got %d bytes, want %d", rel, len(got), len(w))
+		}
+	}
 }

@@ -606,7 +606,7 @@ func (n *node) makeBehind(p string, d ferry.Dir) ferry.Dir {
 			// Not from here: an fsync waiting for this call may
 			// hold the directory's lock that the kernel needs to
 			// take the notice.
-			go n.s.notify(p, false)
+			go n.s.notify(p, false, true)
 			return err
 		}
 		n.s.meta.set(got)
@@ -657,7 +657,7 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 				}
 				// Whatever a store before it recorded is gone now.
 				n.s.meta.forget(p)
-				go n.s.notify(p, false)
+				go n.s.notify(p, false, true)
 				return err
 			})
 			if cn != nil {

@@ -54,12 +54,14 @@ func (s *Server) watch(ctx context.Context, firstLease chan struct{}) {
 				}
 				continue
 			}
-			if s.meta.worthChecking(p) {
+			// A directory the kernel knows is checked too: its entry
+			// is forgotten only if the server says it is gone.
+			if in := s.inode(p); s.meta.worthChecking(p) || in != nil && in.IsDir() {
 				go s.check(ctx, p)
 				continue
 			}
 			s.meta.invalidate(p)
-			s.notify(p, false)
+			s.notify(p, false, true)
 		}
 		err := st.Err()
 		first()
@@ -98,8 +100,9 @@ func (s *Server) inode(p string) *fs.Inode {
 
 // notify tells the kernel to forget its entry for p and, if it has a node
 // for p, that node's attributes and cached pages; with tree, also those of
-// every node it knows below p.
-func (s *Server) notify(p string, tree bool) {
+// every node it knows below p. A directory's entry is forgotten only if
+// gone says p is no longer a directory (see forgetEntry).
+func (s *Server) notify(p string, tree, gone bool) {
 	if p == s.opt.Root {
 		in := &s.root.Inode
 		in.NotifyContent(0, 0)
@@ -114,7 +117,7 @@ func (s *Server) notify(p string, tree bool) {
 	}
 	name := path.Base(p)
 	child := parent.GetChild(name)
-	s.forgetEntry(parent, name, child, p, !tree)
+	forgetEntry(parent, name, child, gone)
 	// The kernel drops its copy of the parent's listing (OpendirHandle)
 	// on an entry invalidation only if it holds the entry; a name it never
 	// looked up, such as a new file's, needs the parent's content dropped.
@@ -129,40 +132,29 @@ func (s *Server) notify(p string, tree bool) {
 
 func (s *Server) notifyBelow(in *fs.Inode) {
 	for name, c := range in.Children() {
-		s.forgetEntry(in, name, c, "", false)
+		forgetEntry(in, name, c, false)
 		c.NotifyContent(0, 0)
 		s.notifyBelow(c)
 	}
 }
 
 // forgetEntry tells the kernel to forget the entry name in parent, unless
-// child is a directory: unhashing a directory's entry makes getcwd fail
-// for every process working in it (git init failed so, on the echo of its
-// own mkdir). A directory keeps its entry, and its attributes and listing
-// are dropped by the caller; nodes are found by path, so what is below it
-// is asked for afresh. With check, p is asked for in the background and
-// the entry forgotten after all if it is no longer a directory; otherwise
-// (a lost lease) a directory removed on the server meanwhile shows until
-// its entry's timeout.
-func (s *Server) forgetEntry(parent *fs.Inode, name string, child *fs.Inode, p string, check bool) {
-	if child == nil || !child.IsDir() {
+// child is a directory not known to be gone: unhashing a directory's entry
+// makes getcwd fail for every process working in it (git init failed so,
+// on the echo of its own mkdir). A directory kept keeps its entry, and its
+// attributes and listing are dropped by the caller; nodes are found by
+// path, so what is below it is asked for afresh. After a lost lease (no
+// answer for each directory) one removed on the server meanwhile shows
+// until its entry's timeout.
+func forgetEntry(parent *fs.Inode, name string, child *fs.Inode, gone bool) {
+	if child == nil || !child.IsDir() || gone {
 		parent.NotifyEntry(name)
-		return
 	}
-	if !check {
-		return
-	}
-	go func() {
-		ctx, cancel := context.WithTimeout(context.Background(), s.opt.CallTimeout)
-		defer cancel()
-		if d, err := s.fsys.Stat(ctx, p).Wait(); ferry.IsKind(err, ferry.KindNotExist) || (err == nil && !d.IsDir()) {
-			parent.NotifyEntry(name)
-		}
-	}()
 }
 
-// notifyTree is notify for p and everything below it.
-func (s *Server) notifyTree(p string) { s.notify(p, true) }
+// notifyTree is notify for p and everything below it, with no answer
+// from the server for any of it.
+func (s *Server) notifyTree(p string) { s.notify(p, true, false) }
 
 // check handles an event for p that may be the echo of this mount's own
 // change, or a directory's change of times: it asks the server, and drops
@@ -186,7 +178,7 @@ func (s *Server) check(ctx context.Context, p string) {
 		}
 	case !agrees:
 		if s.meta.invalidateUnchanged(p, seq) {
-			s.notify(p, false)
+			s.notify(p, false, ferry.IsKind(err, ferry.KindNotExist) || err == nil && !d.IsDir())
 		}
 	}
 }
