@@ -363,8 +363,15 @@ func syncTrees(ctx context.Context, src, dst syncSide, o syncOpts) (syncStats, e
 			// entries can be made in it.
 			return dst.fs.Put(ctx, dstPath(it.rel), ferry.Dir{ferry.AttrType: ferry.TypeDir, ferry.AttrMode: "0700"}, 0, nil)
 		})
-	// Files and links without waiting for each.
-	if err := inFlight(ctx, copies, putParallel, &errs, func(it syncItem) error { return syncCopy(ctx, src, dst, it) }); err != nil {
+	// Files and links without waiting for each; to a server, the files'
+	// puts share one stream, so that what they send compresses together.
+	var rp replacer
+	if dst.c != nil {
+		b := dst.c.PutBatch(ctx)
+		defer b.Close()
+		rp = b
+	}
+	if err := inFlight(ctx, copies, putParallel, &errs, func(it syncItem) error { return syncCopy(ctx, src, dst, it, rp) }); err != nil {
 		return st, err
 	}
 	var afuts []*ferry.Future[ferry.Dir]
@@ -379,16 +386,16 @@ func syncTrees(ctx context.Context, src, dst syncSide, o syncOpts) (syncStats, e
 	return st, errs.err()
 }
 
-// replacer is a destination that replaces a file it holds by sending only
-// what changed (remote.Client).
+// replacer replaces a file a server holds, or makes it, by sending only the
+// chunks the server lacks (remote.PutBatch).
 type replacer interface {
 	Replace(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader) *ferry.Future[ferry.Dir]
 }
 
 // syncCopy copies the file or link of it from src to dst, with its mode
-// and mtime. A local file over one the remote destination holds goes by
-// chunks whatever its size: only what changed crosses the link.
-func syncCopy(ctx context.Context, src, dst syncSide, it syncItem) error {
+// and mtime. A local file goes to rp, if not nil, by chunks whatever its
+// size: only what the server lacks crosses the link.
+func syncCopy(ctx context.Context, src, dst syncSide, it syncItem, rp replacer) error {
 	to := path.Join(dst.root, it.rel)
 	if it.src.Type() == ferry.TypeSymlink {
 		_, err := dst.fs.Put(ctx, to, ferry.Dir{ferry.AttrType: ferry.TypeSymlink, ferry.AttrTarget: it.src[ferry.AttrTarget]}, 0, nil).Wait()
@@ -401,7 +408,7 @@ func syncCopy(ctx context.Context, src, dst syncSide, it syncItem) error {
 		if err != nil {
 			return ferry.E("sync", it.src.Path(), err)
 		}
-		if rp, ok := dst.fs.(replacer); ok && it.dst != nil && it.dst.Type() == ferry.TypeFile {
+		if rp != nil {
 			defer f.Close()
 			fi, err := f.Stat()
 			if err != nil {

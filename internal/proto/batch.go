@@ -1,6 +1,7 @@
 package proto
 
 import (
+	"sync"
 	"time"
 
 	pb "google.golang.org/protobuf/proto"
@@ -148,4 +149,109 @@ func UnpackFind(m *FindReply, zip *zwire.Codec) ([]ferry.Entry, error) {
 		es[i] = ToEntry(x)
 	}
 	return es, nil
+}
+
+// Batcher collects the messages of a PutChunkedBatch stream (ChunkPutMsgs
+// on the client, ChunkPutReplies on the server) and sends them together,
+// as SendFind batches a walk's entries: a batch goes when the next message
+// would take it past SendData bytes, when Flush is called, or once its
+// first message has waited the Batcher's wait. Many puts' lists, and a
+// file's pieces, then share one message and one zstd frame. It is safe for
+// concurrent use.
+type Batcher[M pb.Message] struct {
+	mu    sync.Mutex
+	msgs  []M
+	size  int
+	wait  time.Duration
+	timer *time.Timer
+	send  func([]M) error
+	err   error
+}
+
+// NewBatcher returns a Batcher that sends each batch with send, which is
+// called with the Batcher locked and must not keep the slice.
+func NewBatcher[M pb.Message](wait time.Duration, send func([]M) error) *Batcher[M] {
+	return &Batcher[M]{wait: wait, send: send}
+}
+
+// Add queues m. It returns the error of the batch it sent, or of an
+// earlier one: after a failed send nothing more is sent.
+func (b *Batcher[M]) Add(m M) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	// A message's bytes in the batch: itself, its tag and its length.
+	n := pb.Size(m) + 8
+	if b.size+n > SendData {
+		b.flush()
+	}
+	if b.err != nil {
+		return b.err
+	}
+	b.msgs = append(b.msgs, m)
+	b.size += n
+	if len(b.msgs) == 1 {
+		if b.timer == nil {
+			b.timer = time.AfterFunc(b.wait, func() { b.Flush() })
+		} else {
+			b.timer.Reset(b.wait)
+		}
+	}
+	return nil
+}
+
+// Flush sends what is queued, and returns the error of that or of an
+// earlier send.
+func (b *Batcher[M]) Flush() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.flush()
+	return b.err
+}
+
+func (b *Batcher[M]) flush() {
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	if len(b.msgs) == 0 || b.err != nil {
+		return
+	}
+	b.err = b.send(b.msgs)
+	clear(b.msgs)
+	b.msgs, b.size = b.msgs[:0], 0
+}
+
+// PackPutBatch marshals w (a ChunkPutMsgs or a ChunkPutReplies) into a
+// ChunkPutBatch, compressed by zip if zip is not nil and that shrinks it.
+func PackPutBatch(w pb.Message, zip *zwire.Codec) (*ChunkPutBatch, error) {
+	raw, err := pb.Marshal(w)
+	if err != nil {
+		return nil, err
+	}
+	m := &ChunkPutBatch{Batch: raw}
+	if zip != nil {
+		m.Batch, m.Zstd = zip.Compress(nil, raw)
+	}
+	return m, nil
+}
+
+// UnpackPutBatch unmarshals the batch of m into w, decompressing it with
+// zip. It fails with KindInvalid if the batch is compressed and zip is nil
+// (its receiver did not say it takes that), does not decompress, or does
+// not unmarshal.
+func UnpackPutBatch(m *ChunkPutBatch, zip *zwire.Codec, w pb.Message) error {
+	const op = "proto.UnpackPutBatch"
+	raw := m.Batch
+	if m.Zstd {
+		if zip == nil {
+			return ferry.E(op, "", ferry.KindInvalid, "a compressed batch unasked")
+		}
+		var err error
+		if raw, err = zip.Decompress(nil, m.Batch); err != nil {
+			return ferry.E(op, "", ferry.KindInvalid, err)
+		}
+	}
+	if err := pb.Unmarshal(raw, w); err != nil {
+		return ferry.E(op, "", ferry.KindInvalid, err)
+	}
+	return nil
 }

@@ -1320,7 +1320,14 @@ type ChunkPutMsg struct {
 	Fine *ChunkRefs `protobuf:"bytes,11,opt,name=fine,proto3" json:"fine,omitempty"`
 	// piece says hash and data are a piece the server asked for in a
 	// fine_need, not a whole chunk.
-	Piece         bool `protobuf:"varint,12,opt,name=piece,proto3" json:"piece,omitempty"`
+	Piece bool `protobuf:"varint,12,opt,name=piece,proto3" json:"piece,omitempty"`
+	// put, in a PutChunkedBatch, numbers the put the message belongs to,
+	// from 1 up, each number once: the first message with a number begins
+	// its put; a message for a put that has ended is dropped.
+	Put uint32 `protobuf:"varint,13,opt,name=put,proto3" json:"put,omitempty"`
+	// abort, in a PutChunkedBatch, ends the put without committing it (a
+	// PutChunked call is cancelled instead).
+	Abort         bool `protobuf:"varint,14,opt,name=abort,proto3" json:"abort,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1439,6 +1446,20 @@ func (x *ChunkPutMsg) GetPiece() bool {
 	return false
 }
 
+func (x *ChunkPutMsg) GetPut() uint32 {
+	if x != nil {
+		return x.Put
+	}
+	return 0
+}
+
+func (x *ChunkPutMsg) GetAbort() bool {
+	if x != nil {
+		return x.Abort
+	}
+	return false
+}
+
 // ChunkPutReply: need lists (as indexes into the chunk list) chunks the
 // server still lacks, need_end says the client has been told all it must
 // send, and dir, in the last reply, is the committed entry.
@@ -1455,8 +1476,13 @@ type ChunkPutReply struct {
 	// fine_for answers the fine list of that chunk hash: fine_need lists
 	// (as indexes into the fine list) the pieces the server lacks; the
 	// others it found in the version it holds.
-	FineFor       []byte   `protobuf:"bytes,6,opt,name=fine_for,json=fineFor,proto3" json:"fine_for,omitempty"`
-	FineNeed      []uint32 `protobuf:"varint,7,rep,packed,name=fine_need,json=fineNeed,proto3" json:"fine_need,omitempty"`
+	FineFor  []byte   `protobuf:"bytes,6,opt,name=fine_for,json=fineFor,proto3" json:"fine_for,omitempty"`
+	FineNeed []uint32 `protobuf:"varint,7,rep,packed,name=fine_need,json=fineNeed,proto3" json:"fine_need,omitempty"`
+	// put, in a PutChunkedBatch, is the put the reply is for; err, the last
+	// reply of a put that failed (a PutChunked call ends with its status
+	// instead).
+	Put           uint32 `protobuf:"varint,8,opt,name=put,proto3" json:"put,omitempty"`
+	Err           *Error `protobuf:"bytes,9,opt,name=err,proto3" json:"err,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1536,6 +1562,173 @@ func (x *ChunkPutReply) GetFineFor() []byte {
 func (x *ChunkPutReply) GetFineNeed() []uint32 {
 	if x != nil {
 		return x.FineNeed
+	}
+	return nil
+}
+
+func (x *ChunkPutReply) GetPut() uint32 {
+	if x != nil {
+		return x.Put
+	}
+	return 0
+}
+
+func (x *ChunkPutReply) GetErr() *Error {
+	if x != nil {
+		return x.Err
+	}
+	return nil
+}
+
+// ChunkPutBatch carries messages of the puts of a PutChunkedBatch: batch
+// is a ChunkPutMsgs (from the client) or a ChunkPutReplies (from the
+// server), marshaled and, if zstd, compressed with zstd. zstd_ok, in the
+// client's first batch, says it takes compressed batches; the server
+// says so in each of its batches.
+type ChunkPutBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Batch         []byte                 `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
+	Zstd          bool                   `protobuf:"varint,2,opt,name=zstd,proto3" json:"zstd,omitempty"`
+	ZstdOk        bool                   `protobuf:"varint,3,opt,name=zstd_ok,json=zstdOk,proto3" json:"zstd_ok,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkPutBatch) Reset() {
+	*x = ChunkPutBatch{}
+	mi := &file_ferry_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkPutBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkPutBatch) ProtoMessage() {}
+
+func (x *ChunkPutBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkPutBatch.ProtoReflect.Descriptor instead.
+func (*ChunkPutBatch) Descriptor() ([]byte, []int) {
+	return file_ferry_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ChunkPutBatch) GetBatch() []byte {
+	if x != nil {
+		return x.Batch
+	}
+	return nil
+}
+
+func (x *ChunkPutBatch) GetZstd() bool {
+	if x != nil {
+		return x.Zstd
+	}
+	return false
+}
+
+func (x *ChunkPutBatch) GetZstdOk() bool {
+	if x != nil {
+		return x.ZstdOk
+	}
+	return false
+}
+
+type ChunkPutMsgs struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Msgs          []*ChunkPutMsg         `protobuf:"bytes,1,rep,name=msgs,proto3" json:"msgs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkPutMsgs) Reset() {
+	*x = ChunkPutMsgs{}
+	mi := &file_ferry_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkPutMsgs) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkPutMsgs) ProtoMessage() {}
+
+func (x *ChunkPutMsgs) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkPutMsgs.ProtoReflect.Descriptor instead.
+func (*ChunkPutMsgs) Descriptor() ([]byte, []int) {
+	return file_ferry_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *ChunkPutMsgs) GetMsgs() []*ChunkPutMsg {
+	if x != nil {
+		return x.Msgs
+	}
+	return nil
+}
+
+type ChunkPutReplies struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Replies       []*ChunkPutReply       `protobuf:"bytes,1,rep,name=replies,proto3" json:"replies,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunkPutReplies) Reset() {
+	*x = ChunkPutReplies{}
+	mi := &file_ferry_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunkPutReplies) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunkPutReplies) ProtoMessage() {}
+
+func (x *ChunkPutReplies) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunkPutReplies.ProtoReflect.Descriptor instead.
+func (*ChunkPutReplies) Descriptor() ([]byte, []int) {
+	return file_ferry_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ChunkPutReplies) GetReplies() []*ChunkPutReply {
+	if x != nil {
+		return x.Replies
 	}
 	return nil
 }
@@ -1629,7 +1822,7 @@ const file_ferry_proto_rawDesc = "" +
 	"\x04hash\x18\x01 \x01(\fR\x04hash\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x18\n" +
 	"\amissing\x18\x03 \x01(\bR\amissing\x12\x12\n" +
-	"\x04zstd\x18\x04 \x01(\bR\x04zstd\"\xd3\x02\n" +
+	"\x04zstd\x18\x04 \x01(\bR\x04zstd\"\xfb\x02\n" +
 	"\vChunkPutMsg\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1f\n" +
 	"\x03dir\x18\x02 \x01(\v2\r.ferry.v1.DirR\x03dir\x12\x12\n" +
@@ -1643,7 +1836,9 @@ const file_ferry_proto_rawDesc = "" +
 	"\afine_ok\x18\n" +
 	" \x01(\bR\x06fineOk\x12'\n" +
 	"\x04fine\x18\v \x01(\v2\x13.ferry.v1.ChunkRefsR\x04fine\x12\x14\n" +
-	"\x05piece\x18\f \x01(\bR\x05piece\"\xc9\x01\n" +
+	"\x05piece\x18\f \x01(\bR\x05piece\x12\x10\n" +
+	"\x03put\x18\r \x01(\rR\x03put\x12\x14\n" +
+	"\x05abort\x18\x0e \x01(\bR\x05abort\"\xfe\x01\n" +
 	"\rChunkPutReply\x12\x12\n" +
 	"\x04need\x18\x01 \x03(\rR\x04need\x12\x19\n" +
 	"\bneed_end\x18\x02 \x01(\bR\aneedEnd\x12\x1f\n" +
@@ -1651,7 +1846,17 @@ const file_ferry_proto_rawDesc = "" +
 	"\azstd_ok\x18\x04 \x01(\bR\x06zstdOk\x12\x17\n" +
 	"\afine_ok\x18\x05 \x01(\bR\x06fineOk\x12\x19\n" +
 	"\bfine_for\x18\x06 \x01(\fR\afineFor\x12\x1b\n" +
-	"\tfine_need\x18\a \x03(\rR\bfineNeed2\xe1\x05\n" +
+	"\tfine_need\x18\a \x03(\rR\bfineNeed\x12\x10\n" +
+	"\x03put\x18\b \x01(\rR\x03put\x12!\n" +
+	"\x03err\x18\t \x01(\v2\x0f.ferry.v1.ErrorR\x03err\"R\n" +
+	"\rChunkPutBatch\x12\x14\n" +
+	"\x05batch\x18\x01 \x01(\fR\x05batch\x12\x12\n" +
+	"\x04zstd\x18\x02 \x01(\bR\x04zstd\x12\x17\n" +
+	"\azstd_ok\x18\x03 \x01(\bR\x06zstdOk\"9\n" +
+	"\fChunkPutMsgs\x12)\n" +
+	"\x04msgs\x18\x01 \x03(\v2\x15.ferry.v1.ChunkPutMsgR\x04msgs\"D\n" +
+	"\x0fChunkPutReplies\x121\n" +
+	"\areplies\x18\x01 \x03(\v2\x17.ferry.v1.ChunkPutReplyR\areplies2\xaa\x06\n" +
 	"\x05Ferry\x12-\n" +
 	"\x04Stat\x12\x11.ferry.v1.PathReq\x1a\x12.ferry.v1.DirReply\x12)\n" +
 	"\x03Get\x12\x10.ferry.v1.GetReq\x1a\x0e.ferry.v1.Data0\x01\x12-\n" +
@@ -1668,7 +1873,8 @@ const file_ferry_proto_rawDesc = "" +
 	"\n" +
 	"ReadChunks\x12\x12.ferry.v1.ChunkReq\x1a\x13.ferry.v1.ChunkData(\x010\x01\x12@\n" +
 	"\n" +
-	"PutChunked\x12\x15.ferry.v1.ChunkPutMsg\x1a\x17.ferry.v1.ChunkPutReply(\x010\x01B)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
+	"PutChunked\x12\x15.ferry.v1.ChunkPutMsg\x1a\x17.ferry.v1.ChunkPutReply(\x010\x01\x12G\n" +
+	"\x0fPutChunkedBatch\x12\x17.ferry.v1.ChunkPutBatch\x1a\x17.ferry.v1.ChunkPutBatch(\x010\x01B)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
 
 var (
 	file_ferry_proto_rawDescOnce sync.Once
@@ -1682,35 +1888,38 @@ func file_ferry_proto_rawDescGZIP() []byte {
 	return file_ferry_proto_rawDescData
 }
 
-var file_ferry_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_ferry_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
 var file_ferry_proto_goTypes = []any{
-	(*Dir)(nil),            // 0: ferry.v1.Dir
-	(*Error)(nil),          // 1: ferry.v1.Error
-	(*Empty)(nil),          // 2: ferry.v1.Empty
-	(*PathReq)(nil),        // 3: ferry.v1.PathReq
-	(*DirReply)(nil),       // 4: ferry.v1.DirReply
-	(*GetReq)(nil),         // 5: ferry.v1.GetReq
-	(*Data)(nil),           // 6: ferry.v1.Data
-	(*PutMsg)(nil),         // 7: ferry.v1.PutMsg
-	(*UploadReq)(nil),      // 8: ferry.v1.UploadReq
-	(*UploadReply)(nil),    // 9: ferry.v1.UploadReply
-	(*MoveReq)(nil),        // 10: ferry.v1.MoveReq
-	(*WstatReq)(nil),       // 11: ferry.v1.WstatReq
-	(*FindReq)(nil),        // 12: ferry.v1.FindReq
-	(*FindReply)(nil),      // 13: ferry.v1.FindReply
-	(*FindBatch)(nil),      // 14: ferry.v1.FindBatch
-	(*WatchEvent)(nil),     // 15: ferry.v1.WatchEvent
-	(*ChunkListReq)(nil),   // 16: ferry.v1.ChunkListReq
-	(*ChunkRefs)(nil),      // 17: ferry.v1.ChunkRefs
-	(*ChunkListReply)(nil), // 18: ferry.v1.ChunkListReply
-	(*ChunkReq)(nil),       // 19: ferry.v1.ChunkReq
-	(*ChunkData)(nil),      // 20: ferry.v1.ChunkData
-	(*ChunkPutMsg)(nil),    // 21: ferry.v1.ChunkPutMsg
-	(*ChunkPutReply)(nil),  // 22: ferry.v1.ChunkPutReply
-	nil,                    // 23: ferry.v1.Dir.AttrsEntry
+	(*Dir)(nil),             // 0: ferry.v1.Dir
+	(*Error)(nil),           // 1: ferry.v1.Error
+	(*Empty)(nil),           // 2: ferry.v1.Empty
+	(*PathReq)(nil),         // 3: ferry.v1.PathReq
+	(*DirReply)(nil),        // 4: ferry.v1.DirReply
+	(*GetReq)(nil),          // 5: ferry.v1.GetReq
+	(*Data)(nil),            // 6: ferry.v1.Data
+	(*PutMsg)(nil),          // 7: ferry.v1.PutMsg
+	(*UploadReq)(nil),       // 8: ferry.v1.UploadReq
+	(*UploadReply)(nil),     // 9: ferry.v1.UploadReply
+	(*MoveReq)(nil),         // 10: ferry.v1.MoveReq
+	(*WstatReq)(nil),        // 11: ferry.v1.WstatReq
+	(*FindReq)(nil),         // 12: ferry.v1.FindReq
+	(*FindReply)(nil),       // 13: ferry.v1.FindReply
+	(*FindBatch)(nil),       // 14: ferry.v1.FindBatch
+	(*WatchEvent)(nil),      // 15: ferry.v1.WatchEvent
+	(*ChunkListReq)(nil),    // 16: ferry.v1.ChunkListReq
+	(*ChunkRefs)(nil),       // 17: ferry.v1.ChunkRefs
+	(*ChunkListReply)(nil),  // 18: ferry.v1.ChunkListReply
+	(*ChunkReq)(nil),        // 19: ferry.v1.ChunkReq
+	(*ChunkData)(nil),       // 20: ferry.v1.ChunkData
+	(*ChunkPutMsg)(nil),     // 21: ferry.v1.ChunkPutMsg
+	(*ChunkPutReply)(nil),   // 22: ferry.v1.ChunkPutReply
+	(*ChunkPutBatch)(nil),   // 23: ferry.v1.ChunkPutBatch
+	(*ChunkPutMsgs)(nil),    // 24: ferry.v1.ChunkPutMsgs
+	(*ChunkPutReplies)(nil), // 25: ferry.v1.ChunkPutReplies
+	nil,                     // 26: ferry.v1.Dir.AttrsEntry
 }
 var file_ferry_proto_depIdxs = []int32{
-	23, // 0: ferry.v1.Dir.attrs:type_name -> ferry.v1.Dir.AttrsEntry
+	26, // 0: ferry.v1.Dir.attrs:type_name -> ferry.v1.Dir.AttrsEntry
 	0,  // 1: ferry.v1.DirReply.dir:type_name -> ferry.v1.Dir
 	0,  // 2: ferry.v1.PutMsg.dir:type_name -> ferry.v1.Dir
 	0,  // 3: ferry.v1.UploadReply.committed:type_name -> ferry.v1.Dir
@@ -1724,39 +1933,44 @@ var file_ferry_proto_depIdxs = []int32{
 	17, // 11: ferry.v1.ChunkPutMsg.refs:type_name -> ferry.v1.ChunkRefs
 	17, // 12: ferry.v1.ChunkPutMsg.fine:type_name -> ferry.v1.ChunkRefs
 	0,  // 13: ferry.v1.ChunkPutReply.dir:type_name -> ferry.v1.Dir
-	3,  // 14: ferry.v1.Ferry.Stat:input_type -> ferry.v1.PathReq
-	5,  // 15: ferry.v1.Ferry.Get:input_type -> ferry.v1.GetReq
-	7,  // 16: ferry.v1.Ferry.Put:input_type -> ferry.v1.PutMsg
-	10, // 17: ferry.v1.Ferry.Move:input_type -> ferry.v1.MoveReq
-	3,  // 18: ferry.v1.Ferry.Remove:input_type -> ferry.v1.PathReq
-	3,  // 19: ferry.v1.Ferry.RemoveAll:input_type -> ferry.v1.PathReq
-	11, // 20: ferry.v1.Ferry.Wstat:input_type -> ferry.v1.WstatReq
-	12, // 21: ferry.v1.Ferry.Find:input_type -> ferry.v1.FindReq
-	12, // 22: ferry.v1.Ferry.FindGet:input_type -> ferry.v1.FindReq
-	3,  // 23: ferry.v1.Ferry.Watch:input_type -> ferry.v1.PathReq
-	8,  // 24: ferry.v1.Ferry.PutStatus:input_type -> ferry.v1.UploadReq
-	16, // 25: ferry.v1.Ferry.ChunkList:input_type -> ferry.v1.ChunkListReq
-	19, // 26: ferry.v1.Ferry.ReadChunks:input_type -> ferry.v1.ChunkReq
-	21, // 27: ferry.v1.Ferry.PutChunked:input_type -> ferry.v1.ChunkPutMsg
-	4,  // 28: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
-	6,  // 29: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
-	4,  // 30: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
-	4,  // 31: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
-	2,  // 32: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
-	2,  // 33: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
-	4,  // 34: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
-	13, // 35: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
-	13, // 36: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
-	15, // 37: ferry.v1.Ferry.Watch:output_type -> ferry.v1.WatchEvent
-	9,  // 38: ferry.v1.Ferry.PutStatus:output_type -> ferry.v1.UploadReply
-	18, // 39: ferry.v1.Ferry.ChunkList:output_type -> ferry.v1.ChunkListReply
-	20, // 40: ferry.v1.Ferry.ReadChunks:output_type -> ferry.v1.ChunkData
-	22, // 41: ferry.v1.Ferry.PutChunked:output_type -> ferry.v1.ChunkPutReply
-	28, // [28:42] is the sub-list for method output_type
-	14, // [14:28] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	1,  // 14: ferry.v1.ChunkPutReply.err:type_name -> ferry.v1.Error
+	21, // 15: ferry.v1.ChunkPutMsgs.msgs:type_name -> ferry.v1.ChunkPutMsg
+	22, // 16: ferry.v1.ChunkPutReplies.replies:type_name -> ferry.v1.ChunkPutReply
+	3,  // 17: ferry.v1.Ferry.Stat:input_type -> ferry.v1.PathReq
+	5,  // 18: ferry.v1.Ferry.Get:input_type -> ferry.v1.GetReq
+	7,  // 19: ferry.v1.Ferry.Put:input_type -> ferry.v1.PutMsg
+	10, // 20: ferry.v1.Ferry.Move:input_type -> ferry.v1.MoveReq
+	3,  // 21: ferry.v1.Ferry.Remove:input_type -> ferry.v1.PathReq
+	3,  // 22: ferry.v1.Ferry.RemoveAll:input_type -> ferry.v1.PathReq
+	11, // 23: ferry.v1.Ferry.Wstat:input_type -> ferry.v1.WstatReq
+	12, // 24: ferry.v1.Ferry.Find:input_type -> ferry.v1.FindReq
+	12, // 25: ferry.v1.Ferry.FindGet:input_type -> ferry.v1.FindReq
+	3,  // 26: ferry.v1.Ferry.Watch:input_type -> ferry.v1.PathReq
+	8,  // 27: ferry.v1.Ferry.PutStatus:input_type -> ferry.v1.UploadReq
+	16, // 28: ferry.v1.Ferry.ChunkList:input_type -> ferry.v1.ChunkListReq
+	19, // 29: ferry.v1.Ferry.ReadChunks:input_type -> ferry.v1.ChunkReq
+	21, // 30: ferry.v1.Ferry.PutChunked:input_type -> ferry.v1.ChunkPutMsg
+	23, // 31: ferry.v1.Ferry.PutChunkedBatch:input_type -> ferry.v1.ChunkPutBatch
+	4,  // 32: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
+	6,  // 33: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
+	4,  // 34: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
+	4,  // 35: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
+	2,  // 36: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
+	2,  // 37: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
+	4,  // 38: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
+	13, // 39: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
+	13, // 40: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
+	15, // 41: ferry.v1.Ferry.Watch:output_type -> ferry.v1.WatchEvent
+	9,  // 42: ferry.v1.Ferry.PutStatus:output_type -> ferry.v1.UploadReply
+	18, // 43: ferry.v1.Ferry.ChunkList:output_type -> ferry.v1.ChunkListReply
+	20, // 44: ferry.v1.Ferry.ReadChunks:output_type -> ferry.v1.ChunkData
+	22, // 45: ferry.v1.Ferry.PutChunked:output_type -> ferry.v1.ChunkPutReply
+	23, // 46: ferry.v1.Ferry.PutChunkedBatch:output_type -> ferry.v1.ChunkPutBatch
+	32, // [32:47] is the sub-list for method output_type
+	17, // [17:32] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_ferry_proto_init() }
@@ -1770,7 +1984,7 @@ func file_ferry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_proto_rawDesc), len(file_ferry_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   27,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -21,20 +21,21 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Ferry_Stat_FullMethodName       = "/ferry.v1.Ferry/Stat"
-	Ferry_Get_FullMethodName        = "/ferry.v1.Ferry/Get"
-	Ferry_Put_FullMethodName        = "/ferry.v1.Ferry/Put"
-	Ferry_Move_FullMethodName       = "/ferry.v1.Ferry/Move"
-	Ferry_Remove_FullMethodName     = "/ferry.v1.Ferry/Remove"
-	Ferry_RemoveAll_FullMethodName  = "/ferry.v1.Ferry/RemoveAll"
-	Ferry_Wstat_FullMethodName      = "/ferry.v1.Ferry/Wstat"
-	Ferry_Find_FullMethodName       = "/ferry.v1.Ferry/Find"
-	Ferry_FindGet_FullMethodName    = "/ferry.v1.Ferry/FindGet"
-	Ferry_Watch_FullMethodName      = "/ferry.v1.Ferry/Watch"
-	Ferry_PutStatus_FullMethodName  = "/ferry.v1.Ferry/PutStatus"
-	Ferry_ChunkList_FullMethodName  = "/ferry.v1.Ferry/ChunkList"
-	Ferry_ReadChunks_FullMethodName = "/ferry.v1.Ferry/ReadChunks"
-	Ferry_PutChunked_FullMethodName = "/ferry.v1.Ferry/PutChunked"
+	Ferry_Stat_FullMethodName            = "/ferry.v1.Ferry/Stat"
+	Ferry_Get_FullMethodName             = "/ferry.v1.Ferry/Get"
+	Ferry_Put_FullMethodName             = "/ferry.v1.Ferry/Put"
+	Ferry_Move_FullMethodName            = "/ferry.v1.Ferry/Move"
+	Ferry_Remove_FullMethodName          = "/ferry.v1.Ferry/Remove"
+	Ferry_RemoveAll_FullMethodName       = "/ferry.v1.Ferry/RemoveAll"
+	Ferry_Wstat_FullMethodName           = "/ferry.v1.Ferry/Wstat"
+	Ferry_Find_FullMethodName            = "/ferry.v1.Ferry/Find"
+	Ferry_FindGet_FullMethodName         = "/ferry.v1.Ferry/FindGet"
+	Ferry_Watch_FullMethodName           = "/ferry.v1.Ferry/Watch"
+	Ferry_PutStatus_FullMethodName       = "/ferry.v1.Ferry/PutStatus"
+	Ferry_ChunkList_FullMethodName       = "/ferry.v1.Ferry/ChunkList"
+	Ferry_ReadChunks_FullMethodName      = "/ferry.v1.Ferry/ReadChunks"
+	Ferry_PutChunked_FullMethodName      = "/ferry.v1.Ferry/PutChunked"
+	Ferry_PutChunkedBatch_FullMethodName = "/ferry.v1.Ferry/PutChunkedBatch"
 )
 
 // FerryClient is the client API for Ferry service.
@@ -58,6 +59,9 @@ type FerryClient interface {
 	ChunkList(ctx context.Context, in *ChunkListReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ChunkListReply], error)
 	ReadChunks(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ChunkReq, ChunkData], error)
 	PutChunked(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ChunkPutMsg, ChunkPutReply], error)
+	// PutChunkedBatch runs many PutChunked puts on one stream, their
+	// messages sent in batches that compress together.
+	PutChunkedBatch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ChunkPutBatch, ChunkPutBatch], error)
 }
 
 type ferryClient struct {
@@ -262,6 +266,19 @@ func (c *ferryClient) PutChunked(ctx context.Context, opts ...grpc.CallOption) (
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Ferry_PutChunkedClient = grpc.BidiStreamingClient[ChunkPutMsg, ChunkPutReply]
 
+func (c *ferryClient) PutChunkedBatch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ChunkPutBatch, ChunkPutBatch], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Ferry_ServiceDesc.Streams[8], Ferry_PutChunkedBatch_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ChunkPutBatch, ChunkPutBatch]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Ferry_PutChunkedBatchClient = grpc.BidiStreamingClient[ChunkPutBatch, ChunkPutBatch]
+
 // FerryServer is the server API for Ferry service.
 // All implementations must embed UnimplementedFerryServer
 // for forward compatibility.
@@ -283,6 +300,9 @@ type FerryServer interface {
 	ChunkList(*ChunkListReq, grpc.ServerStreamingServer[ChunkListReply]) error
 	ReadChunks(grpc.BidiStreamingServer[ChunkReq, ChunkData]) error
 	PutChunked(grpc.BidiStreamingServer[ChunkPutMsg, ChunkPutReply]) error
+	// PutChunkedBatch runs many PutChunked puts on one stream, their
+	// messages sent in batches that compress together.
+	PutChunkedBatch(grpc.BidiStreamingServer[ChunkPutBatch, ChunkPutBatch]) error
 	mustEmbedUnimplementedFerryServer()
 }
 
@@ -334,6 +354,9 @@ func (UnimplementedFerryServer) ReadChunks(grpc.BidiStreamingServer[ChunkReq, Ch
 }
 func (UnimplementedFerryServer) PutChunked(grpc.BidiStreamingServer[ChunkPutMsg, ChunkPutReply]) error {
 	return status.Error(codes.Unimplemented, "method PutChunked not implemented")
+}
+func (UnimplementedFerryServer) PutChunkedBatch(grpc.BidiStreamingServer[ChunkPutBatch, ChunkPutBatch]) error {
+	return status.Error(codes.Unimplemented, "method PutChunkedBatch not implemented")
 }
 func (UnimplementedFerryServer) mustEmbedUnimplementedFerryServer() {}
 func (UnimplementedFerryServer) testEmbeddedByValue()               {}
@@ -540,6 +563,13 @@ func _Ferry_PutChunked_Handler(srv interface{}, stream grpc.ServerStream) error 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Ferry_PutChunkedServer = grpc.BidiStreamingServer[ChunkPutMsg, ChunkPutReply]
 
+func _Ferry_PutChunkedBatch_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(FerryServer).PutChunkedBatch(&grpc.GenericServerStream[ChunkPutBatch, ChunkPutBatch]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Ferry_PutChunkedBatchServer = grpc.BidiStreamingServer[ChunkPutBatch, ChunkPutBatch]
+
 // Ferry_ServiceDesc is the grpc.ServiceDesc for Ferry service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -612,6 +642,12 @@ var Ferry_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "PutChunked",
 			Handler:       _Ferry_PutChunked_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "PutChunkedBatch",
+			Handler:       _Ferry_PutChunkedBatch_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
 		},

@@ -21,7 +21,7 @@ type ChunkStats struct {
 	Bytes      int64 // Bytes is the file's size.
 	SentChunks int   // SentChunks counts chunks whose bytes crossed the wire.
 	SentBytes  int64 // SentBytes is the chunk data that crossed the wire, uncompressed.
-	WireBytes  int64 // WireBytes is the chunk data as it crossed the wire, compressed where it shrank.
+	WireBytes  int64 // WireBytes is the chunk data as it crossed the wire, compressed where it shrank; for a put in a PutBatch, as sent before the batch's compression (the batch counts its wire bytes in Traffic).
 	Optimistic int   // Optimistic counts chunks a put sent before being asked.
 	FineLists  int   // FineLists counts needed chunks a put described by their pieces.
 	SentPieces int   // SentPieces counts the pieces of those whose bytes crossed the wire.
@@ -267,17 +267,27 @@ func (c *Client) unzip(op, p string, data []byte, compressed bool, buf []byte) (
 // (to chunk it, and for each chunk sent); if it changes in between, the put
 // fails with KindUnavailable and the server keeps the old file.
 func (c *Client) PutChunked(ctx context.Context, p string, d ferry.Dir, src io.ReaderAt, size int64, known func(chunk.Hash) bool) (ferry.Dir, ChunkStats, error) {
-	return c.putChunked(ctx, p, d, src, size, known, nil)
+	return c.putChunked(ctx, p, d, src, size, known, nil, nil)
 }
 
 // putChunked is PutChunked that calls keep, if not nil, with each distinct
-// chunk as it is cut (the bytes are valid only during the call).
-func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.ReaderAt, size int64, known func(chunk.Hash) bool, keep func(chunk.Hash, []byte), opts ...grpc.CallOption) (ferry.Dir, ChunkStats, error) {
+// chunk as it is cut (the bytes are valid only during the call), and that
+// puts on the stream of via if it is not nil.
+func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.ReaderAt, size int64, known func(chunk.Hash) bool, keep func(chunk.Hash, []byte), via *PutBatch, opts ...grpc.CallOption) (ferry.Dir, ChunkStats, error) {
 	const op = "remote.PutChunked"
 	var stats ChunkStats
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := c.bulk.PutChunked(ctx, opts...)
+	var st chunkPutStream
+	var err error
+	// zip compresses each chunk's data; a batch's are compressed together.
+	zip := c.zip
+	if via != nil {
+		st, err, zip = nil, nil, nil
+		st, err = via.open(ctx)
+	} else {
+		st, err = c.bulk.PutChunked(ctx, opts...)
+	}
 	if err != nil {
 		return nil, stats, c.fail(op, p, err)
 	}
@@ -298,9 +308,9 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 	}
 	sendData := func(h chunk.Hash, data []byte, piece bool) {
 		m := &proto.ChunkPutMsg{Hash: h[:], Data: data, Piece: piece}
-		if c.zip != nil && c.zstdOK.Load() {
+		if zip != nil && c.zstdOK.Load() {
 			// zbuf is reused: Send has copied the message out.
-			if m.Data, m.Zstd = c.zip.Compress(zbuf, data); m.Zstd {
+			if m.Data, m.Zstd = zip.Compress(zbuf, data); m.Zstd {
 				zbuf = m.Data
 			}
 		}

@@ -68,12 +68,17 @@ func (c *Client) serverLacksChunks(err error) bool {
 // its chunk list, and a changed one the chunks that changed. It falls back
 // to a Put where a chunked put cannot be made.
 func (c *Client) Replace(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader) *ferry.Future[ferry.Dir] {
+	return c.replace(ctx, p, d, src, nil)
+}
+
+// replace is Replace with the chunked put on the stream of via, if not nil.
+func (c *Client) replace(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader, via *PutBatch) *ferry.Future[ferry.Dir] {
 	size := src.Size()
 	if size == 0 || c.chunkMin < 0 || c.noChunks.Load() || p == ferry.CtlPath || d.Type() != ferry.TypeFile {
 		return c.Put(ctx, p, d, ferry.Whole, src)
 	}
 	return ferry.Go(func() (ferry.Dir, error) {
-		dir, err, done := c.putByChunks(ctx, p, d, src, size)
+		dir, err, done := c.putByChunks(ctx, p, d, src, size, via)
 		if done {
 			return dir, err
 		}
@@ -92,8 +97,9 @@ func (c *Client) chunkable(p string, d ferry.Dir, size int64) bool {
 // broken connection is ridden out as a resumable put does: the put starts
 // again once the client has reconnected, for up to ResumeFor, and a server
 // with a trash does not ask again for the chunks it got before the break
-// (chunked.Put.Abort keeps them).
-func (c *Client) putByChunks(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader, size int64) (_ ferry.Dir, _ error, done bool) {
+// (chunked.Put.Abort keeps them). With via not nil the put is made on its
+// stream, or as a call of its own if the server has no batched puts.
+func (c *Client) putByChunks(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader, size int64, via *PutBatch) (_ ferry.Dir, _ error, done bool) {
 	known := c.knownChunks(src, size)
 	var keep func(chunk.Hash, []byte)
 	if c.cache != nil {
@@ -105,10 +111,18 @@ func (c *Client) putByChunks(ctx context.Context, p string, d ferry.Dir, src *io
 	var deadline time.Time
 	var opts []grpc.CallOption
 	for {
-		dir, st, err := c.putChunked(ctx, p, d, src, size, known, keep, opts...)
+		if via != nil && via.plain.Load() {
+			via = nil
+		}
+		dir, st, err := c.putChunked(ctx, p, d, src, size, known, keep, via, opts...)
+		if errors.Is(err, errNoBatch) {
+			continue
+		}
 		if err == nil {
 			c.traffic.putBytes.Add(st.Bytes)
-			c.traffic.putWire.Add(st.WireBytes)
+			if via == nil {
+				c.traffic.putWire.Add(st.WireBytes)
+			}
 			return dir, nil, true
 		}
 		if c.serverLacksChunks(err) || ferry.IsKind(err, ferry.KindInvalid) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"sync"
 
 	"google.golang.org/grpc"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/ferryfs/ferry/internal/chunked"
 	"github.com/ferryfs/ferry/internal/proto"
 	"github.com/ferryfs/ferry/internal/store"
+	"github.com/ferryfs/ferry/internal/zwire"
 )
 
 // ChunkFS is a tree that serves and accepts files by content-defined
@@ -181,7 +183,15 @@ func (h *handler) PutChunked(st grpc.BidiStreamingServer[proto.ChunkPutMsg, prot
 	return h.done(opPutChunked, h.putChunked(st))
 }
 
-func (h *handler) putChunked(st grpc.BidiStreamingServer[proto.ChunkPutMsg, proto.ChunkPutReply]) error {
+// putStream is the server's end of one chunked put: a PutChunked call, or
+// one put of a PutChunkedBatch.
+type putStream interface {
+	Context() context.Context
+	Recv() (*proto.ChunkPutMsg, error)
+	Send(*proto.ChunkPutReply) error
+}
+
+func (h *handler) putChunked(st putStream) error {
 	const op = "server.PutChunked"
 	first, err := st.Recv()
 	if err == io.EOF {
@@ -207,6 +217,9 @@ func (h *handler) putChunked(st grpc.BidiStreamingServer[proto.ChunkPutMsg, prot
 	var zbuf []byte
 	fine := false // Both sides take fine lists, and the server has a source.
 	for {
+		if m.Abort {
+			return ferry.E(op, first.Path, ferry.KindCanceled, "the client abandoned the put")
+		}
 		if m.Refs != nil {
 			hs, sizes, err := chunked.UnpackRefs(m.Refs)
 			if err != nil {
@@ -300,4 +313,127 @@ func (h *handler) putChunked(st grpc.BidiStreamingServer[proto.ChunkPutMsg, prot
 			return err
 		}
 	}
+}
+
+// PutChunkedBatch runs the puts of the stream, each as PutChunked runs
+// one, and sends their replies in batches. A put that fails ends with a
+// reply carrying its error; the others go on. The stream's messages for a
+// put that has ended are dropped: the client may have sent them before it
+// learnt the put failed.
+func (h *handler) PutChunkedBatch(st grpc.BidiStreamingServer[proto.ChunkPutBatch, proto.ChunkPutBatch]) error {
+	return h.done(opPutBatch, h.putChunkedBatch(st))
+}
+
+func (h *handler) putChunkedBatch(st grpc.BidiStreamingServer[proto.ChunkPutBatch, proto.ChunkPutBatch]) error {
+	ctx, cancel := context.WithCancel(st.Context())
+	defer cancel()
+	var zip *zwire.Codec // Set by the client's first batch.
+	out := proto.NewBatcher(proto.BatchWait, func(rs []*proto.ChunkPutReply) error {
+		m, err := proto.PackPutBatch(&proto.ChunkPutReplies{Replies: rs}, zip)
+		if err != nil {
+			return err
+		}
+		m.ZstdOk = h.s.zstd
+		return st.Send(m)
+	})
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	puts := map[uint32]*batchPut{}
+	// The puts that ended: every number up to low, and those in ended.
+	// Numbers arrive nearly in order, so ended stays small.
+	var low uint32
+	ended := map[uint32]bool{}
+	var mu sync.Mutex
+	for first := true; ; first = false {
+		b, err := st.Recv()
+		if err == io.EOF {
+			// Puts still waiting for messages fail: none will come.
+			mu.Lock()
+			for _, p := range puts {
+				close(p.in)
+			}
+			mu.Unlock()
+			wg.Wait()
+			return out.Flush()
+		}
+		if err != nil {
+			return err
+		}
+		if first && b.ZstdOk && h.s.zstd {
+			zip = h.s.zip
+		}
+		var msgs proto.ChunkPutMsgs
+		var in *zwire.Codec
+		if h.s.zstd {
+			in = h.s.zip
+		}
+		if err := proto.UnpackPutBatch(b, in, &msgs); err != nil {
+			return err
+		}
+		for _, m := range msgs.Msgs {
+			mu.Lock()
+			p := puts[m.Put]
+			if p == nil && m.Put > low && !ended[m.Put] {
+				p = &batchPut{id: m.Put, ctx: ctx, in: make(chan *proto.ChunkPutMsg, 64), ended: make(chan struct{}), out: out}
+				puts[m.Put] = p
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer close(p.ended)
+					err := h.putChunked(p)
+					h.done(opPutChunked, err)
+					mu.Lock()
+					delete(puts, p.id)
+					for ended[p.id] = true; ended[low+1]; low++ {
+						delete(ended, low+1)
+					}
+					mu.Unlock()
+					if err != nil {
+						out.Add(&proto.ChunkPutReply{Put: p.id, Err: proto.FromError(err)})
+					}
+				}()
+			}
+			mu.Unlock()
+			if p == nil {
+				continue // A put that ended.
+			}
+			select {
+			case p.in <- m:
+			case <-p.ended:
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+	}
+}
+
+// batchPut is one put of a PutChunkedBatch, a putStream.
+type batchPut struct {
+	id    uint32
+	ctx   context.Context
+	in    chan *proto.ChunkPutMsg
+	ended chan struct{} // Closed when the put has ended.
+	out   *proto.Batcher[*proto.ChunkPutReply]
+}
+
+func (p *batchPut) Context() context.Context { return p.ctx }
+
+func (p *batchPut) Recv() (*proto.ChunkPutMsg, error) {
+	select {
+	case m, ok := <-p.in:
+		if !ok {
+			return nil, io.EOF
+		}
+		return m, nil
+	case <-p.ctx.Done():
+		return nil, p.ctx.Err()
+	}
+}
+
+func (p *batchPut) Send(r *proto.ChunkPutReply) error {
+	r.Put = p.id
+	return p.out.Add(r)
 }

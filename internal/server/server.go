@@ -137,10 +137,11 @@ const (
 	opChunkList
 	opReadChunks
 	opPutChunked
+	opPutBatch
 	opCount
 )
 
-var opNames = [opCount]string{"stat", "get", "put", "move", "remove", "removeall", "wstat", "find", "findget", "watch", "putstatus", "chunklist", "readchunks", "putchunked"}
+var opNames = [opCount]string{"stat", "get", "put", "move", "remove", "removeall", "wstat", "find", "findget", "watch", "putstatus", "chunklist", "readchunks", "putchunked", "putbatch"}
 
 // New returns a server for cfg.
 func New(cfg Config) (*Server, error) {

@@ -4,6 +4,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -14,7 +15,7 @@ import (
 // network namespaces. It stops when the test ends.
 func DelayProxy(t testing.TB, target string, oneWay time.Duration) string {
 	t.Helper()
-	return proxy(t, target, func(dst, src net.Conn) { delayCopy(dst, src, oneWay) }).Addr
+	return proxy(t, target, func(dst, src net.Conn, _ bool) { delayCopy(dst, src, oneWay) }).Addr
 }
 
 type chunk struct {
@@ -66,12 +67,13 @@ type Switch struct {
 // until the test ends or Down is called.
 func SwitchProxy(t testing.TB, target string) *Switch {
 	t.Helper()
-	return proxy(t, target, func(dst, src net.Conn) { io.Copy(dst, src); dst.Close() })
+	return proxy(t, target, func(dst, src net.Conn, _ bool) { io.Copy(dst, src); dst.Close() })
 }
 
 // proxy listens on loopback and connects each client to target, copying
-// each direction with pipe, until the test ends.
-func proxy(t testing.TB, target string, pipe func(dst, src net.Conn)) *Switch {
+// each direction with pipe (up is true for client to server), until the
+// test ends.
+func proxy(t testing.TB, target string, pipe func(dst, src net.Conn, up bool)) *Switch {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -102,8 +104,8 @@ func proxy(t testing.TB, target string, pipe func(dst, src net.Conn)) *Switch {
 			sw.conns = append(sw.conns, c, s)
 			sw.mu.Unlock()
 			wg.Add(2)
-			go func() { defer wg.Done(); pipe(s, c) }()
-			go func() { defer wg.Done(); pipe(c, s) }()
+			go func() { defer wg.Done(); pipe(s, c, true) }()
+			go func() { defer wg.Done(); pipe(c, s, false) }()
 		}
 	}()
 	t.Cleanup(func() {
@@ -131,4 +133,37 @@ func (sw *Switch) Up() {
 	sw.mu.Lock()
 	defer sw.mu.Unlock()
 	sw.down = false
+}
+
+// Counter counts the bytes a CountProxy carried in each direction.
+type Counter struct {
+	Up, Down atomic.Int64 // Up is client to server; Down server to client.
+}
+
+// CountProxy listens on loopback and forwards each connection to target,
+// counting the bytes of the TCP streams each way (TLS records and all, not
+// the IP and TCP headers), until the test ends.
+func CountProxy(t testing.TB, target string) (string, *Counter) {
+	t.Helper()
+	n := &Counter{}
+	sw := proxy(t, target, func(dst, src net.Conn, up bool) {
+		c := &n.Down
+		if up {
+			c = &n.Up
+		}
+		io.Copy(countingWriter{dst, c}, src)
+		dst.Close()
+	})
+	return sw.Addr, n
+}
+
+type countingWriter struct {
+	w io.Writer
+	n *atomic.Int64
+}
+
+func (c countingWriter) Write(b []byte) (int, error) {
+	n, err := c.w.Write(b)
+	c.n.Add(int64(n))
+	return n, err
 }

@@ -1,0 +1,256 @@
+package remote
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"sync/atomic"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/proto"
+)
+
+// chunkPutStream is the client's end of one chunked put: a PutChunked
+// call, or one put of a PutBatch's stream.
+type chunkPutStream interface {
+	Send(*proto.ChunkPutMsg) error
+	Recv() (*proto.ChunkPutReply, error)
+	CloseSend() error
+}
+
+// PutBatch runs the chunked puts made through it on one PutChunkedBatch
+// stream of the bulk connection, their messages sent in batches that
+// compress together: a tree's worth of puts (ferry sync) then costs about
+// what one put of all their lists and pieces would, rather than a call's
+// headers, frames and replies per file. A server without the call gets
+// the puts one call each. It is safe for concurrent use.
+type PutBatch struct {
+	c     *Client
+	ctx   context.Context
+	mu    sync.Mutex
+	s     *batchStream // The stream open now; nil before the first put.
+	next  uint32       // The number of the last put begun on s.
+	plain atomic.Bool  // The server has no PutChunkedBatch.
+}
+
+// errNoBatch fails the puts of a stream the server does not know: they are
+// made again one call each.
+var errNoBatch = errors.New("the server does not take batched puts")
+
+// PutBatch returns a batch whose streams live until ctx ends or Close.
+func (c *Client) PutBatch(ctx context.Context) *PutBatch {
+	return &PutBatch{c: c, ctx: ctx}
+}
+
+// Replace is Client.Replace with the chunked put made on the batch's
+// stream.
+func (b *PutBatch) Replace(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader) *ferry.Future[ferry.Dir] {
+	return b.c.replace(ctx, p, d, src, b)
+}
+
+// Close ends the batch's stream once the server has answered every put
+// on it; call it when the batch's puts have returned.
+func (b *PutBatch) Close() error {
+	b.mu.Lock()
+	s := b.s
+	b.s = nil
+	b.mu.Unlock()
+	if s == nil {
+		return nil
+	}
+	defer s.cancel()
+	if err := s.out.Flush(); err == nil {
+		s.st.CloseSend()
+	}
+	select {
+	case <-s.ended:
+	case <-b.ctx.Done():
+	}
+	return nil
+}
+
+// open begins a put on the batch's stream, opening a stream if there is
+// none or the last one broke; the put ends when ctx does.
+func (b *PutBatch) open(ctx context.Context) (chunkPutStream, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.s == nil || b.s.broken() {
+		s, err := b.start()
+		if err != nil {
+			return nil, err
+		}
+		b.s, b.next = s, 0
+	}
+	b.next++
+	s := b.s
+	p := &batchPut{id: b.next, s: s, ctx: ctx, in: make(chan *proto.ChunkPutReply, 16)}
+	s.mu.Lock()
+	s.puts[p.id] = p
+	s.mu.Unlock()
+	go func() {
+		// A put abandoned before its last reply is ended on the server
+		// too, so that it does not wait for the stream's end.
+		select {
+		case <-ctx.Done():
+			if s.take(p.id) != nil {
+				s.out.Add(&proto.ChunkPutMsg{Put: p.id, Abort: true})
+			}
+		case <-s.ended:
+		}
+	}()
+	return p, nil
+}
+
+// start opens a stream and starts receiving its replies.
+func (b *PutBatch) start() (*batchStream, error) {
+	c := b.c
+	ctx, cancel := context.WithCancel(b.ctx)
+	st, err := c.bulk.PutChunkedBatch(ctx)
+	if err != nil {
+		cancel()
+		return nil, c.fail("remote.PutBatch", "", err)
+	}
+	s := &batchStream{st: st, cancel: cancel, puts: map[uint32]*batchPut{}, ended: make(chan struct{})}
+	first := true
+	s.out = proto.NewBatcher(proto.BatchWait, func(ms []*proto.ChunkPutMsg) error {
+		var zip = c.zip
+		if !c.zstdOK.Load() {
+			zip = nil
+		}
+		m, err := proto.PackPutBatch(&proto.ChunkPutMsgs{Msgs: ms}, zip)
+		if err != nil {
+			return err
+		}
+		m.ZstdOk, first = first && c.zip != nil, false
+		// All the batch counts as put data: lists and pieces alike.
+		c.traffic.putWire.Add(int64(len(m.Batch)))
+		return st.Send(m)
+	})
+	go s.receive(b)
+	return s, nil
+}
+
+// batchStream is one PutChunkedBatch stream and its puts in progress.
+type batchStream struct {
+	st     grpc.BidiStreamingClient[proto.ChunkPutBatch, proto.ChunkPutBatch]
+	cancel context.CancelFunc
+	out    *proto.Batcher[*proto.ChunkPutMsg]
+	mu     sync.Mutex
+	puts   map[uint32]*batchPut
+	ended  chan struct{} // Closed when the stream has ended, err then says why.
+	err    error
+}
+
+func (s *batchStream) broken() bool {
+	select {
+	case <-s.ended:
+		return true
+	default:
+		return false
+	}
+}
+
+// take removes put id from the stream and returns it, or nil if it had
+// ended.
+func (s *batchStream) take(id uint32) *batchPut {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p := s.puts[id]
+	delete(s.puts, id)
+	return p
+}
+
+// receive hands each reply to its put until the stream ends.
+func (s *batchStream) receive(b *PutBatch) {
+	const op = "remote.PutBatch"
+	err := func() error {
+		for {
+			m, err := s.st.Recv()
+			if err != nil {
+				return err
+			}
+			if m.ZstdOk {
+				b.c.zstdOK.Store(true)
+			}
+			var rs proto.ChunkPutReplies
+			if err := proto.UnpackPutBatch(m, b.c.zip, &rs); err != nil {
+				return err
+			}
+			for _, r := range rs.Replies {
+				s.mu.Lock()
+				p := s.puts[r.Put]
+				if p != nil && (r.Dir != nil || r.Err != nil) {
+					delete(s.puts, r.Put)
+				}
+				s.mu.Unlock()
+				if p == nil {
+					continue // A put abandoned.
+				}
+				select {
+				case p.in <- r:
+				case <-p.ctx.Done():
+				}
+			}
+		}
+	}()
+	if status.Code(err) == codes.Unimplemented {
+		b.plain.Store(true)
+		err = errNoBatch
+	} else if err == io.EOF {
+		err = ferry.E(op, "", ferry.KindUnavailable, "the server ended the stream")
+	} else {
+		err = b.c.fail(op, "", err)
+	}
+	s.err = err
+	close(s.ended)
+	s.cancel()
+}
+
+// batchPut is one put of a batch's stream, a chunkPutStream.
+type batchPut struct {
+	id  uint32
+	s   *batchStream
+	ctx context.Context
+	in  chan *proto.ChunkPutReply
+}
+
+// Send queues m for the stream's next batch. Its data is copied, since the
+// caller may reuse it once Send returns, as with a gRPC stream.
+func (p *batchPut) Send(m *proto.ChunkPutMsg) error {
+	m.Put = p.id
+	if m.Data != nil {
+		m.Data = bytes.Clone(m.Data)
+	}
+	return p.s.out.Add(m)
+}
+
+// Recv returns the put's next reply, or its error; the replies that
+// arrived go first, even after the stream ended.
+func (p *batchPut) Recv() (*proto.ChunkPutReply, error) {
+	var r *proto.ChunkPutReply
+	select {
+	case r = <-p.in:
+	default:
+		select {
+		case r = <-p.in:
+		case <-p.s.ended:
+			return nil, p.s.err
+		case <-p.ctx.Done():
+			return nil, p.ctx.Err()
+		}
+	}
+	if r.Err != nil {
+		return nil, proto.ToError(r.Err)
+	}
+	return r, nil
+}
+
+// CloseSend does nothing: the server commits a put once every chunk
+// arrived, and the stream is the batch's to close.
+func (p *batchPut) CloseSend() error { return nil }
