@@ -31,9 +31,12 @@ local. With --delete it also removes what DST holds that SRC does not.
 
 Each tree is listed with one Find request, both at once; then the removals
 are sent all at once, the missing directories one request per level of
-depth, and the files with up to 128 requests in flight, without waiting for
-each. Whole files go through the chunk cache: only the chunks the other
-side lacks cross the wire. With -n it prints what it would do and changes
+depth, and the files with up to 128 in flight, without waiting for each.
+Whole files go through the chunk cache: only the chunks the other side
+lacks cross the wire, and of a changed chunk of a file the server holds,
+only the pieces of about 1 KiB that changed. To a server, all the files go
+on one stream whose messages are batched and compressed together, so an
+unchanged file costs about its chunk list. With -n it prints what it would do and changes
 nothing. The summary line says how many files were sent and their bytes,
 how many entries were removed and how many were left as they were, and what
 crossed the wire for the files' data.

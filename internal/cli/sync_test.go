@@ -235,11 +235,20 @@ func TestSyncSendsOnlyChanges(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var out, errOut bytes.Buffer
+	before := s.Srv.Calls()
 	st, err := syncTrees(ctx, src, syncSide{fs: c, root: "/dst", c: c}, syncOpts{out: &out, errOut: &errOut})
 	if err != nil {
 		t.Fatalf("sync: %v\n%s", err, errOut.String())
 	}
 	sameTree(t, "destination", snapshot(t, dstDir), snapshot(t, srcDir))
+	// Every file went on one stream, not a call each.
+	calls := s.Srv.Calls()
+	if got := calls["putbatch"] - before["putbatch"]; got != 1 {
+		t.Errorf("%d PutChunkedBatch streams, want 1", got)
+	}
+	if got := calls["putchunked"] - before["putchunked"]; got != int64(len(files)) {
+		t.Errorf("%d chunked puts, want %d", got, len(files))
+	}
 	if st.files != len(files) {
 		t.Errorf("copied %d files, want all %d (their times differ)", st.files, len(files))
 	}

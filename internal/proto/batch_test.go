@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -228,6 +229,103 @@ func FuzzUnpackFind(f *testing.F) {
 					t.Fatalf("decoration %q got through", k)
 				}
 			}
+		}
+	})
+}
+
+// TestBatcher: messages go together until the next would pass SendData,
+// or once the first has waited; a failed send fails every later Add.
+func TestBatcher(t *testing.T) {
+	sent := make(chan int, 16)
+	fail := errors.New("broken")
+	var failing atomic.Bool
+	b := NewBatcher(50*time.Millisecond, func(ms []*ChunkPutMsg) error {
+		sent <- len(ms)
+		if failing.Load() {
+			return fail
+		}
+		return nil
+	})
+	big := &ChunkPutMsg{Data: make([]byte, SendData/3)}
+	for range 3 {
+		if err := b.Add(big); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The third did not fit with the first two.
+	if got := <-sent; got != 2 {
+		t.Errorf("first batch of %d messages, want 2", got)
+	}
+	select {
+	case got := <-sent:
+		t.Fatalf("a batch of %d went before its wait", got)
+	case <-time.After(10 * time.Millisecond):
+	}
+	if got := <-sent; got != 1 {
+		t.Errorf("batch sent on time of %d messages, want 1", got)
+	}
+	b.Add(&ChunkPutMsg{Put: 1})
+	b.Add(&ChunkPutMsg{Put: 2})
+	failing.Store(true)
+	if err := b.Flush(); err != fail {
+		t.Errorf("Flush = %v, want %v", err, fail)
+	}
+	if got := <-sent; got != 2 {
+		t.Errorf("flushed batch of %d messages, want 2", got)
+	}
+	if err := b.Add(&ChunkPutMsg{}); err != fail {
+		t.Errorf("Add after a failed send = %v, want %v", err, fail)
+	}
+}
+
+// TestPackPutBatch: a batch comes back as it was packed, compressed when
+// that shrinks it, and a compressed one is refused by a receiver without
+// zstd.
+func TestPackPutBatch(t *testing.T) {
+	zip := zwire.New(MaxData)
+	t.Cleanup(zip.Close)
+	var in ChunkPutMsgs
+	for i := range 50 {
+		in.Msgs = append(in.Msgs, &ChunkPutMsg{Put: uint32(i + 1), Path: fmt.Sprintf("/src/prometheus/file%d.go", i), Size: int64(i)})
+	}
+	for _, z := range []*zwire.Codec{nil, zip} {
+		m, err := PackPutBatch(&in, z)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Zstd != (z != nil) {
+			t.Errorf("compressed = %v with codec %v", m.Zstd, z != nil)
+		}
+		var out ChunkPutMsgs
+		if err := UnpackPutBatch(m, z, &out); err != nil {
+			t.Fatal(err)
+		}
+		if !gproto.Equal(&in, &out) {
+			t.Errorf("unpacked %v, want %v", &out, &in)
+		}
+		if z != nil {
+			if err := UnpackPutBatch(m, nil, &out); ferry.KindOf(err) != ferry.KindInvalid {
+				t.Errorf("compressed batch without zstd: %v, want KindInvalid", err)
+			}
+		}
+	}
+}
+
+func FuzzUnpackPutBatch(f *testing.F) {
+	zip := zwire.New(MaxData)
+	f.Cleanup(zip.Close)
+	raw, _ := gproto.Marshal(&ChunkPutMsgs{Msgs: []*ChunkPutMsg{{Put: 1, Path: "/a", Refs: &ChunkRefs{Hashes: make([]byte, 32), Sizes: []uint32{9}}, ListEnd: true}}})
+	z, _ := zip.Compress(nil, bytes.Repeat(raw, 8))
+	f.Add(raw, false)
+	f.Add(z, true)
+	f.Fuzz(func(t *testing.T, b []byte, compressed bool) {
+		var ms ChunkPutMsgs
+		if err := UnpackPutBatch(&ChunkPutBatch{Batch: b, Zstd: compressed}, zip, &ms); err != nil && ferry.KindOf(err) != ferry.KindInvalid {
+			t.Fatalf("UnpackPutBatch failed with kind %v: %v", ferry.KindOf(err), err)
+		}
+		var rs ChunkPutReplies
+		if err := UnpackPutBatch(&ChunkPutBatch{Batch: b, Zstd: compressed}, zip, &rs); err != nil && ferry.KindOf(err) != ferry.KindInvalid {
+			t.Fatalf("UnpackPutBatch failed with kind %v: %v", ferry.KindOf(err), err)
 		}
 	})
 }

@@ -65,6 +65,22 @@
 //     hash once whole. An edit then costs the pieces it touched rather than
 //     whole 8 KiB chunks, for one round trip more; a client that never
 //     says fine_ok, or a server that never answers it, keeps whole chunks.
+//   - PutChunkedBatch runs many PutChunked puts on one bidirectional
+//     stream (ferry sync sends a tree's files on one). Each ChunkPutMsg
+//     names its put by a number (put, from 1, each number once; the
+//     numbers of puts begun at once may arrive out of order) and each
+//     ChunkPutReply answers one; a put runs exactly as a PutChunked call,
+//     except that it ends with a reply carrying err instead of a status,
+//     and the client abandons one with abort instead of cancelling a
+//     call. Messages travel in ChunkPutBatch messages: a marshaled
+//     ChunkPutMsgs or ChunkPutReplies of at most SendData bytes, sent when
+//     full or once its first message has waited BatchWait, compressed
+//     whole with zstd where both sides said so (zstd_ok). Chunk data
+//     inside is never compressed by itself: a file's pieces and many
+//     files' lists then share one frame, and no put pays a call's
+//     headers and replies. A message for a put that ended is dropped; the
+//     stream's end fails the puts still open. A server without the call
+//     answers Unimplemented and the client makes each put a call.
 //   - A ChunkListReq may set inline_max: a file of at most that many bytes
 //     then comes whole in the first ChunkListReply (inline, data), so a
 //     client can ask for every file by chunks and still pay one round trip

@@ -75,13 +75,13 @@ func (b *PutBatch) Close() error {
 	return nil
 }
 
-// open begins a put on the batch's stream, opening a stream if there is
-// none or the last one broke; the put ends when ctx does.
-func (b *PutBatch) open(ctx context.Context) (chunkPutStream, error) {
+// open begins a put on the batch's stream, opening a stream with opts if
+// there is none or the last one broke; the put ends when ctx does.
+func (b *PutBatch) open(ctx context.Context, opts ...grpc.CallOption) (chunkPutStream, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.s == nil || b.s.broken() {
-		s, err := b.start()
+		s, err := b.start(ctx, opts...)
 		if err != nil {
 			return nil, err
 		}
@@ -107,11 +107,16 @@ func (b *PutBatch) open(ctx context.Context) (chunkPutStream, error) {
 	return p, nil
 }
 
-// start opens a stream and starts receiving its replies.
-func (b *PutBatch) start() (*batchStream, error) {
+// start opens a stream and starts receiving its replies. Opening it waits
+// no longer than wait allows.
+func (b *PutBatch) start(wait context.Context, opts ...grpc.CallOption) (*batchStream, error) {
 	c := b.c
 	ctx, cancel := context.WithCancel(b.ctx)
-	st, err := c.bulk.PutChunkedBatch(ctx)
+	stop := context.AfterFunc(wait, cancel)
+	st, err := c.bulk.PutChunkedBatch(ctx, opts...)
+	if !stop() {
+		err = wait.Err()
+	}
 	if err != nil {
 		cancel()
 		return nil, c.fail("remote.PutBatch", "", err)

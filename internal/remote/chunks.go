@@ -284,7 +284,7 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 	zip := c.zip
 	if via != nil {
 		st, err, zip = nil, nil, nil
-		st, err = via.open(ctx)
+		st, err = via.open(ctx, opts...)
 	} else {
 		st, err = c.bulk.PutChunked(ctx, opts...)
 	}

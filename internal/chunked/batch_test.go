@@ -1,0 +1,190 @@
+package chunked_test
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"testing"
+	"time"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/chunk"
+	"github.com/ferryfs/ferry/internal/chunked"
+	"github.com/ferryfs/ferry/internal/proto"
+	"github.com/ferryfs/ferry/internal/remote"
+	"github.com/ferryfs/ferry/internal/servertest"
+)
+
+// TestPutBatch makes many puts on one batch: new files, edits of files the
+// server holds, an empty file, and one that cannot be made. Each ends as it
+// would alone, on one stream.
+func TestPutBatch(t *testing.T) {
+	e := start(t, 0)
+	ctx := ctxT(t)
+	a, b := document(200<<10), document(100<<10)
+	e.write(t, "a", a)
+	e.write(t, "b", b)
+	want := map[string][]byte{
+		"/a":     editLine(a, 1000, "a line of a"),
+		"/b":     editLine(b, 10, "a line of b"),
+		"/empty": {},
+	}
+	for i := range 30 {
+		want[fmt.Sprintf("/n%02d", i)] = []byte(fmt.Sprintf("small file %d\n", i))
+	}
+	before := e.srv.Calls()
+	batch := e.c.PutBatch(ctx)
+	futs := map[string]*ferry.Future[ferry.Dir]{}
+	for p, data := range want {
+		futs[p] = batch.Replace(ctx, p, ferry.Dir{ferry.AttrMode: "0640"}, io.NewSectionReader(bytes.NewReader(data), 0, int64(len(data))))
+	}
+	bad := batch.Replace(ctx, "/a/under-a-file", nil, io.NewSectionReader(bytes.NewReader(a), 0, int64(len(a))))
+	for p, f := range futs {
+		d, err := f.Wait()
+		if err != nil {
+			t.Fatalf("Replace(%s): %v", p, err)
+		}
+		if d.Size() != int64(len(want[p])) || d[ferry.AttrMode] != "0640" {
+			t.Errorf("Replace(%s) = %v, want size %d, mode 0640", p, d, len(want[p]))
+		}
+	}
+	if _, err := bad.Wait(); err == nil {
+		t.Error("a put below a file succeeded")
+	}
+	batch.Close()
+	for p, data := range want {
+		if got := e.read(t, p[1:]); !bytes.Equal(got, data) {
+			t.Errorf("%s holds %d bytes, not the %d put", p, len(got), len(data))
+		}
+	}
+	waitNoTemps(t, e)
+	calls := e.srv.Calls()
+	if got := calls["putbatch"] - before["putbatch"]; got != 1 {
+		t.Errorf("%d PutChunkedBatch streams, want 1", got)
+	}
+	// Every put but the empty file's (a plain Put) is one of the stream's.
+	if got, want := calls["putchunked"]-before["putchunked"], int64(len(want)); got != want {
+		t.Errorf("%d chunked puts, want %d", got, want)
+	}
+}
+
+// TestPutBatchProtocol speaks to the server's end directly: a put the
+// client abandons and one cut short by the stream's end fail with their
+// errors and leave no trace, a message for a put that ended is dropped,
+// and a whole put beside them commits.
+func TestPutBatchProtocol(t *testing.T) {
+	e := start(t, 0)
+	old := document(100 << 10)
+	e.write(t, "f", old)
+	st, err := e.raw(t).PutChunkedBatch(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	send := func(ms ...*proto.ChunkPutMsg) {
+		t.Helper()
+		m, err := proto.PackPutBatch(&proto.ChunkPutMsgs{Msgs: ms}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	replies := map[uint32][]*proto.ChunkPutReply{}
+	recv := func(put uint32) *proto.ChunkPutReply {
+		t.Helper()
+		for len(replies[put]) == 0 {
+			m, err := st.Recv()
+			if err != nil {
+				t.Fatalf("waiting for put %d: %v", put, err)
+			}
+			var rs proto.ChunkPutReplies
+			if err := proto.UnpackPutBatch(m, nil, &rs); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rs.Replies {
+				replies[r.Put] = append(replies[r.Put], r)
+			}
+		}
+		r := replies[put][0]
+		replies[put] = replies[put][1:]
+		return r
+	}
+	nw := document(50 << 10)
+	refs, _ := chunk.List(bytes.NewReader(nw), chunk.Default)
+	begin := func(put uint32, p string) *proto.ChunkPutMsg {
+		return &proto.ChunkPutMsg{Put: put, Path: p, Dir: &proto.Dir{}, Size: int64(len(nw)), ChunkVersion: chunk.Version, Refs: chunked.PackRefs(refs[:1])}
+	}
+	// Put 2 begins before put 1: numbers need not come in order.
+	send(begin(2, "/f"), begin(1, "/f"), &proto.ChunkPutMsg{Put: 2, Abort: true})
+	if r := recv(2); ferry.KindOf(proto.ToError(r.Err)) != ferry.KindCanceled {
+		t.Errorf("abandoned put: reply %v, want a KindCanceled error", r)
+	}
+	// A message for put 2, which ended, is dropped; put 3 is whole.
+	m3 := &proto.ChunkPutMsg{Put: 3, Path: "/g", Dir: &proto.Dir{}, Size: int64(len(nw)), ChunkVersion: chunk.Version, Refs: chunked.PackRefs(refs), ListEnd: true}
+	send(&proto.ChunkPutMsg{Put: 2, ListEnd: true}, m3)
+	r := recv(3)
+	for r.Dir == nil && r.Err == nil {
+		for _, i := range r.Need {
+			ref := refs[i]
+			send(&proto.ChunkPutMsg{Put: 3, Hash: ref.Hash[:], Data: nw[ref.Off : ref.Off+int64(ref.Len)]})
+		}
+		r = recv(3)
+	}
+	if r.Err != nil || r.Dir == nil {
+		t.Fatalf("whole put: %v", r)
+	}
+	if got := e.read(t, "g"); !bytes.Equal(got, nw) {
+		t.Errorf("g holds %d bytes, want %d", len(got), len(nw))
+	}
+	// Put 1 never ended its list: the stream's end fails it.
+	st.CloseSend()
+	if r := recv(1); r.Err == nil {
+		t.Errorf("a put cut short by the stream's end: %v, want an error", r)
+	}
+	if _, err := st.Recv(); err != io.EOF {
+		t.Errorf("stream ended with %v, want EOF", err)
+	}
+	if got := e.read(t, "f"); !bytes.Equal(got, old) {
+		t.Error("f changed by puts that failed")
+	}
+	waitNoTemps(t, e)
+	if len(replies[2]) != 0 {
+		t.Errorf("replies to a message for an ended put: %v", replies[2])
+	}
+}
+
+// TestPutBatchOutage takes the server away while a batch's puts begin: they
+// wait for it, as single puts do, and complete once it is back.
+func TestPutBatchOutage(t *testing.T) {
+	s := servertest.StartChunked(t, "")
+	sw := servertest.SwitchProxy(t, s.Addr)
+	c := s.ClientVia(t, "tester", sw.Addr, func(cfg *remote.Config) { cfg.ResumeFor = 20 * time.Second })
+	ctx := ctxT(t)
+	if _, err := c.Stat(ctx, "/").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	sw.Down()
+	batch := c.PutBatch(ctx)
+	defer batch.Close()
+	want := map[string][]byte{}
+	var futs []*ferry.Future[ferry.Dir]
+	for i := range 5 {
+		p := fmt.Sprintf("/f%d", i)
+		want[p] = document((i + 1) << 10)
+		futs = append(futs, batch.Replace(ctx, p, nil, io.NewSectionReader(bytes.NewReader(want[p]), 0, int64(len(want[p])))))
+	}
+	time.Sleep(300 * time.Millisecond)
+	sw.Up()
+	for i, f := range futs {
+		if _, err := f.Wait(); err != nil {
+			t.Fatalf("put %d after the outage: %v", i, err)
+		}
+	}
+	for p, data := range want {
+		b, err := io.ReadAll(c.Get(ctx, p, 0, -1))
+		if err != nil || !bytes.Equal(b, data) {
+			t.Errorf("%s: %d bytes, %v; want %d", p, len(b), err, len(data))
+		}
+	}
+}
