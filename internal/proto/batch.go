@@ -208,6 +208,26 @@ func (b *Batcher[M]) Flush() error {
 	return b.err
 }
 
+// errStopped fails the Adds after Stop.
+var errStopped = ferry.E("proto.Batcher", "", ferry.KindCanceled, "the stream has ended")
+
+// Stop sends what is queued, then calls last, if not nil (to close the
+// stream, which must not happen while a batch is being sent); later Adds
+// fail and send nothing. It returns the first error of these.
+func (b *Batcher[M]) Stop(last func() error) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.flush()
+	err := b.err
+	if err == nil && last != nil {
+		err = last()
+	}
+	if b.err == nil {
+		b.err = errStopped
+	}
+	return err
+}
+
 func (b *Batcher[M]) flush() {
 	if b.timer != nil {
 		b.timer.Stop()

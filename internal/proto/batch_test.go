@@ -276,6 +276,21 @@ func TestBatcher(t *testing.T) {
 	if err := b.Add(&ChunkPutMsg{}); err != fail {
 		t.Errorf("Add after a failed send = %v, want %v", err, fail)
 	}
+
+	// Stop sends what is queued before its last word; nothing goes after.
+	failing.Store(false)
+	b = NewBatcher(time.Hour, func(ms []*ChunkPutMsg) error { sent <- len(ms); return nil })
+	b.Add(&ChunkPutMsg{})
+	closed := false
+	if err := b.Stop(func() error { closed = len(sent) == 1; return nil }); err != nil || !closed {
+		t.Errorf("Stop = %v, closed after the batch went: %v", err, closed)
+	}
+	if got := <-sent; got != 1 {
+		t.Errorf("batch sent by Stop of %d messages, want 1", got)
+	}
+	if err := b.Add(&ChunkPutMsg{}); ferry.KindOf(err) != ferry.KindCanceled || b.Flush() == nil || len(sent) != 0 {
+		t.Errorf("Add after Stop = %v, want KindCanceled and nothing sent", err)
+	}
 }
 
 // TestPackPutBatch: a batch comes back as it was packed, compressed when

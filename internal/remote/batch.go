@@ -65,9 +65,7 @@ func (b *PutBatch) Close() error {
 		return nil
 	}
 	defer s.cancel()
-	if err := s.out.Flush(); err == nil {
-		s.st.CloseSend()
-	}
+	s.out.Stop(s.st.CloseSend)
 	select {
 	case <-s.ended:
 	case <-b.ctx.Done():
@@ -214,6 +212,7 @@ func (s *batchStream) receive(b *PutBatch) {
 	}
 	s.err = err
 	close(s.ended)
+	s.out.Stop(nil)
 	s.cancel()
 }
 

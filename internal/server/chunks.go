@@ -340,6 +340,8 @@ func (h *handler) putChunkedBatch(st grpc.BidiStreamingServer[proto.ChunkPutBatc
 	defer func() {
 		cancel()
 		wg.Wait()
+		// Nothing may be sent once the handler returns.
+		out.Stop(nil)
 	}()
 	puts := map[uint32]*batchPut{}
 	// The puts that ended: every number up to low, and those in ended.
@@ -357,7 +359,7 @@ func (h *handler) putChunkedBatch(st grpc.BidiStreamingServer[proto.ChunkPutBatc
 			}
 			mu.Unlock()
 			wg.Wait()
-			return out.Flush()
+			return out.Stop(nil)
 		}
 		if err != nil {
 			return err
