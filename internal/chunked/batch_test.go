@@ -44,8 +44,8 @@ func TestPutBatch(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Replace(%s): %v", p, err)
 		}
-		if d.Size() != int64(len(want[p])) || d[ferry.AttrMode] != "0640" {
-			t.Errorf("Replace(%s) = %v, want size %d, mode 0640", p, d, len(want[p]))
+		if d.Path() != p || d[ferry.AttrName] != p[1:] || d.Size() != int64(len(want[p])) || d[ferry.AttrMode] != "0640" {
+			t.Errorf("Replace(%s) = %v, want its path and name, size %d, mode 0640", p, d, len(want[p]))
 		}
 	}
 	if _, err := bad.Wait(); err == nil {

@@ -1,6 +1,7 @@
 package proto
 
 import (
+	"bytes"
 	"sync"
 	"time"
 
@@ -241,32 +242,38 @@ func (b *Batcher[M]) flush() {
 }
 
 // PackPutBatch marshals w (a ChunkPutMsgs or a ChunkPutReplies) into a
-// ChunkPutBatch, compressed by zip if zip is not nil and that shrinks it.
-func PackPutBatch(w pb.Message, zip *zwire.Codec) (*ChunkPutBatch, error) {
+// ChunkPutBatch, compressed as the next part of z's stream if z is not
+// nil.
+func PackPutBatch(w pb.Message, z *zwire.Encoder) (*ChunkPutBatch, error) {
 	raw, err := pb.Marshal(w)
 	if err != nil {
 		return nil, err
 	}
 	m := &ChunkPutBatch{Batch: raw}
-	if zip != nil {
-		m.Batch, m.Zstd = zip.Compress(nil, raw)
+	if z != nil {
+		b, err := z.Compress(raw)
+		if err != nil {
+			return nil, err
+		}
+		m.Batch, m.Zstd, m.Size = bytes.Clone(b), true, uint32(len(raw))
 	}
 	return m, nil
 }
 
 // UnpackPutBatch unmarshals the batch of m into w, decompressing it with
-// zip. It fails with KindInvalid if the batch is compressed and zip is nil
-// (its receiver did not say it takes that), does not decompress, or does
-// not unmarshal.
-func UnpackPutBatch(m *ChunkPutBatch, zip *zwire.Codec, w pb.Message) error {
+// z, the decoder of the stream m came on. It fails with KindInvalid if the
+// batch is compressed and z is nil (its receiver did not say it takes
+// that), does not decompress (z then refuses the rest of the stream), or
+// does not unmarshal.
+func UnpackPutBatch(m *ChunkPutBatch, z *zwire.Decoder, w pb.Message) error {
 	const op = "proto.UnpackPutBatch"
 	raw := m.Batch
 	if m.Zstd {
-		if zip == nil {
+		if z == nil {
 			return ferry.E(op, "", ferry.KindInvalid, "a compressed batch unasked")
 		}
 		var err error
-		if raw, err = zip.Decompress(nil, m.Batch); err != nil {
+		if raw, err = z.Decompress(m.Batch, int(m.Size)); err != nil {
 			return ferry.E(op, "", ferry.KindInvalid, err)
 		}
 	}

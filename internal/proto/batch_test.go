@@ -293,53 +293,67 @@ func TestBatcher(t *testing.T) {
 	}
 }
 
-// TestPackPutBatch: a batch comes back as it was packed, compressed when
-// that shrinks it, and a compressed one is refused by a receiver without
-// zstd.
+// TestPackPutBatch: batches come back as they were packed, compressed
+// as one stream when asked, and a compressed one is refused by a receiver
+// without zstd.
 func TestPackPutBatch(t *testing.T) {
-	zip := zwire.New(MaxData)
-	t.Cleanup(zip.Close)
 	var in ChunkPutMsgs
 	for i := range 50 {
 		in.Msgs = append(in.Msgs, &ChunkPutMsg{Put: uint32(i + 1), Path: fmt.Sprintf("/src/prometheus/file%d.go", i), Size: int64(i)})
 	}
-	for _, z := range []*zwire.Codec{nil, zip} {
-		m, err := PackPutBatch(&in, z)
-		if err != nil {
-			t.Fatal(err)
+	for _, compress := range []bool{false, true} {
+		var enc *zwire.Encoder
+		var dec *zwire.Decoder
+		if compress {
+			enc, dec = zwire.NewEncoder(), zwire.NewDecoder(MaxData)
+			defer enc.Close()
+			defer dec.Close()
 		}
-		if m.Zstd != (z != nil) {
-			t.Errorf("compressed = %v with codec %v", m.Zstd, z != nil)
-		}
-		var out ChunkPutMsgs
-		if err := UnpackPutBatch(m, z, &out); err != nil {
-			t.Fatal(err)
-		}
-		if !gproto.Equal(&in, &out) {
-			t.Errorf("unpacked %v, want %v", &out, &in)
-		}
-		if z != nil {
-			if err := UnpackPutBatch(m, nil, &out); ferry.KindOf(err) != ferry.KindInvalid {
-				t.Errorf("compressed batch without zstd: %v, want KindInvalid", err)
+		var sizes []int
+		for range 3 {
+			m, err := PackPutBatch(&in, enc)
+			if err != nil {
+				t.Fatal(err)
 			}
+			if m.Zstd != compress {
+				t.Errorf("compressed = %v, want %v", m.Zstd, compress)
+			}
+			sizes = append(sizes, len(m.Batch))
+			var out ChunkPutMsgs
+			if err := UnpackPutBatch(m, dec, &out); err != nil {
+				t.Fatal(err)
+			}
+			if !gproto.Equal(&in, &out) {
+				t.Errorf("unpacked %v, want %v", &out, &in)
+			}
+			if compress {
+				if err := UnpackPutBatch(m, nil, &out); ferry.KindOf(err) != ferry.KindInvalid {
+					t.Errorf("compressed batch without zstd: %v, want KindInvalid", err)
+				}
+			}
+		}
+		if compress && sizes[1] > sizes[0]/4 {
+			t.Errorf("a batch sent again took %d bytes, the first %d: want it to build on the first", sizes[1], sizes[0])
 		}
 	}
 }
 
 func FuzzUnpackPutBatch(f *testing.F) {
-	zip := zwire.New(MaxData)
-	f.Cleanup(zip.Close)
+	enc := zwire.NewEncoder()
+	defer enc.Close()
 	raw, _ := gproto.Marshal(&ChunkPutMsgs{Msgs: []*ChunkPutMsg{{Put: 1, Path: "/a", Refs: &ChunkRefs{Hashes: make([]byte, 32), Sizes: []uint32{9}}, ListEnd: true}}})
-	z, _ := zip.Compress(nil, bytes.Repeat(raw, 8))
-	f.Add(raw, false)
-	f.Add(z, true)
-	f.Fuzz(func(t *testing.T, b []byte, compressed bool) {
+	z, _ := enc.Compress(raw)
+	f.Add(raw, false, uint32(0))
+	f.Add(bytes.Clone(z), true, uint32(len(raw)))
+	f.Fuzz(func(t *testing.T, b []byte, compressed bool, size uint32) {
+		dec := zwire.NewDecoder(MaxData)
+		defer dec.Close()
 		var ms ChunkPutMsgs
-		if err := UnpackPutBatch(&ChunkPutBatch{Batch: b, Zstd: compressed}, zip, &ms); err != nil && ferry.KindOf(err) != ferry.KindInvalid {
+		if err := UnpackPutBatch(&ChunkPutBatch{Batch: b, Zstd: compressed, Size: size}, dec, &ms); err != nil && ferry.KindOf(err) != ferry.KindInvalid {
 			t.Fatalf("UnpackPutBatch failed with kind %v: %v", ferry.KindOf(err), err)
 		}
 		var rs ChunkPutReplies
-		if err := UnpackPutBatch(&ChunkPutBatch{Batch: b, Zstd: compressed}, zip, &rs); err != nil && ferry.KindOf(err) != ferry.KindInvalid {
+		if err := UnpackPutBatch(&ChunkPutBatch{Batch: b, Zstd: compressed, Size: size}, dec, &rs); err != nil && ferry.KindOf(err) != ferry.KindInvalid {
 			t.Fatalf("UnpackPutBatch failed with kind %v: %v", ferry.KindOf(err), err)
 		}
 	})

@@ -72,13 +72,16 @@
 //     ChunkPutReply answers one; a put runs exactly as a PutChunked call,
 //     except that it ends with a reply carrying err instead of a status,
 //     and the client abandons one with abort instead of cancelling a
-//     call. Messages travel in ChunkPutBatch messages: a marshaled
+//     call, and a committed entry comes without the path and name the put
+//     named. Messages travel in ChunkPutBatch messages: a marshaled
 //     ChunkPutMsgs or ChunkPutReplies of at most SendData bytes, sent when
 //     full or once its first message has waited BatchWait, compressed
-//     whole with zstd where both sides said so (zstd_ok). Chunk data
-//     inside is never compressed by itself: a file's pieces and many
-//     files' lists then share one frame, and no put pays a call's
-//     headers and replies. A message for a put that ended is dropped; the
+//     where both sides said so (zstd_ok) as the next part of one zstd
+//     stream per direction (zwire.Encoder), so that even a batch of a few
+//     replies builds on the names and attributes of those before. Chunk
+//     data inside is never compressed by itself: a file's pieces and many
+//     files' lists share the stream, and no put pays a call's headers and
+//     replies. A message for a put that ended is dropped; the
 //     stream's end fails the puts still open. A server without the call
 //     answers Unimplemented and the client makes each put a call.
 //   - A ChunkListReq may set inline_max: a file of at most that many bytes

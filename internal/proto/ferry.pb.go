@@ -1480,7 +1480,7 @@ type ChunkPutReply struct {
 	FineNeed []uint32 `protobuf:"varint,7,rep,packed,name=fine_need,json=fineNeed,proto3" json:"fine_need,omitempty"`
 	// put, in a PutChunkedBatch, is the put the reply is for; err, the last
 	// reply of a put that failed (a PutChunked call ends with its status
-	// instead).
+	// instead). There, dir leaves out path and name, which the put named.
 	Put           uint32 `protobuf:"varint,8,opt,name=put,proto3" json:"put,omitempty"`
 	Err           *Error `protobuf:"bytes,9,opt,name=err,proto3" json:"err,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -1582,14 +1582,18 @@ func (x *ChunkPutReply) GetErr() *Error {
 
 // ChunkPutBatch carries messages of the puts of a PutChunkedBatch: batch
 // is a ChunkPutMsgs (from the client) or a ChunkPutReplies (from the
-// server), marshaled and, if zstd, compressed with zstd. zstd_ok, in the
-// client's first batch, says it takes compressed batches; the server
-// says so in each of its batches.
+// server), marshaled. If zstd, it is compressed as the next part of its
+// direction's zstd stream (zwire.Encoder: each batch flushed at its end,
+// so it is decompressed as it arrives, building on the batches before),
+// and size is its size decompressed. zstd_ok, in the client's first
+// batch, says it takes compressed batches; the server says so in each of
+// its batches.
 type ChunkPutBatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Batch         []byte                 `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
 	Zstd          bool                   `protobuf:"varint,2,opt,name=zstd,proto3" json:"zstd,omitempty"`
 	ZstdOk        bool                   `protobuf:"varint,3,opt,name=zstd_ok,json=zstdOk,proto3" json:"zstd_ok,omitempty"`
+	Size          uint32                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1643,6 +1647,13 @@ func (x *ChunkPutBatch) GetZstdOk() bool {
 		return x.ZstdOk
 	}
 	return false
+}
+
+func (x *ChunkPutBatch) GetSize() uint32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
 }
 
 type ChunkPutMsgs struct {
@@ -1848,11 +1859,12 @@ const file_ferry_proto_rawDesc = "" +
 	"\bfine_for\x18\x06 \x01(\fR\afineFor\x12\x1b\n" +
 	"\tfine_need\x18\a \x03(\rR\bfineNeed\x12\x10\n" +
 	"\x03put\x18\b \x01(\rR\x03put\x12!\n" +
-	"\x03err\x18\t \x01(\v2\x0f.ferry.v1.ErrorR\x03err\"R\n" +
+	"\x03err\x18\t \x01(\v2\x0f.ferry.v1.ErrorR\x03err\"f\n" +
 	"\rChunkPutBatch\x12\x14\n" +
 	"\x05batch\x18\x01 \x01(\fR\x05batch\x12\x12\n" +
 	"\x04zstd\x18\x02 \x01(\bR\x04zstd\x12\x17\n" +
-	"\azstd_ok\x18\x03 \x01(\bR\x06zstdOk\"9\n" +
+	"\azstd_ok\x18\x03 \x01(\bR\x06zstdOk\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\rR\x04size\"9\n" +
 	"\fChunkPutMsgs\x12)\n" +
 	"\x04msgs\x18\x01 \x03(\v2\x15.ferry.v1.ChunkPutMsgR\x04msgs\"D\n" +
 	"\x0fChunkPutReplies\x121\n" +

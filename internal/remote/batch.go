@@ -14,6 +14,7 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/proto"
+	"github.com/ferryfs/ferry/internal/zwire"
 )
 
 // chunkPutStream is the client's end of one chunked put: a PutChunked
@@ -120,17 +121,21 @@ func (b *PutBatch) start(wait context.Context, opts ...grpc.CallOption) (*batchS
 		return nil, c.fail("remote.PutBatch", "", err)
 	}
 	s := &batchStream{st: st, cancel: cancel, puts: map[uint32]*batchPut{}, ended: make(chan struct{})}
+	if c.zip != nil {
+		s.in = zwire.NewDecoder(proto.MaxData)
+	}
 	first := true
 	s.out = proto.NewBatcher(proto.BatchWait, func(ms []*proto.ChunkPutMsg) error {
-		var zip = c.zip
-		if !c.zstdOK.Load() {
-			zip = nil
+		// Batches are compressed from the first after the server has
+		// said it takes zstd, each building on those before.
+		if s.zout == nil && c.zip != nil && c.zstdOK.Load() {
+			s.zout = zwire.NewEncoder()
 		}
-		m, err := proto.PackPutBatch(&proto.ChunkPutMsgs{Msgs: ms}, zip)
+		m, err := proto.PackPutBatch(&proto.ChunkPutMsgs{Msgs: ms}, s.zout)
 		if err != nil {
 			return err
 		}
-		m.ZstdOk, first = first && c.zip != nil, false
+		m.ZstdOk, first = first && s.in != nil, false
 		// All the batch counts as put data: lists and pieces alike.
 		c.traffic.putWire.Add(int64(len(m.Batch)))
 		return st.Send(m)
@@ -148,6 +153,8 @@ type batchStream struct {
 	puts   map[uint32]*batchPut
 	ended  chan struct{} // Closed when the stream has ended, err then says why.
 	err    error
+	in     *zwire.Decoder // Of the server's batches, if the client takes zstd.
+	zout   *zwire.Encoder // Of the client's batches once the server takes zstd; out's to use.
 }
 
 func (s *batchStream) broken() bool {
@@ -182,7 +189,7 @@ func (s *batchStream) receive(b *PutBatch) {
 				b.c.zstdOK.Store(true)
 			}
 			var rs proto.ChunkPutReplies
-			if err := proto.UnpackPutBatch(m, b.c.zip, &rs); err != nil {
+			if err := proto.UnpackPutBatch(m, s.in, &rs); err != nil {
 				return err
 			}
 			for _, r := range rs.Replies {
@@ -213,6 +220,12 @@ func (s *batchStream) receive(b *PutBatch) {
 	s.err = err
 	close(s.ended)
 	s.out.Stop(nil)
+	if s.zout != nil {
+		s.zout.Close()
+	}
+	if s.in != nil {
+		s.in.Close()
+	}
 	s.cancel()
 }
 

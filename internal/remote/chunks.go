@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"path"
 
 	"google.golang.org/grpc"
 
@@ -382,7 +383,12 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 		}
 		if r.Dir != nil {
 			st.CloseSend()
-			return proto.ToDir(r.Dir), stats, nil
+			d := proto.ToDir(r.Dir)
+			if via != nil {
+				// A batch's reply leaves out what the put named.
+				d[ferry.AttrPath], d[ferry.AttrName] = p, path.Base(p)
+			}
+			return d, stats, nil
 		}
 		fineOK = fineOK || r.FineOk
 		if r.FineFor != nil {

@@ -327,9 +327,14 @@ func (h *handler) PutChunkedBatch(st grpc.BidiStreamingServer[proto.ChunkPutBatc
 func (h *handler) putChunkedBatch(st grpc.BidiStreamingServer[proto.ChunkPutBatch, proto.ChunkPutBatch]) error {
 	ctx, cancel := context.WithCancel(st.Context())
 	defer cancel()
-	var zip *zwire.Codec // Set by the client's first batch.
+	var in *zwire.Decoder
+	if h.s.zstd {
+		in = zwire.NewDecoder(proto.MaxData)
+		defer in.Close()
+	}
+	var zout *zwire.Encoder // Made if the client's first batch takes compressed replies.
 	out := proto.NewBatcher(proto.BatchWait, func(rs []*proto.ChunkPutReply) error {
-		m, err := proto.PackPutBatch(&proto.ChunkPutReplies{Replies: rs}, zip)
+		m, err := proto.PackPutBatch(&proto.ChunkPutReplies{Replies: rs}, zout)
 		if err != nil {
 			return err
 		}
@@ -342,6 +347,9 @@ func (h *handler) putChunkedBatch(st grpc.BidiStreamingServer[proto.ChunkPutBatc
 		wg.Wait()
 		// Nothing may be sent once the handler returns.
 		out.Stop(nil)
+		if zout != nil {
+			zout.Close()
+		}
 	}()
 	puts := map[uint32]*batchPut{}
 	// The puts that ended: every number up to low, and those in ended.
@@ -365,13 +373,9 @@ func (h *handler) putChunkedBatch(st grpc.BidiStreamingServer[proto.ChunkPutBatc
 			return err
 		}
 		if first && b.ZstdOk && h.s.zstd {
-			zip = h.s.zip
+			zout = zwire.NewEncoder()
 		}
 		var msgs proto.ChunkPutMsgs
-		var in *zwire.Codec
-		if h.s.zstd {
-			in = h.s.zip
-		}
 		if err := proto.UnpackPutBatch(b, in, &msgs); err != nil {
 			return err
 		}
@@ -435,7 +439,13 @@ func (p *batchPut) Recv() (*proto.ChunkPutMsg, error) {
 	}
 }
 
+// Send queues r for the stream's next batch. A committed entry goes
+// without its path and name: the client named them.
 func (p *batchPut) Send(r *proto.ChunkPutReply) error {
 	r.Put = p.id
+	if r.Dir != nil {
+		delete(r.Dir.Attrs, ferry.AttrPath)
+		delete(r.Dir.Attrs, ferry.AttrName)
+	}
 	return p.out.Add(r)
 }
