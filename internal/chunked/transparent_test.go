@@ -211,6 +211,21 @@ func TestZstdInterop(t *testing.T) {
 			if squeezed != tc.wantSqz {
 				t.Errorf("traffic %+v: compressed %v, want %v", tr, squeezed, tc.wantSqz)
 			}
+			// Batched puts, as ferry sync makes them: an edit and a new file.
+			batch := e.c.PutBatch(ctxT(t))
+			edited, other := editLine(doc, 500, "edited"), document(200<<10)
+			f1 := batch.Replace(ctxT(t), "/doc", nil, io.NewSectionReader(bytes.NewReader(edited), 0, int64(len(edited))))
+			f2 := batch.Replace(ctxT(t), "/doc3", nil, io.NewSectionReader(bytes.NewReader(other), 0, int64(len(other))))
+			if _, err := f1.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f2.Wait(); err != nil {
+				t.Fatal(err)
+			}
+			batch.Close()
+			if !bytes.Equal(e.read(t, "doc"), edited) || !bytes.Equal(e.read(t, "doc3"), other) {
+				t.Fatal("batched puts: wrong bytes on the server")
+			}
 		})
 	}
 }
