@@ -362,7 +362,12 @@ func (r *reader) start(ctx context.Context, opts ...grpc.CallOption) {
 // client cannot know it is small.
 const SmallGet = 64 << 10
 
+// Read fails once the Get's context is done, even if data that arrived
+// before is at hand: a cancelled Get is not a short file.
 func (r *reader) Read(b []byte) (int, error) {
+	if r.err == nil && r.ctx.Err() != nil {
+		r.buf, r.err = nil, ferry.E("remote.Get", r.path, ferry.KindCanceled, r.ctx.Err())
+	}
 	for len(r.buf) == 0 {
 		if r.err != nil {
 			return 0, r.err

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/fstest"
@@ -65,5 +66,28 @@ func TestSmallGetOnCallConnection(t *testing.T) {
 	}
 	if !calls["calls=4"] || !calls["calls=1"] || len(calls) != 2 {
 		t.Errorf("calls per connection %v, want calls=4 (two Stats, two small Gets) and calls=1 (the Get to the end)", calls)
+	}
+}
+
+// TestGetCancelledAfterArrival: a Get whose data has all arrived still
+// fails once its context is cancelled, rather than ending as if the file
+// were complete (the shared suite's Cancel met this under load).
+func TestGetCancelledAfterArrival(t *testing.T) {
+	s := servertest.Start(t, "")
+	if err := os.WriteFile(filepath.Join(s.Dir, "f"), []byte(strings.Repeat("x", 100<<10)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := s.Client(t, "tester")
+	ctx, cancel := context.WithCancel(context.Background())
+	r := c.Get(ctx, "/f", 0, -1)
+	defer r.Close()
+	if _, err := io.ReadFull(r, make([]byte, 10)); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // The rest arrives meanwhile, over loopback.
+	cancel()
+	b, err := io.ReadAll(r)
+	if ferry.KindOf(err) != ferry.KindCanceled {
+		t.Errorf("read %d bytes more, then %v; want KindCanceled", len(b), err)
 	}
 }
