@@ -87,7 +87,7 @@ func BenchmarkGetTree(b *testing.B) {
 // BenchmarkPutTree: uploading N files costs far fewer than N round trips:
 // one per level of directories, then the files without waiting for each.
 func BenchmarkPutTree(b *testing.B) {
-	s := servertest.Start(b, "")
+	s := servertest.StartChunked(b, "")
 	src := b.TempDir()
 	makeTree(b, src, 10, 50) // 500 files in 20 directories, 2 levels deep.
 	ctx := context.Background()

@@ -405,25 +405,19 @@ func syncCopy(ctx context.Context, src, dst syncSide, it syncItem, rp replacer) 
 		return err
 	}
 	d := ferry.Dir{ferry.AttrType: ferry.TypeFile, ferry.AttrMode: it.src[ferry.AttrMode], ferry.AttrMtime: it.src[ferry.AttrMtime]}
-	var r io.ReadCloser
 	if src.open != nil {
 		f, err := src.open(it.src.Path())
 		if err != nil {
 			return ferry.E("sync", it.src.Path(), err)
 		}
-		if rp != nil {
-			defer f.Close()
-			fi, err := f.Stat()
-			if err != nil {
-				return ferry.E("sync", it.src.Path(), err)
-			}
-			_, err = rp.Replace(ctx, to, d, io.NewSectionReader(f, 0, fi.Size())).Wait()
-			return err
+		defer f.Close()
+		fi, err := f.Stat()
+		if err != nil {
+			return ferry.E("sync", it.src.Path(), err)
 		}
-		r = f
-	} else {
-		r = src.fs.Get(ctx, it.src.Path(), 0, -1)
+		return putLocal(ctx, dst.fs, to, d, f, fi.Size(), rp)
 	}
+	r := src.fs.Get(ctx, it.src.Path(), 0, -1)
 	defer r.Close()
 	_, err := dst.fs.Put(ctx, to, d, ferry.Whole, r).Wait()
 	return err

@@ -323,10 +323,12 @@ func putCmd() *cobra.Command {
 		Short: "Upload a file or a whole tree without waiting for each file",
 		Long: `Put copies the local file or tree LOCAL to PATH on the server. If PATH is an
 existing directory the copy is made inside it under LOCAL's name. Each file
-is one request carrying its attributes and data, committed atomically on the
-server; a tree's directories are made first, one request per level of depth,
-then all its files are sent with up to 128 requests in flight, without
-waiting for each. Errors are reported at the end.
+is committed atomically on the server. A tree's directories are made first,
+one request per level of depth, then all its files are sent with up to 128
+in flight, without waiting for each, on one stream whose messages are
+batched and compressed together: a small file goes whole with its
+attributes, one of 64 KiB or more by the chunks the server lacks. Errors
+are reported at the end.
 
 Limitations: owners are not copied (the server's user owns what it writes);
 hard links are copied as separate files.`,
@@ -405,7 +407,15 @@ func put(ctx context.Context, t ferry.Tree, src, dst string, errOut io.Writer) e
 		return errs.err()
 	}
 
-	if err := inFlight(ctx, files, putParallel, &errs, func(e localEntry) error { return putOne(ctx, t, e, prog) }); err != nil {
+	// To a server, the files' puts share one stream, so that what they send
+	// compresses together and none pays a call of its own.
+	var rp replacer
+	if c, ok := t.(*remote.Client); ok && len(files) > 1 {
+		b := c.PutBatch(ctx)
+		defer b.Close()
+		rp = freshPuts{b}
+	}
+	if err := inFlight(ctx, files, putParallel, &errs, func(e localEntry) error { return putOne(ctx, t, e, prog, rp) }); err != nil {
 		return err
 	}
 	// Directory times last: creating entries inside changed them.
@@ -449,7 +459,16 @@ func inFlight[E any](ctx context.Context, items []E, n int, errs *errorList, fn 
 	return nil
 }
 
-func putOne(ctx context.Context, t ferry.Tree, e localEntry, prog *progress) error {
+// freshPuts replaces by Put: a new tree's files are most likely new to the
+// server.
+type freshPuts struct{ b *remote.PutBatch }
+
+func (f freshPuts) Replace(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader) *ferry.Future[ferry.Dir] {
+	return f.b.Put(ctx, p, d, src)
+}
+
+// putOne puts the local entry e, a regular file by rp if it is not nil.
+func putOne(ctx context.Context, t ferry.Tree, e localEntry, prog *progress, rp replacer) error {
 	if e.d.Type() != ferry.TypeFile {
 		_, err := t.Put(ctx, e.dst, e.d, 0, nil).Wait()
 		return err
@@ -459,7 +478,30 @@ func putOne(ctx context.Context, t ferry.Tree, e localEntry, prog *progress) err
 		return err
 	}
 	defer f.Close()
-	_, err = t.Put(ctx, e.dst, e.d, ferry.Whole, &progressFile{f: f, p: prog}).Wait()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	return putLocal(ctx, t, e.dst, e.d, &progressFile{f: f, p: prog}, fi.Size(), rp)
+}
+
+// localFile is a local file being put: read in order by a plain Put,
+// at offsets by a chunked one.
+type localFile interface {
+	io.ReadSeeker
+	io.ReaderAt
+}
+
+// putLocal puts the first size bytes of r at p of t with the attributes d:
+// by rp if it is not nil (only what the server lacks crosses the link),
+// else by one whole-file Put.
+func putLocal(ctx context.Context, t ferry.Tree, p string, d ferry.Dir, r localFile, size int64, rp replacer) error {
+	var err error
+	if rp != nil {
+		_, err = rp.Replace(ctx, p, d, io.NewSectionReader(r, 0, size)).Wait()
+	} else {
+		_, err = t.Put(ctx, p, d, ferry.Whole, r).Wait()
+	}
 	return err
 }
 

@@ -49,10 +49,31 @@ func (c *Client) PutBatch(ctx context.Context) *PutBatch {
 	return &PutBatch{c: c, ctx: ctx}
 }
 
+// BatchMax is the largest file a PutBatch puts on its stream. A larger one
+// goes on a stream of its own, as Client.Replace puts it: it has no
+// per-file cost worth sharing, and its data compresses as well alone.
+const BatchMax = 4 << 20
+
 // Replace is Client.Replace with the chunked put made on the batch's
-// stream.
+// stream if the file is at most BatchMax bytes.
 func (b *PutBatch) Replace(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader) *ferry.Future[ferry.Dir] {
-	return b.c.replace(ctx, p, d, src, b)
+	return b.put(ctx, p, d, src, false)
+}
+
+// Put is Replace for a file the server most likely lacks (a new tree's): a
+// file below the client's ChunkMin goes with all its data at once, in one
+// round trip as a plain Put would, and a larger one by the chunks the
+// server lacks.
+func (b *PutBatch) Put(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader) *ferry.Future[ferry.Dir] {
+	return b.put(ctx, p, d, src, true)
+}
+
+func (b *PutBatch) put(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader, fresh bool) *ferry.Future[ferry.Dir] {
+	via := b
+	if src.Size() > BatchMax {
+		via = nil
+	}
+	return b.c.replace(ctx, p, d, src, via, fresh)
 }
 
 // Close ends the batch's stream once the server has answered every put

@@ -456,7 +456,7 @@ func (c *Client) Put(ctx context.Context, p string, d ferry.Dir, off int64, data
 					return nil, ferry.E("remote.Put", p, err)
 				}
 				if ra, ok := data.(io.ReaderAt); ok && c.chunkable(p, d, end-start) {
-					dir, err, done := c.putByChunks(ctx, p, d, io.NewSectionReader(ra, start, end-start), end-start, nil)
+					dir, err, done := c.putByChunks(ctx, p, d, io.NewSectionReader(ra, start, end-start), end-start, nil, false)
 					if done {
 						return dir, err
 					}

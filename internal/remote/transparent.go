@@ -68,17 +68,20 @@ func (c *Client) serverLacksChunks(err error) bool {
 // its chunk list, and a changed one the chunks that changed. It falls back
 // to a Put where a chunked put cannot be made.
 func (c *Client) Replace(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader) *ferry.Future[ferry.Dir] {
-	return c.replace(ctx, p, d, src, nil)
+	return c.replace(ctx, p, d, src, nil, false)
 }
 
 // replace is Replace with the chunked put on the stream of via, if not nil.
-func (c *Client) replace(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader, via *PutBatch) *ferry.Future[ferry.Dir] {
+// fresh says the server most likely lacks the file (a new tree's): one
+// below chunkMin then goes with all its chunks at once, in one round trip
+// as a plain Put, instead of asking which the server lacks first.
+func (c *Client) replace(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader, via *PutBatch, fresh bool) *ferry.Future[ferry.Dir] {
 	size := src.Size()
 	if size == 0 || c.chunkMin < 0 || c.noChunks.Load() || p == ferry.CtlPath || d.Type() != ferry.TypeFile {
 		return c.Put(ctx, p, d, ferry.Whole, src)
 	}
 	return ferry.Go(func() (ferry.Dir, error) {
-		dir, err, done := c.putByChunks(ctx, p, d, src, size, via)
+		dir, err, done := c.putByChunks(ctx, p, d, src, size, via, fresh && size < c.chunkMin)
 		if done {
 			return dir, err
 		}
@@ -98,9 +101,13 @@ func (c *Client) chunkable(p string, d ferry.Dir, size int64) bool {
 // again once the client has reconnected, for up to ResumeFor, and a server
 // with a trash does not ask again for the chunks it got before the break
 // (chunked.Put.Abort keeps them). With via not nil the put is made on its
-// stream, or as a call of its own if the server has no batched puts.
-func (c *Client) putByChunks(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader, size int64, via *PutBatch) (_ ferry.Dir, _ error, done bool) {
+// stream, or as a call of its own if the server has no batched puts. With
+// unasked every chunk goes at once, unasked.
+func (c *Client) putByChunks(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader, size int64, via *PutBatch, unasked bool) (_ ferry.Dir, _ error, done bool) {
 	known := c.knownChunks(src, size)
+	if unasked {
+		known = func(chunk.Hash) bool { return false }
+	}
 	var keep func(chunk.Hash, []byte)
 	if c.cache != nil {
 		// The server holds every chunk of the file once the put commits:

@@ -390,20 +390,33 @@ func (x *Index) evictLocked() error {
 // Lookup returns the locations the index holds for h, unverified.
 func (x *Index) Lookup(h chunk.Hash) ([]Loc, error) {
 	var locs []Loc
-	p := append([]byte{'c'}, h[:]...)
-	err := scan(x.db, p, func(k, v []byte) bool {
-		rest := k[len(p):]
-		if len(rest) < 9 || rest[len(rest)-9] != 0 {
-			return true
-		}
-		l, _ := binary.Uvarint(v)
-		locs = append(locs, Loc{Path: string(rest[:len(rest)-9]), Off: int64(binary.BigEndian.Uint64(rest[len(rest)-8:])), Len: int(l)})
+	err := x.scanLocs(h, "", func(l Loc) bool {
+		locs = append(locs, l)
 		return true
 	})
 	for i := range locs {
 		locs[i].Stamp, _, _, _ = x.fileInfo(locs[i].Path)
 	}
 	return locs, err
+}
+
+// scanLocs calls fn with each location of h, only those in the file path
+// if path is not "", until fn returns false. The locations are unverified
+// and without their Stamp.
+func (x *Index) scanLocs(h chunk.Hash, path string, fn func(Loc) bool) error {
+	p := append([]byte{'c'}, h[:]...)
+	n := len(p)
+	if path != "" {
+		p = append(append(p, path...), 0)
+	}
+	return scan(x.db, p, func(k, v []byte) bool {
+		rest := k[n:]
+		if len(rest) < 9 || rest[len(rest)-9] != 0 {
+			return true
+		}
+		l, _ := binary.Uvarint(v)
+		return fn(Loc{Path: string(rest[:len(rest)-9]), Off: int64(binary.BigEndian.Uint64(rest[len(rest)-8:])), Len: int(l)})
+	})
 }
 
 // Has reports whether the index knows a location of h. The location may be
@@ -425,30 +438,42 @@ var ErrMiss = errors.New("store: chunk not found")
 // allowed, if not nil, says which files the caller may read from: others
 // are neither read nor revealed.
 func (x *Index) ReadChunk(h chunk.Hash, buf []byte, prefer string, allowed func(path string) bool) ([]byte, error) {
-	locs, err := x.Lookup(h)
-	if err != nil {
-		return nil, ferry.E("store.Index.ReadChunk", h.String(), ferry.KindIO, err)
-	}
-	for i, l := range locs {
-		if l.Path == prefer {
-			locs[0], locs[i] = locs[i], locs[0]
-			break
-		}
-	}
-	for _, l := range locs {
+	// The locations are tried as the index yields them, the first that
+	// holds the chunk ends the search: a chunk that many files share (a
+	// licence, an empty __init__.py) costs one read, not one per file.
+	var got []byte
+	var stale []string
+	try := func(l Loc) bool {
 		if allowed != nil && !allowed(l.Path) {
-			continue
+			return true
 		}
 		if l.Len <= 0 || l.Len > chunk.MaxSize {
-			x.dropStale(l.Path)
-			continue
+			stale = append(stale, l.Path)
+			return true
 		}
-		b, ok := x.readAt(h, l, buf)
-		if ok {
-			x.hits.Add(1)
-			return b, nil
+		if b, ok := x.readAt(h, l, buf); ok {
+			got = b
+			return false
 		}
-		x.dropStale(l.Path)
+		stale = append(stale, l.Path)
+		return true
+	}
+	var err error
+	if prefer != "" {
+		err = x.scanLocs(h, prefer, try)
+	}
+	if got == nil && err == nil {
+		err = x.scanLocs(h, "", func(l Loc) bool { return l.Path == prefer || try(l) })
+	}
+	for _, p := range stale {
+		x.dropStale(p)
+	}
+	if got != nil {
+		x.hits.Add(1)
+		return got, nil
+	}
+	if err != nil {
+		return nil, ferry.E("store.Index.ReadChunk", h.String(), ferry.KindIO, err)
 	}
 	if v, ok := x.chunking.Load(h); ok {
 		if l := v.(Loc); allowed == nil || allowed(l.Path) {

