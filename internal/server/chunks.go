@@ -383,7 +383,9 @@ func (h *handler) putChunkedBatch(st grpc.BidiStreamingServer[proto.ChunkPutBatc
 			mu.Lock()
 			p := puts[m.Put]
 			if p == nil && m.Put > low && !ended[m.Put] {
-				p = &batchPut{id: m.Put, ctx: ctx, in: make(chan *proto.ChunkPutMsg, 64), ended: make(chan struct{}), out: out}
+				// A few messages wait for each put: the stream's reading
+				// stops while a put's disk lags, not its memory.
+				p = &batchPut{id: m.Put, ctx: ctx, in: make(chan *proto.ChunkPutMsg, 8), ended: make(chan struct{}), out: out}
 				puts[m.Put] = p
 				wg.Add(1)
 				go func() {
