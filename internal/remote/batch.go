@@ -76,21 +76,16 @@ func (b *PutBatch) put(ctx context.Context, p string, d ferry.Dir, src *io.Secti
 	return b.c.replace(ctx, p, d, src, via, fresh)
 }
 
-// Close ends the batch's stream once the server has answered every put
-// on it; call it when the batch's puts have returned.
+// Close ends the batch's stream; call it when the batch's puts have
+// returned. It does not wait for the server's end of the stream, a round
+// trip later: every put has its answer by then.
 func (b *PutBatch) Close() error {
 	b.mu.Lock()
 	s := b.s
 	b.s = nil
 	b.mu.Unlock()
-	if s == nil {
-		return nil
-	}
-	defer s.cancel()
-	s.out.Stop(s.st.CloseSend)
-	select {
-	case <-s.ended:
-	case <-b.ctx.Done():
+	if s != nil {
+		s.out.Stop(s.st.CloseSend)
 	}
 	return nil
 }
