@@ -58,12 +58,11 @@ func TestPutBatch(t *testing.T) {
 		}
 	}
 	waitNoTemps(t, e)
-	calls := e.srv.Calls()
-	if got := calls["putbatch"] - before["putbatch"]; got != 1 {
+	if got := servertest.CallsSince(e.srv, before, "putbatch", 1); got != 1 {
 		t.Errorf("%d PutChunkedBatch streams, want 1", got)
 	}
 	// Every put but the empty file's (a plain Put) is one of the stream's.
-	if got, want := calls["putchunked"]-before["putchunked"], int64(len(want)); got != want {
+	if got, want := servertest.CallsSince(e.srv, before, "putchunked", int64(len(want))), int64(len(want)); got != want {
 		t.Errorf("%d chunked puts, want %d", got, want)
 	}
 }

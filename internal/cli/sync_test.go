@@ -242,11 +242,10 @@ func TestSyncSendsOnlyChanges(t *testing.T) {
 	}
 	sameTree(t, "destination", snapshot(t, dstDir), snapshot(t, srcDir))
 	// Every file went on one stream, not a call each.
-	calls := s.Srv.Calls()
-	if got := calls["putbatch"] - before["putbatch"]; got != 1 {
+	if got := servertest.CallsSince(s.Srv, before, "putbatch", 1); got != 1 {
 		t.Errorf("%d PutChunkedBatch streams, want 1", got)
 	}
-	if got := calls["putchunked"] - before["putchunked"]; got != int64(len(files)) {
+	if got := servertest.CallsSince(s.Srv, before, "putchunked", int64(len(files))); got != int64(len(files)) {
 		t.Errorf("%d chunked puts, want %d", got, len(files))
 	}
 	if st.files != len(files) {

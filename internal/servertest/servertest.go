@@ -139,3 +139,18 @@ func (s *Server) ClientVia(t testing.TB, user, addr string, tune ...func(*remote
 	t.Cleanup(func() { c.Close() })
 	return c
 }
+
+// CallsSince returns how many calls of op srv counted since before (an
+// earlier Calls), waiting up to 2 s for the count to reach want: a server
+// counts a call when its handler returns, which may be after the client
+// has its answer.
+func CallsSince(srv *server.Server, before map[string]int64, op string, want int64) int64 {
+	deadline := time.Now().Add(2 * time.Second)
+	for {
+		n := srv.Calls()[op] - before[op]
+		if n >= want || time.Now().After(deadline) {
+			return n
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
