@@ -136,8 +136,10 @@ func (w *wbuf) writeAt(data []byte, off int64) (uint32, syscall.Errno) {
 // handle is an open file.
 type handle struct {
 	n  *node
-	wb *wbuf   // Set for a descriptor open for writing.
-	r  *stream // Set for one open for reading only...
+	wb *wbuf // Set for a descriptor open for writing.
+	// exec is set for the open of a program being executed (execve).
+	exec bool
+	r    *stream // Set for one open for reading only...
 	// ...unless the file's content was prefetched (see contents): then
 	// r is nil and mem holds it.
 	mem []byte
@@ -157,12 +159,42 @@ var (
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	trunc := flags&syscall.O_TRUNC != 0
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || trunc {
+		// A file being executed is not written, as on a local disk. The
+		// kernel checks that only after this open, and an O_TRUNC open
+		// (atomic, which the mount asks for) has by then set the size to
+		// 0: the program's next page fault would kill it, and the open
+		// would then succeed.
+		n.mu.Lock()
+		busy := n.execs > 0
+		n.mu.Unlock()
+		if busy {
+			return nil, 0, syscall.ETXTBSY
+		}
 		wb, e := n.openWrite(ctx, trunc)
 		if e != 0 {
 			return nil, 0, e
 		}
 		return &handle{n: n, wb: wb}, 0, 0
 	}
+	h, keep, e := n.openRead(ctx)
+	if e != 0 {
+		return nil, 0, e
+	}
+	if flags&fmodeExec != 0 {
+		n.mu.Lock()
+		n.execs++
+		n.mu.Unlock()
+		h.exec = true
+	}
+	return h, keep, 0
+}
+
+// fmodeExec is FMODE_EXEC, which the kernel adds to the flags of the open
+// that execve(2) makes.
+const fmodeExec = 0x20
+
+// openRead opens the file for reading only.
+func (n *node) openRead(ctx context.Context) (*handle, uint32, syscall.Errno) {
 	if n.hasBuffer() {
 		return &handle{n: n, r: &stream{n: n}}, fuse.FOPEN_KEEP_CACHE, 0
 	}
@@ -458,6 +490,11 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	if h.r != nil {
 		h.r.close()
+	}
+	if h.exec {
+		h.n.mu.Lock()
+		h.n.execs--
+		h.n.mu.Unlock()
 	}
 	if h.wb == nil {
 		return 0

@@ -34,6 +34,8 @@ type node struct {
 	// stores counts the background stores of the file begun
 	// (Options.WriteBack): only the last one's result is recorded.
 	stores uint64
+	// execs counts the opens of the file by execve(2) not yet released.
+	execs int
 }
 
 var (
