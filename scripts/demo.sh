@@ -24,7 +24,7 @@ run() { echo; echo "\$ ferry $*"; "$ferry" "$@"; }
 "$ferry" serve "$work/served" --listen 127.0.0.1:0 2>"$work/serve.log" &
 server_pid=$!
 for _ in $(seq 100); do
-	addr=$(sed -n 's/.* on \(127[^ ]*\)$/\1/p' "$work/serve.log")
+	addr=$(sed -n 's/.* on \(127[^ ]*\).*/\1/p' "$work/serve.log")
 	[ -n "$addr" ] && break
 	sleep 0.1
 done

@@ -643,10 +643,18 @@ func (c *Client) find(ctx context.Context, op, p, pred string, call findCall) *f
 				// many Puts compressed from the first.
 				c.zstdOK.Store(true)
 			}
+			var data int64
 			for _, e := range es {
+				data += int64(len(e.Data))
 				if err := send(e); err != nil {
 					return err
 				}
+			}
+			if data > 0 {
+				// A FindGet's files count as got, and what carried
+				// them (with their entries) as their wire bytes.
+				c.traffic.getBytes.Add(data)
+				c.traffic.getWire.Add(int64(len(m.Batch) + len(m.Data)))
 			}
 		}
 	})
