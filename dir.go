@@ -32,6 +32,10 @@ const (
 	AttrTarget = "target" // AttrTarget is a symbolic link's target.
 	AttrHash   = "hash"   // AttrHash is a content hash ("blake3:<hex>") where known.
 	AttrNlink  = "nlink"  // AttrNlink is the number of hard links where known.
+	AttrRdev   = "rdev"   // AttrRdev is a device's number (Linux encoding), decimal.
+	AttrAtime  = "atime"  // AttrAtime is the access time in nanoseconds since the Unix epoch.
+	AttrCtime  = "ctime"  // AttrCtime is the status change time in nanoseconds; it cannot be set.
+	AttrIno    = "ino"    // AttrIno is the server's inode number where known: the same for hard links of one file.
 )
 
 // The values of AttrType.
@@ -39,8 +43,22 @@ const (
 	TypeFile    = "f" // TypeFile is a regular file.
 	TypeDir     = "d" // TypeDir is a directory.
 	TypeSymlink = "l" // TypeSymlink is a symbolic link.
-	TypeOther   = "o" // TypeOther is a device, pipe or socket: listed but not served.
+	TypeFifo    = "p" // TypeFifo is a named pipe: its data never crosses the wire.
+	TypeSocket  = "s" // TypeSocket is a Unix socket's name.
+	TypeChar    = "c" // TypeChar is a character device, with AttrRdev.
+	TypeBlock   = "b" // TypeBlock is a block device, with AttrRdev.
+	TypeOther   = "o" // TypeOther is an entry of any other kind: listed but not served.
 )
+
+// IsSpecial reports whether t names a node that holds no data of its own in
+// the tree: a pipe, a socket or a device. Put creates them; Get refuses them.
+func IsSpecial(t string) bool {
+	switch t {
+	case TypeFifo, TypeSocket, TypeChar, TypeBlock:
+		return true
+	}
+	return false
+}
 
 // IsDecoration reports whether the attribute name is a layer's decoration,
 // which is never stored: names that start with an upper-case letter.
@@ -121,6 +139,19 @@ func (d Dir) Mtime() time.Time {
 	}
 	n, _ := strconv.ParseInt(s, 10, 64)
 	return time.Unix(0, n)
+}
+
+// Atime returns the AttrAtime attribute as a time, or the mtime if absent.
+func (d Dir) Atime() time.Time { return d.timeOr(AttrAtime) }
+
+// Ctime returns the AttrCtime attribute as a time, or the mtime if absent.
+func (d Dir) Ctime() time.Time { return d.timeOr(AttrCtime) }
+
+func (d Dir) timeOr(name string) time.Time {
+	if _, ok := d[name]; ok {
+		return time.Unix(0, d.Int(name))
+	}
+	return d.Mtime()
 }
 
 // SetInt sets a decimal attribute.

@@ -42,7 +42,8 @@ type Tree interface {
 
 	// Put creates or updates the entry at path in one call and returns the
 	// resulting entry. d gives the type (TypeFile if absent, TypeDir,
-	// TypeSymlink with AttrTarget) and any of mode, mtime, uid and gid to set.
+	// TypeSymlink with AttrTarget, a pipe, a socket, or a device with
+	// AttrRdev) and any of mode, mtime, atime, uid and gid to set.
 	// For a file, data (which may be nil) is written at off, in place, or with
 	// off == Whole it replaces the content atomically. Putting a directory
 	// that exists updates its attributes. The parent must exist
@@ -53,6 +54,12 @@ type Tree interface {
 	// and returns the entry at its new path.
 	Move(ctx context.Context, from, to string) *Future[Dir]
 
+	// Link makes to a new name for the entry at from, a hard link that
+	// shares its content and attributes, and returns the entry at to. It
+	// fails with KindExist if to exists, and with the kind the server's
+	// file system gives where it has no hard links or from is a directory.
+	Link(ctx context.Context, from, to string) *Future[Dir]
+
 	// Remove removes a file, a link or an empty directory (KindNotEmpty
 	// otherwise).
 	Remove(ctx context.Context, path string) *Future[struct{}]
@@ -62,8 +69,8 @@ type Tree interface {
 	RemoveAll(ctx context.Context, path string) *Future[struct{}]
 
 	// Wstat changes the attributes of the entry at path that d names: mode,
-	// mtime, uid, gid, and size, which truncates or extends a file. Other
-	// attributes are ignored. It returns the resulting entry.
+	// mtime, atime, uid, gid, and size, which truncates or extends a file.
+	// Other attributes are ignored. It returns the resulting entry.
 	Wstat(ctx context.Context, path string, d Dir) *Future[Dir]
 }
 

@@ -193,6 +193,14 @@ func (t *Tree) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Di
 	return t.FS.Move(ctx, from, to)
 }
 
+// Link implements ferry.Tree.
+func (t *Tree) Link(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
+	if isCtl(from) || isCtl(to) {
+		return ferry.Resolved[ferry.Dir](nil, denied("ctl.Link"))
+	}
+	return t.FS.Link(ctx, from, to)
+}
+
 // Remove implements ferry.Tree.
 func (t *Tree) Remove(ctx context.Context, p string) *ferry.Future[struct{}] {
 	if isCtl(p) {

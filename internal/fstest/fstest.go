@@ -40,6 +40,9 @@ func Run(t *testing.T, setup Setup) {
 		{"PutErrors", testPutErrors},
 		{"PutKeepsModeOnReplace", testPutKeepsMode},
 		{"Move", testMove},
+		{"Link", testLink},
+		{"Special", testSpecial},
+		{"Times", testTimes},
 		{"Remove", testRemove},
 		{"Wstat", testWstat},
 		{"Find", testFind},
@@ -300,6 +303,110 @@ func testMove(t *testing.T, fs ferry.FS, dir string) {
 	wantKind(t, "Move(/d, /d/inside)", err, ferry.KindInvalid)
 }
 
+func testLink(t *testing.T, fs ferry.FS, dir string) {
+	write(t, dir, "a", "A")
+	write(t, dir, "d/x", "X")
+	c := ctx(t)
+	d, err := fs.Link(c, "/a", "/d/b").Wait()
+	if err != nil {
+		t.Fatalf("Link(/a, /d/b): %v", err)
+	}
+	if d.Path() != "/d/b" || d.Int(ferry.AttrNlink) != 2 {
+		t.Errorf("Link(/a, /d/b) = %v, want /d/b with nlink 2", d)
+	}
+	a, err := fs.Stat(c, "/a").Wait()
+	if err != nil || a[ferry.AttrIno] == "" || a[ferry.AttrIno] != d[ferry.AttrIno] || a.Int(ferry.AttrNlink) != 2 {
+		t.Errorf("Stat(/a) = %v, %v; want nlink 2 and the ino of /d/b (%s)", a, err, d[ferry.AttrIno])
+	}
+	// Both names are one file: a write in place through one shows in the other.
+	if _, err := fs.Put(c, "/d/b", nil, 1, strings.NewReader("B")).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(t, dir, "a"); got != "AB" {
+		t.Errorf("after a write through the link, a holds %q, want AB", got)
+	}
+	_, err = fs.Link(c, "/a", "/d/x").Wait()
+	wantKind(t, "Link over an existing file", err, ferry.KindExist)
+	_, err = fs.Link(c, "/nope", "/z").Wait()
+	wantKind(t, "Link(/nope)", err, ferry.KindNotExist)
+	if _, err = fs.Link(c, "/d", "/d2").Wait(); err == nil {
+		t.Errorf("Link of a directory succeeded")
+	}
+	if _, err := fs.Remove(c, "/a").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := fs.Stat(c, "/d/b").Wait(); err != nil || b.Int(ferry.AttrNlink) != 1 {
+		t.Errorf("after removing /a, Stat(/d/b) = %v, %v; want nlink 1", b, err)
+	}
+}
+
+// testSpecial makes a named pipe and, as root, a device: they are listed
+// and described, and reading or writing them through the tree fails at once
+// instead of waiting on the pipe.
+func testSpecial(t *testing.T, fs ferry.FS, dir string) {
+	c := ctx(t)
+	d, err := fs.Put(c, "/fifo", ferry.Dir{ferry.AttrType: ferry.TypeFifo, ferry.AttrMode: "0640"}, ferry.Whole, nil).Wait()
+	if err != nil {
+		t.Fatalf("Put of a pipe: %v", err)
+	}
+	if d.Type() != ferry.TypeFifo || d[ferry.AttrMode] != "0640" {
+		t.Errorf("Put of a pipe = %v, want type p, mode 0640", d)
+	}
+	fi, err := os.Lstat(filepath.Join(dir, "fifo"))
+	if err != nil || fi.Mode()&os.ModeNamedPipe == 0 || fi.Mode().Perm() != 0o640 {
+		t.Errorf("on disk: %v, %v; want a pipe with mode 0640", fi.Mode(), err)
+	}
+	if _, err := getAll(c, fs, "/fifo", 0, -1); err == nil {
+		t.Errorf("Get of a pipe succeeded")
+	}
+	if _, err := fs.Put(c, "/fifo", nil, 0, strings.NewReader("x")).Wait(); err == nil {
+		t.Errorf("Put into a pipe succeeded")
+	}
+	var types []string
+	for e := range fs.Find(c, "/", "type=p").All() {
+		types = append(types, e.Dir.Path()+" "+e.Dir.Type())
+	}
+	if got := strings.Join(types, ","); got != "/fifo p" {
+		t.Errorf("Find type=p = %q, want /fifo p", got)
+	}
+	dev := ferry.Dir{ferry.AttrType: ferry.TypeChar, ferry.AttrMode: "0600"}
+	dev.SetInt(ferry.AttrRdev, 1<<8|3) // 1,3: /dev/null.
+	d, err = fs.Put(c, "/null", dev, ferry.Whole, nil).Wait()
+	if os.Geteuid() != 0 {
+		wantKind(t, "Put of a device, not as root", err, ferry.KindPermission)
+		return
+	}
+	if err != nil || d.Type() != ferry.TypeChar || d.Int(ferry.AttrRdev) != 1<<8|3 {
+		t.Errorf("Put of a device = %v, %v; want type c, rdev %d", d, err, 1<<8|3)
+	}
+}
+
+func testTimes(t *testing.T, fs ferry.FS, dir string) {
+	write(t, dir, "f", "x")
+	c := ctx(t)
+	mt := time.Date(2020, 1, 2, 3, 4, 5, 6000, time.UTC)
+	at := time.Date(2021, 6, 7, 8, 9, 10, 11000, time.UTC)
+	want := ferry.Dir{}
+	want.SetMtime(mt)
+	want.SetInt(ferry.AttrAtime, at.UnixNano())
+	d, err := fs.Wstat(c, "/f", want).Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !d.Mtime().Equal(mt) || !d.Atime().Equal(at) {
+		t.Errorf("Wstat = %v, want mtime %v, atime %v", d, mt, at)
+	}
+	if d.Ctime().Before(time.Now().Add(-time.Minute)) {
+		t.Errorf("ctime %v, want the time of the Wstat", d.Ctime())
+	}
+	// An atime alone leaves the mtime.
+	at2 := at.Add(time.Hour)
+	d, err = fs.Wstat(c, "/f", ferry.Dir{ferry.AttrAtime: fmt.Sprint(at2.UnixNano())}).Wait()
+	if err != nil || !d.Mtime().Equal(mt) || !d.Atime().Equal(at2) {
+		t.Errorf("Wstat of atime = %v, %v; want mtime %v, atime %v", d, err, mt, at2)
+	}
+}
+
 func testRemove(t *testing.T, fs ferry.FS, dir string) {
 	write(t, dir, "f", "x")
 	write(t, dir, "d/e/f", "x")
@@ -502,6 +609,12 @@ func testEscapes(t *testing.T, fs ferry.FS, dir string) {
 	_, err = fs.Move(c, "/in", "/out/in").Wait()
 	if err == nil {
 		t.Errorf("Move through a link to outside succeeded")
+	}
+	if _, err := fs.Link(c, "/out/secret", "/stolen").Wait(); err == nil {
+		t.Errorf("Link to a file outside succeeded")
+	}
+	if _, err := fs.Link(c, "/in", "/out/planted").Wait(); err == nil {
+		t.Errorf("Link through a link to outside succeeded")
 	}
 	_, err = fs.RemoveAll(c, "/out/secret").Wait()
 	if _, serr := os.Stat(filepath.Join(outside, "secret")); serr != nil {

@@ -111,6 +111,14 @@ func (t *Tree) dirOf(p string, fi fs.FileInfo) ferry.Dir {
 		if target, err := t.root.Readlink(rel(p)); err == nil {
 			d[ferry.AttrTarget] = target
 		}
+	case m&fs.ModeNamedPipe != 0:
+		d[ferry.AttrType] = ferry.TypeFifo
+	case m&fs.ModeSocket != 0:
+		d[ferry.AttrType] = ferry.TypeSocket
+	case m&fs.ModeCharDevice != 0:
+		d[ferry.AttrType] = ferry.TypeChar
+	case m&fs.ModeDevice != 0:
+		d[ferry.AttrType] = ferry.TypeBlock
 	default:
 		d[ferry.AttrType] = ferry.TypeOther
 	}
@@ -122,6 +130,12 @@ func (t *Tree) dirOf(p string, fi fs.FileInfo) ferry.Dir {
 		d.SetInt(ferry.AttrGid, int64(st.Gid))
 		d.SetInt(ferry.AttrNlink, int64(st.Nlink))
 		d.SetInt(ferry.AttrMtime, st.Mtim.Nano())
+		d.SetInt(ferry.AttrAtime, st.Atim.Nano())
+		d.SetInt(ferry.AttrCtime, st.Ctim.Nano())
+		d.SetInt(ferry.AttrIno, int64(st.Ino))
+		if ferry.IsSpecial(d.Type()) {
+			d.SetInt(ferry.AttrRdev, int64(st.Rdev))
+		}
 	} else {
 		d.SetMode(fi.Mode())
 	}
@@ -171,7 +185,8 @@ func (r *reader) open() error {
 	if r.off < 0 {
 		return ferry.E(op, p, ferry.KindInvalid, "negative offset")
 	}
-	f, err := r.t.root.Open(rel(p))
+	// O_NONBLOCK: opening a named pipe would otherwise wait for a writer.
+	f, err := r.t.root.OpenFile(rel(p), os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return fail(op, p, err)
 	}
@@ -252,6 +267,8 @@ func (t *Tree) Put(ctx context.Context, p string, d ferry.Dir, off int64, data i
 			err = t.putDir(p, d)
 		case ferry.TypeSymlink:
 			err = t.putLink(p, d)
+		case ferry.TypeFifo, ferry.TypeSocket, ferry.TypeChar, ferry.TypeBlock:
+			err = t.putSpecial(p, d)
 		case ferry.TypeFile:
 			if off == ferry.Whole {
 				err = t.putWhole(ctx, p, d, data)
@@ -304,6 +321,54 @@ func (t *Tree) putLink(p string, d ferry.Dir) error {
 		return err
 	}
 	return t.setAttrs(p, d, false)
+}
+
+// specialBits are the S_IFMT bits of the special types.
+var specialBits = map[string]uint32{
+	ferry.TypeFifo:   syscall.S_IFIFO,
+	ferry.TypeSocket: syscall.S_IFSOCK,
+	ferry.TypeChar:   syscall.S_IFCHR,
+	ferry.TypeBlock:  syscall.S_IFBLK,
+}
+
+// putSpecial makes a pipe, socket or device node under a temporary name
+// and renames it into place, as putLink does. Making a device needs the
+// privilege the server runs with (KindPermission otherwise).
+func (t *Tree) putSpecial(p string, d ferry.Dir) error {
+	mode := uint32(d.Mode().Perm())
+	if _, ok := d[ferry.AttrMode]; !ok {
+		mode = 0o644
+	}
+	var dev int64
+	if typ := d.Type(); typ == ferry.TypeChar || typ == ferry.TypeBlock {
+		dev = d.Int(ferry.AttrRdev)
+	}
+	// os.Root has no mknod: make the node relative to its directory,
+	// which the root opened without leaving itself.
+	dir, err := t.root.Open(rel(path.Dir(p)))
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	tmp := path.Base(tempName(p))
+	if err := syscall.Mknodat(int(dir.Fd()), tmp, specialBits[d.Type()]|mode, int(dev)); err != nil {
+		return &fs.PathError{Op: "mknod", Path: p, Err: err}
+	}
+	tmpPath := path.Join(path.Dir(p), tmp)
+	// The umask applied to mknod; the mode asked for is set whole.
+	d = d.Clone()
+	if _, ok := d[ferry.AttrMode]; !ok {
+		d[ferry.AttrMode] = ferry.ModeBits(mode)
+	}
+	if err := t.setAttrs(tmpPath, d, true); err != nil {
+		t.root.Remove(rel(tmpPath))
+		return err
+	}
+	if err := t.root.Rename(rel(tmpPath), rel(p)); err != nil {
+		t.root.Remove(rel(tmpPath))
+		return err
+	}
+	return nil
 }
 
 func tempName(p string) string {
@@ -368,8 +433,17 @@ func (t *Tree) putAt(ctx context.Context, p string, d ferry.Dir, off int64, data
 	if _, ok := d[ferry.AttrMode]; !ok {
 		mode = 0o644
 	}
-	f, err := t.root.OpenFile(rel(p), os.O_WRONLY|os.O_CREATE, mode&fs.ModePerm)
+	// O_NONBLOCK: a named pipe without a reader fails at once instead of
+	// holding the call.
+	f, err := t.root.OpenFile(rel(p), os.O_WRONLY|os.O_CREATE|syscall.O_NONBLOCK, mode&fs.ModePerm)
 	if err != nil {
+		return err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		if err == nil {
+			err = ferry.E("", p, ferry.KindInvalid, "not a regular file")
+		}
 		return err
 	}
 	if data != nil {
@@ -433,8 +507,18 @@ func (t *Tree) setAttrs(p string, d ferry.Dir, follow bool) error {
 			return err
 		}
 	}
-	if _, ok := d[ferry.AttrMtime]; ok && follow {
-		if err := t.root.Chtimes(r, time.Time{}, d.Mtime()); err != nil {
+	_, hasM := d[ferry.AttrMtime]
+	_, hasA := d[ferry.AttrAtime]
+	if (hasM || hasA) && follow {
+		// A zero time leaves that time as it is.
+		var mt, at time.Time
+		if hasM {
+			mt = d.Mtime()
+		}
+		if hasA {
+			at = d.Atime()
+		}
+		if err := t.root.Chtimes(r, at, mt); err != nil {
 			return err
 		}
 	}
@@ -455,6 +539,22 @@ func (t *Tree) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Di
 		return ferry.Resolved[ferry.Dir](nil, ferry.E(op, from, ferry.KindPermission, "cannot move the root"))
 	}
 	if err := t.root.Rename(rel(from), rel(to)); err != nil {
+		return ferry.Resolved[ferry.Dir](nil, fail(op, from, err))
+	}
+	return ferry.Resolved(t.stat(op, to))
+}
+
+// Link implements ferry.Tree.
+func (t *Tree) Link(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
+	const op = "local.Link"
+	from, err := clean(ctx, op, from)
+	if err == nil {
+		to, err = clean(ctx, op, to)
+	}
+	if err != nil {
+		return ferry.Resolved[ferry.Dir](nil, err)
+	}
+	if err := t.root.Link(rel(from), rel(to)); err != nil {
 		return ferry.Resolved[ferry.Dir](nil, fail(op, from, err))
 	}
 	return ferry.Resolved(t.stat(op, to))

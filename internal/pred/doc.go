@@ -53,7 +53,8 @@
 //	             optional leading number of days: age<90s, age>7d, age<1d12h
 //	depth        not an attribute of the entry but its depth below the
 //	             find's root, which has depth 0: depth<=2
-//	type         f (file), d (directory), l (symbolic link), o (other)
+//	type         f (file), d (directory), l (symbolic link), p (named pipe),
+//	             s (socket), c and b (character and block device), o (other)
 //	anything     any other attribute (name, path, target, hash, a layer's
 //	             decorations) compares as a string, byte by byte
 //

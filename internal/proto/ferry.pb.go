@@ -1868,12 +1868,13 @@ const file_ferry_proto_rawDesc = "" +
 	"\fChunkPutMsgs\x12)\n" +
 	"\x04msgs\x18\x01 \x03(\v2\x15.ferry.v1.ChunkPutMsgR\x04msgs\"D\n" +
 	"\x0fChunkPutReplies\x121\n" +
-	"\areplies\x18\x01 \x03(\v2\x17.ferry.v1.ChunkPutReplyR\areplies2\xaa\x06\n" +
+	"\areplies\x18\x01 \x03(\v2\x17.ferry.v1.ChunkPutReplyR\areplies2\xd9\x06\n" +
 	"\x05Ferry\x12-\n" +
 	"\x04Stat\x12\x11.ferry.v1.PathReq\x1a\x12.ferry.v1.DirReply\x12)\n" +
 	"\x03Get\x12\x10.ferry.v1.GetReq\x1a\x0e.ferry.v1.Data0\x01\x12-\n" +
 	"\x03Put\x12\x10.ferry.v1.PutMsg\x1a\x12.ferry.v1.DirReply(\x01\x12-\n" +
-	"\x04Move\x12\x11.ferry.v1.MoveReq\x1a\x12.ferry.v1.DirReply\x12,\n" +
+	"\x04Move\x12\x11.ferry.v1.MoveReq\x1a\x12.ferry.v1.DirReply\x12-\n" +
+	"\x04Link\x12\x11.ferry.v1.MoveReq\x1a\x12.ferry.v1.DirReply\x12,\n" +
 	"\x06Remove\x12\x11.ferry.v1.PathReq\x1a\x0f.ferry.v1.Empty\x12/\n" +
 	"\tRemoveAll\x12\x11.ferry.v1.PathReq\x1a\x0f.ferry.v1.Empty\x12/\n" +
 	"\x05Wstat\x12\x12.ferry.v1.WstatReq\x1a\x12.ferry.v1.DirReply\x120\n" +
@@ -1952,34 +1953,36 @@ var file_ferry_proto_depIdxs = []int32{
 	5,  // 18: ferry.v1.Ferry.Get:input_type -> ferry.v1.GetReq
 	7,  // 19: ferry.v1.Ferry.Put:input_type -> ferry.v1.PutMsg
 	10, // 20: ferry.v1.Ferry.Move:input_type -> ferry.v1.MoveReq
-	3,  // 21: ferry.v1.Ferry.Remove:input_type -> ferry.v1.PathReq
-	3,  // 22: ferry.v1.Ferry.RemoveAll:input_type -> ferry.v1.PathReq
-	11, // 23: ferry.v1.Ferry.Wstat:input_type -> ferry.v1.WstatReq
-	12, // 24: ferry.v1.Ferry.Find:input_type -> ferry.v1.FindReq
-	12, // 25: ferry.v1.Ferry.FindGet:input_type -> ferry.v1.FindReq
-	3,  // 26: ferry.v1.Ferry.Watch:input_type -> ferry.v1.PathReq
-	8,  // 27: ferry.v1.Ferry.PutStatus:input_type -> ferry.v1.UploadReq
-	16, // 28: ferry.v1.Ferry.ChunkList:input_type -> ferry.v1.ChunkListReq
-	19, // 29: ferry.v1.Ferry.ReadChunks:input_type -> ferry.v1.ChunkReq
-	21, // 30: ferry.v1.Ferry.PutChunked:input_type -> ferry.v1.ChunkPutMsg
-	23, // 31: ferry.v1.Ferry.PutChunkedBatch:input_type -> ferry.v1.ChunkPutBatch
-	4,  // 32: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
-	6,  // 33: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
-	4,  // 34: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
-	4,  // 35: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
-	2,  // 36: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
-	2,  // 37: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
-	4,  // 38: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
-	13, // 39: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
-	13, // 40: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
-	15, // 41: ferry.v1.Ferry.Watch:output_type -> ferry.v1.WatchEvent
-	9,  // 42: ferry.v1.Ferry.PutStatus:output_type -> ferry.v1.UploadReply
-	18, // 43: ferry.v1.Ferry.ChunkList:output_type -> ferry.v1.ChunkListReply
-	20, // 44: ferry.v1.Ferry.ReadChunks:output_type -> ferry.v1.ChunkData
-	22, // 45: ferry.v1.Ferry.PutChunked:output_type -> ferry.v1.ChunkPutReply
-	23, // 46: ferry.v1.Ferry.PutChunkedBatch:output_type -> ferry.v1.ChunkPutBatch
-	32, // [32:47] is the sub-list for method output_type
-	17, // [17:32] is the sub-list for method input_type
+	10, // 21: ferry.v1.Ferry.Link:input_type -> ferry.v1.MoveReq
+	3,  // 22: ferry.v1.Ferry.Remove:input_type -> ferry.v1.PathReq
+	3,  // 23: ferry.v1.Ferry.RemoveAll:input_type -> ferry.v1.PathReq
+	11, // 24: ferry.v1.Ferry.Wstat:input_type -> ferry.v1.WstatReq
+	12, // 25: ferry.v1.Ferry.Find:input_type -> ferry.v1.FindReq
+	12, // 26: ferry.v1.Ferry.FindGet:input_type -> ferry.v1.FindReq
+	3,  // 27: ferry.v1.Ferry.Watch:input_type -> ferry.v1.PathReq
+	8,  // 28: ferry.v1.Ferry.PutStatus:input_type -> ferry.v1.UploadReq
+	16, // 29: ferry.v1.Ferry.ChunkList:input_type -> ferry.v1.ChunkListReq
+	19, // 30: ferry.v1.Ferry.ReadChunks:input_type -> ferry.v1.ChunkReq
+	21, // 31: ferry.v1.Ferry.PutChunked:input_type -> ferry.v1.ChunkPutMsg
+	23, // 32: ferry.v1.Ferry.PutChunkedBatch:input_type -> ferry.v1.ChunkPutBatch
+	4,  // 33: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
+	6,  // 34: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
+	4,  // 35: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
+	4,  // 36: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
+	4,  // 37: ferry.v1.Ferry.Link:output_type -> ferry.v1.DirReply
+	2,  // 38: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
+	2,  // 39: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
+	4,  // 40: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
+	13, // 41: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
+	13, // 42: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
+	15, // 43: ferry.v1.Ferry.Watch:output_type -> ferry.v1.WatchEvent
+	9,  // 44: ferry.v1.Ferry.PutStatus:output_type -> ferry.v1.UploadReply
+	18, // 45: ferry.v1.Ferry.ChunkList:output_type -> ferry.v1.ChunkListReply
+	20, // 46: ferry.v1.Ferry.ReadChunks:output_type -> ferry.v1.ChunkData
+	22, // 47: ferry.v1.Ferry.PutChunked:output_type -> ferry.v1.ChunkPutReply
+	23, // 48: ferry.v1.Ferry.PutChunkedBatch:output_type -> ferry.v1.ChunkPutBatch
+	33, // [33:49] is the sub-list for method output_type
+	17, // [17:33] is the sub-list for method input_type
 	17, // [17:17] is the sub-list for extension type_name
 	17, // [17:17] is the sub-list for extension extendee
 	0,  // [0:17] is the sub-list for field type_name

@@ -25,6 +25,7 @@ const (
 	Ferry_Get_FullMethodName             = "/ferry.v1.Ferry/Get"
 	Ferry_Put_FullMethodName             = "/ferry.v1.Ferry/Put"
 	Ferry_Move_FullMethodName            = "/ferry.v1.Ferry/Move"
+	Ferry_Link_FullMethodName            = "/ferry.v1.Ferry/Link"
 	Ferry_Remove_FullMethodName          = "/ferry.v1.Ferry/Remove"
 	Ferry_RemoveAll_FullMethodName       = "/ferry.v1.Ferry/RemoveAll"
 	Ferry_Wstat_FullMethodName           = "/ferry.v1.Ferry/Wstat"
@@ -48,6 +49,8 @@ type FerryClient interface {
 	Get(ctx context.Context, in *GetReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Data], error)
 	Put(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[PutMsg, DirReply], error)
 	Move(ctx context.Context, in *MoveReq, opts ...grpc.CallOption) (*DirReply, error)
+	// Link makes To a hard link to From.
+	Link(ctx context.Context, in *MoveReq, opts ...grpc.CallOption) (*DirReply, error)
 	Remove(ctx context.Context, in *PathReq, opts ...grpc.CallOption) (*Empty, error)
 	RemoveAll(ctx context.Context, in *PathReq, opts ...grpc.CallOption) (*Empty, error)
 	Wstat(ctx context.Context, in *WstatReq, opts ...grpc.CallOption) (*DirReply, error)
@@ -118,6 +121,16 @@ func (c *ferryClient) Move(ctx context.Context, in *MoveReq, opts ...grpc.CallOp
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(DirReply)
 	err := c.cc.Invoke(ctx, Ferry_Move_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *ferryClient) Link(ctx context.Context, in *MoveReq, opts ...grpc.CallOption) (*DirReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DirReply)
+	err := c.cc.Invoke(ctx, Ferry_Link_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -289,6 +302,8 @@ type FerryServer interface {
 	Get(*GetReq, grpc.ServerStreamingServer[Data]) error
 	Put(grpc.ClientStreamingServer[PutMsg, DirReply]) error
 	Move(context.Context, *MoveReq) (*DirReply, error)
+	// Link makes To a hard link to From.
+	Link(context.Context, *MoveReq) (*DirReply, error)
 	Remove(context.Context, *PathReq) (*Empty, error)
 	RemoveAll(context.Context, *PathReq) (*Empty, error)
 	Wstat(context.Context, *WstatReq) (*DirReply, error)
@@ -324,6 +339,9 @@ func (UnimplementedFerryServer) Put(grpc.ClientStreamingServer[PutMsg, DirReply]
 }
 func (UnimplementedFerryServer) Move(context.Context, *MoveReq) (*DirReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Move not implemented")
+}
+func (UnimplementedFerryServer) Link(context.Context, *MoveReq) (*DirReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Link not implemented")
 }
 func (UnimplementedFerryServer) Remove(context.Context, *PathReq) (*Empty, error) {
 	return nil, status.Error(codes.Unimplemented, "method Remove not implemented")
@@ -429,6 +447,24 @@ func _Ferry_Move_Handler(srv interface{}, ctx context.Context, dec func(interfac
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(FerryServer).Move(ctx, req.(*MoveReq))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Ferry_Link_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MoveReq)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FerryServer).Link(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Ferry_Link_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FerryServer).Link(ctx, req.(*MoveReq))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -584,6 +620,10 @@ var Ferry_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Move",
 			Handler:    _Ferry_Move_Handler,
+		},
+		{
+			MethodName: "Link",
+			Handler:    _Ferry_Link_Handler,
 		},
 		{
 			MethodName: "Remove",

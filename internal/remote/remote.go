@@ -586,6 +586,13 @@ func (c *Client) Move(ctx context.Context, from, to string) *ferry.Future[ferry.
 	})
 }
 
+// Link implements ferry.Tree.
+func (c *Client) Link(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
+	return c.dirCall("remote.Link", from, func() (*proto.DirReply, error) {
+		return c.c.Link(ctx, &proto.MoveReq{From: from, To: to})
+	})
+}
+
 // Remove implements ferry.Tree.
 func (c *Client) Remove(ctx context.Context, p string) *ferry.Future[struct{}] {
 	return c.emptyCall("remote.Remove", p, func() (*proto.Empty, error) {

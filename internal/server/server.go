@@ -138,10 +138,11 @@ const (
 	opReadChunks
 	opPutChunked
 	opPutBatch
+	opLink
 	opCount
 )
 
-var opNames = [opCount]string{"stat", "get", "put", "move", "remove", "removeall", "wstat", "find", "findget", "watch", "putstatus", "chunklist", "readchunks", "putchunked", "putbatch"}
+var opNames = [opCount]string{"stat", "get", "put", "move", "remove", "removeall", "wstat", "find", "findget", "watch", "putstatus", "chunklist", "readchunks", "putchunked", "putbatch", "link"}
 
 // New returns a server for cfg.
 func New(cfg Config) (*Server, error) {
@@ -639,6 +640,11 @@ func (h *handler) Put(st grpc.ClientStreamingServer[proto.PutMsg, proto.DirReply
 func (h *handler) Move(ctx context.Context, r *proto.MoveReq) (*proto.DirReply, error) {
 	d, err := h.s.fs.Move(ctx, r.From, r.To).Wait()
 	return &proto.DirReply{Dir: proto.FromDir(d)}, h.done(opMove, err)
+}
+
+func (h *handler) Link(ctx context.Context, r *proto.MoveReq) (*proto.DirReply, error) {
+	d, err := h.s.fs.Link(ctx, r.From, r.To).Wait()
+	return &proto.DirReply{Dir: proto.FromDir(d)}, h.done(opLink, err)
 }
 
 func (h *handler) Remove(ctx context.Context, r *proto.PathReq) (*proto.Empty, error) {
