@@ -68,11 +68,13 @@ per file. Unmounting waits (up to a minute) for what is not yet stored.
 
 Limitations:
 
-  - No hard links (link fails with "operation not supported"); no device
-    files, pipes or sockets; no extended attributes or ACLs; no file locks
+  - Hard links work where the server's file system has them; a file with
+    several names is written in place on close (not atomically). FIFOs,
+    sockets and devices are names on the server: a FIFO connects programs
+    on one client only. No extended attributes or ACLs; no file locks
     across clients.
-  - No atime or ctime (both are reported as the mtime); inode numbers are
-    stable only while the kernel remembers a file.
+  - Inode numbers are this mount's, stable per path for the mount's life;
+    only the names of a hard-linked file share the server's number.
   - Writing to a file sends the whole file on each close or fsync, and
     opening an existing file for writing fetches it whole first: fine for
     source files and documents, slow for appending to large logs.

@@ -405,6 +405,31 @@ func testTimes(t *testing.T, fs ferry.FS, dir string) {
 	if err != nil || !d.Mtime().Equal(mt) || !d.Atime().Equal(at2) {
 		t.Errorf("Wstat of atime = %v, %v; want mtime %v, atime %v", d, err, mt, at2)
 	}
+	// The times of a symbolic link are its own, and one that leads out
+	// of the tree changes nothing outside.
+	outside := filepath.Join(t.TempDir(), "outside")
+	if err := os.WriteFile(outside, []byte("o"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.Stat(outside)
+	for _, l := range []struct{ name, target string }{{"l", "f"}, {"out", outside}} {
+		if err := os.Symlink(l.target, filepath.Join(dir, l.name)); err != nil {
+			t.Fatal(err)
+		}
+		lt := time.Date(2019, 1, 1, 0, 0, 0, 0, time.UTC)
+		want := ferry.Dir{}
+		want.SetMtime(lt)
+		d, err := fs.Wstat(c, "/"+l.name, want).Wait()
+		if err != nil || d.Type() != ferry.TypeSymlink || !d.Mtime().Equal(lt) {
+			t.Errorf("Wstat(/%s, mtime %v) = %v, %v; want the link with that mtime", l.name, lt, d, err)
+		}
+	}
+	if f, err := fs.Stat(c, "/f").Wait(); err != nil || !f.Mtime().Equal(mt) {
+		t.Errorf("after Wstat of a link to it, f = %v, %v; want mtime %v", f, err, mt)
+	}
+	if after, _ := os.Stat(outside); !after.ModTime().Equal(before.ModTime()) {
+		t.Errorf("Wstat of a link out of the tree changed the file outside: mtime %v, was %v", after.ModTime(), before.ModTime())
+	}
 }
 
 func testRemove(t *testing.T, fs ferry.FS, dir string) {

@@ -64,6 +64,14 @@ func (w *wbuf) attrsLocked() ferry.Dir {
 	return d
 }
 
+// relinked records that the stored file has the link count of d now.
+func (w *wbuf) relinked(d ferry.Dir) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.base = w.base.Clone()
+	w.base[ferry.AttrNlink] = d[ferry.AttrNlink]
+}
+
 func (w *wbuf) isCreated() bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -339,7 +347,11 @@ func (n *node) flush(ctx context.Context) syscall.Errno {
 			d.SetInt(ferry.AttrGid, g)
 		}
 	}
-	if n.s.opt.WriteBack {
+	// A file with other names is written in place, as on a local disk
+	// (and no more atomically): a new file renamed over this name would
+	// leave the other names with the old content.
+	inPlace := !wb.created && linked(wb.base)
+	if n.s.opt.WriteBack && !inPlace {
 		if e, done := n.flushBehind(wb, p, d); done {
 			return e
 		}
@@ -349,7 +361,18 @@ func (n *node) flush(ctx context.Context) syscall.Errno {
 	if err := n.s.wback.wait(cctx, p); err != nil {
 		return errno(err)
 	}
-	got, err := n.s.put(cctx, p, d, ferry.Whole, func() io.Reader {
+	off := ferry.Whole
+	if inPlace {
+		off = 0
+		if wb.base.Size() > wb.size {
+			size := ferry.Dir{}
+			size.SetInt(ferry.AttrSize, wb.size)
+			if _, err := n.s.fsys.Wstat(cctx, p, size).Wait(); err != nil {
+				return errno(err)
+			}
+		}
+	}
+	got, err := n.s.put(cctx, p, d, off, func() io.Reader {
 		return io.NewSectionReader(wb.f, 0, wb.size)
 	})
 	if err != nil {

@@ -354,6 +354,25 @@ func (s *Server) ino(p string, fresh bool) uint64 {
 	return s.nextIno
 }
 
+// inoKey returns the key of d's inode number: its path, or for a file
+// with several names the server's inode number, which all names share.
+func inoKey(d ferry.Dir) string {
+	if linked(d) && d[ferry.AttrIno] != "" {
+		return "#" + d[ferry.AttrIno]
+	}
+	return d.Path()
+}
+
+// shareIno gives the names of the linked file d the number ino, that of
+// the node the kernel knows for it.
+func (s *Server) shareIno(d ferry.Dir, ino uint64) {
+	if k := inoKey(d); k != d.Path() {
+		s.inoMu.Lock()
+		s.inos[k] = ino
+		s.inoMu.Unlock()
+	}
+}
+
 // moveIno moves the numbers of from and all below it to to.
 func (s *Server) moveIno(from, to string) {
 	s.inoMu.Lock()

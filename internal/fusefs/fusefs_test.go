@@ -378,8 +378,8 @@ func TestNamespace(t *testing.T) {
 	}
 	wantErrno(t, "symlink over an existing name", os.Symlink("x", m("link")), syscall.EEXIST)
 
-	// Hard links are not supported.
-	wantErrno(t, "link", os.Link(m("d/f"), m("hard")), syscall.ENOTSUP)
+	// Hard links: TestHardLinks.
+	wantErrno(t, "link over an existing name", os.Link(m("d/f"), m("link")), syscall.EEXIST)
 
 	// Rename: a file, over a file, a directory with content.
 	writeFile(t, m("g"), "g")

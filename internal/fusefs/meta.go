@@ -134,10 +134,17 @@ func (m *meta) cached(p string) ferry.Dir {
 	if d, ok := m.pending[p]; ok {
 		return d
 	}
-	if e := m.ents[p]; e != nil && m.trusted(e.at, e.lease) {
+	if e := m.ents[p]; e != nil && m.trusted(e.at, e.lease) && !linked(e.d) {
 		return e.d
 	}
 	return nil
+}
+
+// linked reports whether d is a file with other names. Its link count and
+// ctime change when any name is made or removed, which the cache entries
+// of the other names would not see, so such files are always asked for.
+func linked(d ferry.Dir) bool {
+	return !d.IsDir() && d.Int(ferry.AttrNlink) > 1
 }
 
 // known returns what the cache holds for p, if it is trusted, without
@@ -687,15 +694,20 @@ func (m *meta) renamed(from string, d ferry.Dir) {
 	}
 }
 
-// touch moves the cached mtime of dir to now and its link count by nlink:
-// this mount changed its entries, and the server's will have moved too.
+// touch moves the cached mtime and ctime of dir to now and its link count
+// by nlink: this mount changed its entries, and the server's will have
+// moved too.
 func (m *meta) touch(dir string, nlink int64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.markOwn(dir)
 	if e := m.ents[dir]; e != nil {
 		d := e.d.Clone()
-		d.SetMtime(time.Now())
+		now := time.Now()
+		d.SetMtime(now)
+		if _, ok := d[ferry.AttrCtime]; ok {
+			d.SetInt(ferry.AttrCtime, now.UnixNano())
+		}
 		if n := d.Int(ferry.AttrNlink); n > 0 && nlink != 0 {
 			d.SetInt(ferry.AttrNlink, n+nlink)
 		}
@@ -816,7 +828,7 @@ func (m *meta) checkLocked(p string, d ferry.Dir, err error, seq uint64) (agrees
 		return m.inflight[p] > 0, false
 	}
 	same := true
-	for _, k := range []string{ferry.AttrType, ferry.AttrSize, ferry.AttrMtime, ferry.AttrMode, ferry.AttrUid, ferry.AttrGid, ferry.AttrTarget, ferry.AttrNlink} {
+	for _, k := range []string{ferry.AttrType, ferry.AttrSize, ferry.AttrMtime, ferry.AttrMode, ferry.AttrUid, ferry.AttrGid, ferry.AttrTarget, ferry.AttrNlink, ferry.AttrRdev} {
 		if e.d[k] != d[k] {
 			same = false
 		}

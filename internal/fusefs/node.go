@@ -91,13 +91,22 @@ func (s *Server) ctx(ctx context.Context) (context.Context, context.CancelFunc) 
 	return context.WithTimeout(context.WithoutCancel(ctx), s.opt.CallTimeout)
 }
 
-// typeBits returns the S_IFMT bits for an entry.
+// typeModes maps the tree's entry types to their S_IFMT bits.
+var typeModes = map[string]uint32{
+	ferry.TypeFile:    syscall.S_IFREG,
+	ferry.TypeDir:     syscall.S_IFDIR,
+	ferry.TypeSymlink: syscall.S_IFLNK,
+	ferry.TypeFifo:    syscall.S_IFIFO,
+	ferry.TypeSocket:  syscall.S_IFSOCK,
+	ferry.TypeChar:    syscall.S_IFCHR,
+	ferry.TypeBlock:   syscall.S_IFBLK,
+}
+
+// typeBits returns the S_IFMT bits for an entry; one of a type the mount
+// does not know is shown as a regular file.
 func typeBits(d ferry.Dir) uint32 {
-	switch d.Type() {
-	case ferry.TypeDir:
-		return syscall.S_IFDIR
-	case ferry.TypeSymlink:
-		return syscall.S_IFLNK
+	if m, ok := typeModes[d.Type()]; ok {
+		return m
 	}
 	return syscall.S_IFREG
 }
@@ -118,11 +127,10 @@ func fillAttr(d ferry.Dir, out *fuse.Attr) {
 	out.Size = uint64(size)
 	out.Blksize = 4096
 	out.Blocks = (uint64(size) + 511) / 512
-	// The tree keeps no atime or ctime: both are reported as the mtime.
-	// (Keeping them in this mount's memory would make them jump back
-	// whenever the kernel forgets a node.)
-	mt := d.Mtime()
-	out.SetTimes(&mt, &mt, &mt)
+	// A tree that keeps no atime or ctime reports the mtime for both.
+	at, mt, ct := d.Atime(), d.Mtime(), d.Ctime()
+	out.SetTimes(&at, &mt, &ct)
+	out.Rdev = uint32(d.Int(ferry.AttrRdev))
 	out.Uid = uint32(d.Int(ferry.AttrUid))
 	out.Gid = uint32(d.Int(ferry.AttrGid))
 	nlink := uint32(d.Int(ferry.AttrNlink))
@@ -167,6 +175,17 @@ func (n *node) attrs(ctx context.Context) (ferry.Dir, syscall.Errno) {
 	return d, 0
 }
 
+// relinked records that n, stored, got another name: d describes it.
+func (n *node) relinked(d ferry.Dir) {
+	n.mu.Lock()
+	wb := n.wb
+	n.last = d
+	n.mu.Unlock()
+	if wb != nil {
+		wb.relinked(d)
+	}
+}
+
 func (n *node) remember(d ferry.Dir) {
 	n.mu.Lock()
 	n.last = d
@@ -180,8 +199,11 @@ func (n *node) child(ctx context.Context, name string, d ferry.Dir) *fs.Inode {
 	if c != nil && c.StableAttr().Mode == typeBits(d) {
 		return c
 	}
-	// A node of another type at the same path is another file.
-	ino := n.s.ino(d.Path(), c != nil)
+	// A node of another type at the same path is another file. The names
+	// of a file with several share its number, so the kernel sees one
+	// inode (go-fuse returns the node it knows under that number).
+	key := inoKey(d)
+	ino := n.s.ino(key, c != nil && key == d.Path())
 	return n.NewInode(ctx, &node{s: n.s}, fs.StableAttr{Mode: typeBits(d), Ino: ino})
 }
 
@@ -249,6 +271,9 @@ func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 		return e
 	}
 	fillAttr(d, &out.Attr)
+	// go-fuse sets the number in GETATTR's answer but not in SETATTR's,
+	// and the kernel reports the last one it was given.
+	out.Ino = n.StableAttr().Ino
 	ttl, _ := n.s.timeouts()
 	out.SetTimeout(ttl)
 	return 0
@@ -270,6 +295,9 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	}
 	if t, ok := in.GetMTime(); ok {
 		want.SetMtime(t)
+	}
+	if t, ok := in.GetATime(); ok {
+		want.SetInt(ferry.AttrAtime, t.UnixNano())
 	}
 	size, hasSize := in.GetSize()
 
@@ -518,13 +546,26 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	return c, &handle{n: cn, wb: wb}, 0, 0
 }
 
-// Mknod implements fs.NodeMknoder for regular files only: the tree holds
-// no devices, pipes or sockets.
+// Mknod implements fs.NodeMknoder: empty regular files, FIFOs, sockets and
+// devices, made on the server at once. Only the server's root may make a
+// device, as on a local disk.
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	if mode&syscall.S_IFMT != syscall.S_IFREG && mode&syscall.S_IFMT != 0 {
-		return nil, syscall.EPERM
+	ifmt := mode & syscall.S_IFMT
+	if ifmt == 0 {
+		ifmt = syscall.S_IFREG
 	}
-	d := ferry.Dir{ferry.AttrType: ferry.TypeFile}
+	d := ferry.Dir{}
+	for t, m := range typeModes {
+		if m == ifmt && t != ferry.TypeDir && t != ferry.TypeSymlink {
+			d[ferry.AttrType] = t
+		}
+	}
+	switch d.Type() {
+	case "":
+		return nil, syscall.EINVAL
+	case ferry.TypeChar, ferry.TypeBlock:
+		d.SetInt(ferry.AttrRdev, int64(dev))
+	}
 	return n.make(ctx, name, mode, d, out)
 }
 
@@ -796,10 +837,50 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	return 0
 }
 
-// Link implements fs.NodeLinker: the Tree has no call to make a hard link,
-// so there are none.
+// Link implements fs.NodeLinker: the server makes the hard link, and the
+// new name is the target's node, as on a local disk.
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	return nil, syscall.ENOTSUP
+	if e := checkName(name); e != 0 {
+		return nil, e
+	}
+	dir, ok := n.path()
+	tn, isNode := target.EmbeddedInode().Operations().(*node)
+	if !ok || !isNode {
+		return nil, syscall.ENOENT
+	}
+	from, ok := tn.path()
+	if !ok {
+		return nil, syscall.ENOENT
+	}
+	// The server must hold the file, and what was written to it, before
+	// it has two names: from then on the buffer is stored in place.
+	if e := tn.flush(ctx); e != 0 {
+		return nil, e
+	}
+	p := path.Join(dir, name)
+	cctx, cancel := n.s.ctx(ctx)
+	defer cancel()
+	for _, q := range []string{from, p} {
+		if err := n.s.wback.wait(cctx, q); err != nil {
+			return nil, errno(err)
+		}
+	}
+	defer n.s.meta.expect(from, p)()
+	got, err := n.s.fsys.Link(cctx, from, p).Wait()
+	if err != nil {
+		return nil, errno(err)
+	}
+	// The target's link count and ctime moved too.
+	src := got.Clone()
+	src[ferry.AttrPath], src[ferry.AttrName] = from, path.Base(from)
+	n.s.meta.set(src)
+	n.s.meta.set(got)
+	tn.relinked(src)
+	n.touch(0)
+	c := target.EmbeddedInode()
+	n.s.shareIno(got, c.StableAttr().Ino)
+	n.entryOut(c, got, out)
+	return c, 0
 }
 
 // Readlink implements fs.NodeReadlinker.

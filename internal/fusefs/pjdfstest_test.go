@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"bytes"
 	"context"
 	"github.com/ferryfs/ferry/internal/testenv"
 	"os"
@@ -55,9 +56,10 @@ func TestPjdfstest(t *testing.T) {
 	// taken a moment apart, and a directory's times here move to the
 	// server's when its change's echo arrives (see CONFORMANCE.md), so
 	// under load they can fail by a hair. One that fails twice fails.
-	fails := regexp.MustCompile(`(?m)^(\S+)\s+FAILED\s*$`).FindAllSubmatch(out, -1)
+	fails := regexp.MustCompile(`(?m)^(\S+)\s+FAILED\s*\n((?:.*\n){1,6})`).FindAllSubmatch(out, -1)
 	for _, f := range fails {
 		name := string(f[1])
+		t.Logf("pjdfstest: %s failed: %s", name, bytes.TrimSpace(f[2]))
 		again := exec.CommandContext(ctx, bin, "-c", conf, "-p", mnt, name)
 		again.Dir = mnt
 		out2, _ := again.CombinedOutput()

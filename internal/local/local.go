@@ -21,6 +21,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/pred"
 )
@@ -343,18 +345,13 @@ func (t *Tree) putSpecial(p string, d ferry.Dir) error {
 	if typ := d.Type(); typ == ferry.TypeChar || typ == ferry.TypeBlock {
 		dev = d.Int(ferry.AttrRdev)
 	}
-	// os.Root has no mknod: make the node relative to its directory,
-	// which the root opened without leaving itself.
-	dir, err := t.root.Open(rel(path.Dir(p)))
+	tmpPath := tempName(p)
+	err := t.inDir(tmpPath, func(dir int, name string) error {
+		return syscall.Mknodat(dir, name, specialBits[d.Type()]|mode, int(dev))
+	})
 	if err != nil {
-		return err
-	}
-	defer dir.Close()
-	tmp := path.Base(tempName(p))
-	if err := syscall.Mknodat(int(dir.Fd()), tmp, specialBits[d.Type()]|mode, int(dev)); err != nil {
 		return &fs.PathError{Op: "mknod", Path: p, Err: err}
 	}
-	tmpPath := path.Join(path.Dir(p), tmp)
 	// The umask applied to mknod; the mode asked for is set whole.
 	d = d.Clone()
 	if _, ok := d[ferry.AttrMode]; !ok {
@@ -369,6 +366,22 @@ func (t *Tree) putSpecial(p string, d ferry.Dir) error {
 		return err
 	}
 	return nil
+}
+
+// inDir calls fn with p's directory, opened by the root without leaving
+// itself, and p's name in it: the system calls that os.Root lacks (mknod,
+// utimensat of a link itself) are made relative to that directory, and
+// must not follow a link at the name (which could lead out).
+func (t *Tree) inDir(p string, fn func(dir int, name string) error) error {
+	if p == "/" {
+		return ferry.E("", p, ferry.KindInvalid, "the root has no directory")
+	}
+	dir, err := t.root.Open(rel(path.Dir(p)))
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	return fn(int(dir.Fd()), path.Base(p))
 }
 
 func tempName(p string) string {
@@ -484,8 +497,9 @@ func copyCtx(ctx context.Context, dst io.Writer, src io.Reader) (int64, error) {
 	}
 }
 
-// setAttrs applies the mode, owner and mtime that d names. Symbolic links
-// have no mode of their own on Linux and their times are not set.
+// setAttrs applies the mode, owner, atime and mtime that d names. With
+// follow false p is a symbolic link, which has no mode of its own on Linux
+// and whose own times are set.
 func (t *Tree) setAttrs(p string, d ferry.Dir, follow bool) error {
 	r := rel(p)
 	if _, ok := d[ferry.AttrMode]; ok && follow {
@@ -509,7 +523,10 @@ func (t *Tree) setAttrs(p string, d ferry.Dir, follow bool) error {
 	}
 	_, hasM := d[ferry.AttrMtime]
 	_, hasA := d[ferry.AttrAtime]
-	if (hasM || hasA) && follow {
+	if !hasM && !hasA {
+		return nil
+	}
+	if follow {
 		// A zero time leaves that time as it is.
 		var mt, at time.Time
 		if hasM {
@@ -518,11 +535,23 @@ func (t *Tree) setAttrs(p string, d ferry.Dir, follow bool) error {
 		if hasA {
 			at = d.Atime()
 		}
-		if err := t.root.Chtimes(r, at, mt); err != nil {
-			return err
-		}
+		return t.root.Chtimes(r, at, mt)
 	}
-	return nil
+	// The link's own times: os.Root has no Lchtimes. UTIME_OMIT leaves
+	// a time that d does not name as it is.
+	ts := [2]unix.Timespec{{Nsec: unix.UTIME_OMIT}, {Nsec: unix.UTIME_OMIT}}
+	if hasA {
+		ts[0] = unix.NsecToTimespec(d.Atime().UnixNano())
+	}
+	if hasM {
+		ts[1] = unix.NsecToTimespec(d.Mtime().UnixNano())
+	}
+	return t.inDir(p, func(dir int, name string) error {
+		if err := unix.UtimesNanoAt(dir, name, ts[:], unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return &fs.PathError{Op: "utimensat", Path: p, Err: err}
+		}
+		return nil
+	})
 }
 
 // Move implements ferry.Tree.

@@ -1,0 +1,161 @@
+package fusefs
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// lstat returns the kernel's view of p.
+func lstat(t *testing.T, p string) syscall.Stat_t {
+	t.Helper()
+	var st syscall.Stat_t
+	if err := syscall.Lstat(p, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
+// TestHardLinks checks that link(2) on the mount makes one file with two
+// names, on the mount and on the server, through writes and removals.
+func TestHardLinks(t *testing.T) {
+	dir, mnt, _, _ := mountLocal(t, Options{})
+	writeFile(t, filepath.Join(dir, "a"), "A")
+	a, b, c := filepath.Join(mnt, "a"), filepath.Join(mnt, "b"), filepath.Join(mnt, "sub", "c")
+	if err := os.Mkdir(filepath.Join(mnt, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, to := range []string{b, c} {
+		if err := os.Link(a, to); err != nil {
+			t.Fatalf("link %s: %v", to, err)
+		}
+	}
+	// A chmod's answer carries the number too (the kernel keeps the last).
+	if err := os.Chmod(b, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	sa, sb, sc := lstat(t, a), lstat(t, b), lstat(t, c)
+	if sa.Ino == 0 || sa.Ino != sb.Ino || sa.Ino != sc.Ino || sa.Nlink != 3 || sb.Nlink != 3 || sc.Nlink != 3 {
+		t.Errorf("after two links: ino %d %d %d, nlink %d %d %d; want one ino, nlink 3", sa.Ino, sb.Ino, sc.Ino, sa.Nlink, sb.Nlink, sc.Nlink)
+	}
+	fa, _ := os.Lstat(filepath.Join(dir, "a"))
+	fc, _ := os.Lstat(filepath.Join(dir, "sub", "c"))
+	if !os.SameFile(fa, fc) {
+		t.Errorf("on the server, a and sub/c are different files")
+	}
+
+	// A write through one name, by a program that opens without O_TRUNC
+	// and one that truncates, shows through every name, here and on the
+	// server: the file is written in place, not replaced.
+	f, err := os.OpenFile(b, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteString("B")
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{c, filepath.Join(dir, "a"), filepath.Join(dir, "sub", "c")} {
+		if got := readFile(t, p); got != "AB" {
+			t.Errorf("after appending B through b, %s holds %q, want AB", p, got)
+		}
+	}
+	if err := os.WriteFile(c, []byte("C"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{a, b, filepath.Join(dir, "a"), filepath.Join(dir, "b")} {
+		if got := readFile(t, p); got != "C" {
+			t.Errorf("after writing C through sub/c, %s holds %q, want C", p, got)
+		}
+	}
+
+	// Removing names counts down on the others.
+	if err := os.Remove(a); err != nil {
+		t.Fatal(err)
+	}
+	if st := lstat(t, c); st.Nlink != 2 || st.Ino != sb.Ino {
+		t.Errorf("after removing a, sub/c has nlink %d ino %d; want 2 and %d", st.Nlink, st.Ino, sb.Ino)
+	}
+	if err := os.Remove(b); err != nil {
+		t.Fatal(err)
+	}
+	if st := lstat(t, c); st.Nlink != 1 {
+		t.Errorf("after removing b, sub/c has nlink %d, want 1", st.Nlink)
+	}
+	if err := os.Link(filepath.Join(mnt, "sub"), filepath.Join(mnt, "sub2")); err == nil {
+		t.Errorf("link of a directory succeeded")
+	}
+	if err := os.Link(c, c); !os.IsExist(err) {
+		t.Errorf("link over an existing name: %v, want EEXIST", err)
+	}
+}
+
+// TestSpecialFiles checks that FIFOs, sockets and devices made on the
+// mount are made on the server, and that a FIFO works as one.
+func TestSpecialFiles(t *testing.T) {
+	dir, mnt, _, _ := mountLocal(t, Options{})
+	fifo := filepath.Join(mnt, "fifo")
+	if err := unix.Mkfifo(fifo, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mknod(filepath.Join(mnt, "sock"), unix.S_IFSOCK|0o600, 0); err != nil {
+		t.Fatal(err)
+	}
+	dev := int(unix.Mkdev(1, 3))
+	devErr := unix.Mknod(filepath.Join(mnt, "null"), unix.S_IFCHR|0o644, dev)
+	if os.Geteuid() == 0 && devErr != nil {
+		t.Errorf("mknod of a character device as root: %v", devErr)
+	}
+	cases := []struct {
+		name string
+		mode os.FileMode
+		perm os.FileMode
+	}{
+		{"fifo", os.ModeNamedPipe, 0o640},
+		{"sock", os.ModeSocket, 0o600},
+	}
+	if devErr == nil {
+		cases = append(cases, struct {
+			name string
+			mode os.FileMode
+			perm os.FileMode
+		}{"null", os.ModeDevice | os.ModeCharDevice, 0o644})
+	}
+	for _, c := range cases {
+		for _, p := range []string{filepath.Join(mnt, c.name), filepath.Join(dir, c.name)} {
+			fi, err := os.Lstat(p)
+			if err != nil {
+				t.Errorf("%s: %v", p, err)
+				continue
+			}
+			if fi.Mode().Type() != c.mode || fi.Mode().Perm() != c.perm {
+				t.Errorf("%s: mode %v, want type %v perm %v", p, fi.Mode(), c.mode, c.perm)
+			}
+		}
+	}
+	if devErr == nil {
+		if st := lstat(t, filepath.Join(mnt, "null")); st.Rdev != uint64(dev) {
+			t.Errorf("device number on the mount %#x, want %#x", st.Rdev, dev)
+		}
+	}
+	// The FIFO on the mount is a pipe of this machine's kernel: what is
+	// written comes out of the other end, and the server is not involved.
+	done := make(chan string, 1)
+	go func() {
+		b, err := os.ReadFile(fifo)
+		if err != nil {
+			done <- err.Error()
+			return
+		}
+		done <- string(b)
+	}()
+	if err := os.WriteFile(fifo, []byte("through"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-done; got != "through" {
+		t.Errorf("read from the FIFO %q, want through", got)
+	}
+}
