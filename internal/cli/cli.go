@@ -283,6 +283,9 @@ func dial(cmd *cobra.Command, addr string) (*remote.Client, error) {
 		// call may wait.
 		cfg.ResumeFor, _ = cmd.Flags().GetDuration("timeout")
 	}
+	if _, ok := cmd.Annotations[briefFinds]; ok {
+		cfg.FindOmit = remote.BriefAttrs
+	}
 	cfg.Cache = openCache(cmd, addr)
 	cfg.CloseCache = true
 	c, err := remote.Dial(cfg)
@@ -291,6 +294,11 @@ func dial(cmd *cobra.Command, addr string) (*remote.Client, error) {
 	}
 	return c, err
 }
+
+// briefFinds, as a key of a command's Annotations, marks a command whose
+// walks look only at types, sizes, mtimes and modes: its client asks the
+// server to leave remote.BriefAttrs out of Find results.
+const briefFinds = "ferry-brief-finds"
 
 // withRemote parses a target, dials it and runs fn.
 func withRemote(cmd *cobra.Command, target string, fn func(ctx context.Context, c *remote.Client, t Target) error) error {

@@ -21,8 +21,9 @@ import (
 func syncCmd() *cobra.Command {
 	var o syncOpts
 	c := &cobra.Command{
-		Use:   "sync SRC DST",
-		Short: "Update the tree DST to match SRC, sending only what changed",
+		Use:         "sync SRC DST",
+		Annotations: map[string]string{briefFinds: ""},
+		Short:       "Update the tree DST to match SRC, sending only what changed",
 		Long: `Sync makes DST a copy of SRC, as rsync -a SRC/ DST/ does: it copies the files
 whose size or modification time differ and the symbolic links whose target
 differs, makes missing directories, and gives files and directories SRC's

@@ -25,8 +25,9 @@ const putParallel = 128
 
 func getCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "get HOST:PATH [LOCAL]",
-		Short: "Download a file or a whole tree in one request",
+		Use:         "get HOST:PATH [LOCAL]",
+		Annotations: map[string]string{briefFinds: ""},
+		Short:       "Download a file or a whole tree in one request",
 		Long: `Get copies the file or tree at PATH to LOCAL (default "."). If LOCAL is an
 existing directory the copy is made inside it under PATH's name. A tree is
 one FindGet request that streams every entry and its data; with the chunk
@@ -319,8 +320,9 @@ func (w *treeWriter) abort() {
 
 func putCmd() *cobra.Command {
 	return &cobra.Command{
-		Use:   "put LOCAL HOST:PATH",
-		Short: "Upload a file or a whole tree without waiting for each file",
+		Use:         "put LOCAL HOST:PATH",
+		Annotations: map[string]string{briefFinds: ""},
+		Short:       "Upload a file or a whole tree without waiting for each file",
 		Long: `Put copies the local file or tree LOCAL to PATH on the server. If PATH is an
 existing directory the copy is made inside it under LOCAL's name. Each file
 is committed atomically on the server. A tree's directories are made first,

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferryfs/ferry/internal/remote"
 	"github.com/ferryfs/ferry/internal/servertest"
 )
 
@@ -83,7 +84,8 @@ func TestMeasureUpgrade(t *testing.T) {
 
 	s := servertest.StartChunked(t, a)
 	addr, n := servertest.CountProxy(t, s.Addr)
-	c := s.ClientVia(t, "measure", addr)
+	// As ferry sync dials (briefFinds).
+	c := s.ClientVia(t, "measure", addr, func(cfg *remote.Config) { cfg.FindOmit = remote.BriefAttrs })
 	ctx := context.Background()
 	if _, err := c.Stat(ctx, "/").Wait(); err != nil {
 		t.Fatal(err)

@@ -699,7 +699,10 @@ type FindReq struct {
 	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
 	Pred  string                 `protobuf:"bytes,2,opt,name=pred,proto3" json:"pred,omitempty"`
 	// zstd says the client takes entries in batches compressed with zstd.
-	Zstd          bool `protobuf:"varint,3,opt,name=zstd,proto3" json:"zstd,omitempty"`
+	Zstd bool `protobuf:"varint,3,opt,name=zstd,proto3" json:"zstd,omitempty"`
+	// omit names attributes the client does not need in the entries (a
+	// sync compares no atime, ctime or ino): the server leaves them out.
+	Omit          []string `protobuf:"bytes,4,rep,name=omit,proto3" json:"omit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -753,6 +756,13 @@ func (x *FindReq) GetZstd() bool {
 		return x.Zstd
 	}
 	return false
+}
+
+func (x *FindReq) GetOmit() []string {
+	if x != nil {
+		return x.Omit
+	}
+	return nil
 }
 
 // FindReply is one ferry.Entry: a dir, a piece of the last dir's data
@@ -1589,11 +1599,14 @@ func (x *ChunkPutReply) GetErr() *Error {
 // batch, says it takes compressed batches; the server says so in each of
 // its batches.
 type ChunkPutBatch struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Batch         []byte                 `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
-	Zstd          bool                   `protobuf:"varint,2,opt,name=zstd,proto3" json:"zstd,omitempty"`
-	ZstdOk        bool                   `protobuf:"varint,3,opt,name=zstd_ok,json=zstdOk,proto3" json:"zstd_ok,omitempty"`
-	Size          uint32                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Batch  []byte                 `protobuf:"bytes,1,opt,name=batch,proto3" json:"batch,omitempty"`
+	Zstd   bool                   `protobuf:"varint,2,opt,name=zstd,proto3" json:"zstd,omitempty"`
+	ZstdOk bool                   `protobuf:"varint,3,opt,name=zstd_ok,json=zstdOk,proto3" json:"zstd_ok,omitempty"`
+	Size   uint32                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	// omit, in the client's first batch, names attributes that the
+	// replies' dirs leave out, as in a FindReq.
+	Omit          []string `protobuf:"bytes,5,rep,name=omit,proto3" json:"omit,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1654,6 +1667,13 @@ func (x *ChunkPutBatch) GetSize() uint32 {
 		return x.Size
 	}
 	return 0
+}
+
+func (x *ChunkPutBatch) GetOmit() []string {
+	if x != nil {
+		return x.Omit
+	}
+	return nil
 }
 
 type ChunkPutMsgs struct {
@@ -1792,11 +1812,12 @@ const file_ferry_proto_rawDesc = "" +
 	"\x02to\x18\x02 \x01(\tR\x02to\"?\n" +
 	"\bWstatReq\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1f\n" +
-	"\x03dir\x18\x02 \x01(\v2\r.ferry.v1.DirR\x03dir\"E\n" +
+	"\x03dir\x18\x02 \x01(\v2\r.ferry.v1.DirR\x03dir\"Y\n" +
 	"\aFindReq\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04pred\x18\x02 \x01(\tR\x04pred\x12\x12\n" +
-	"\x04zstd\x18\x03 \x01(\bR\x04zstd\"\x8d\x01\n" +
+	"\x04zstd\x18\x03 \x01(\bR\x04zstd\x12\x12\n" +
+	"\x04omit\x18\x04 \x03(\tR\x04omit\"\x8d\x01\n" +
 	"\tFindReply\x12\x1f\n" +
 	"\x03dir\x18\x01 \x01(\v2\r.ferry.v1.DirR\x03dir\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12!\n" +
@@ -1859,12 +1880,13 @@ const file_ferry_proto_rawDesc = "" +
 	"\bfine_for\x18\x06 \x01(\fR\afineFor\x12\x1b\n" +
 	"\tfine_need\x18\a \x03(\rR\bfineNeed\x12\x10\n" +
 	"\x03put\x18\b \x01(\rR\x03put\x12!\n" +
-	"\x03err\x18\t \x01(\v2\x0f.ferry.v1.ErrorR\x03err\"f\n" +
+	"\x03err\x18\t \x01(\v2\x0f.ferry.v1.ErrorR\x03err\"z\n" +
 	"\rChunkPutBatch\x12\x14\n" +
 	"\x05batch\x18\x01 \x01(\fR\x05batch\x12\x12\n" +
 	"\x04zstd\x18\x02 \x01(\bR\x04zstd\x12\x17\n" +
 	"\azstd_ok\x18\x03 \x01(\bR\x06zstdOk\x12\x12\n" +
-	"\x04size\x18\x04 \x01(\rR\x04size\"9\n" +
+	"\x04size\x18\x04 \x01(\rR\x04size\x12\x12\n" +
+	"\x04omit\x18\x05 \x03(\tR\x04omit\"9\n" +
 	"\fChunkPutMsgs\x12)\n" +
 	"\x04msgs\x18\x01 \x03(\v2\x15.ferry.v1.ChunkPutMsgR\x04msgs\"D\n" +
 	"\x0fChunkPutReplies\x121\n" +

@@ -151,6 +151,9 @@ func (b *PutBatch) start(wait context.Context, opts ...grpc.CallOption) (*batchS
 		if err != nil {
 			return err
 		}
+		if first {
+			m.Omit = c.findOmit
+		}
 		m.ZstdOk, first = first && s.in != nil, false
 		// All the batch counts as put data: lists and pieces alike.
 		c.traffic.putWire.Add(int64(len(m.Batch)))

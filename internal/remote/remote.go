@@ -74,7 +74,15 @@ type Config struct {
 	// NoZstd turns off compression on the wire, for tests and for links
 	// fast enough that the CPU is the bottleneck.
 	NoZstd bool
+	// FindOmit names attributes that Find and FindGet results need not
+	// carry: the server leaves them out, which saves bytes on walks that
+	// do not look at them (BriefAttrs for a sync).
+	FindOmit []string
 }
+
+// BriefAttrs are the attributes only a file system needs: a program that
+// compares trees by type, size, mtime and mode can do without them.
+var BriefAttrs = []string{ferry.AttrAtime, ferry.AttrCtime, ferry.AttrIno}
 
 // DefaultResumeFor is how long an interrupted Get tries to resume: long
 // enough to ride out a brief outage, short enough not to hang a user.
@@ -118,7 +126,8 @@ type Client struct {
 	cache      *store.Cache
 	closeCache bool
 	chunkMin   int64
-	noFine     bool // Config.NoFine.
+	noFine     bool     // Config.NoFine.
+	findOmit   []string // Config.FindOmit.
 	// zip is nil if the Client does not compress.
 	zip *zwire.Codec
 	// zstdOK is set once the server said it accepts compressed data: a
@@ -147,7 +156,7 @@ func Dial(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{addr: cfg.Addr}
+	c := &Client{addr: cfg.Addr, findOmit: cfg.FindOmit}
 	// gRPC reports a failed handshake as a bare "unavailable" status, so
 	// the client keeps the verification error to report its real kind.
 	verify := tlsCfg.VerifyPeerCertificate
@@ -628,7 +637,7 @@ type findCall func(context.Context, *proto.FindReq, ...grpc.CallOption) (grpc.Se
 
 func (c *Client) find(ctx context.Context, op, p, pred string, call findCall) *ferry.Stream[ferry.Entry] {
 	return ferry.NewStream(ctx, func(ctx context.Context, send func(ferry.Entry) error) error {
-		st, err := call(ctx, &proto.FindReq{Path: p, Pred: pred, Zstd: c.zip != nil})
+		st, err := call(ctx, &proto.FindReq{Path: p, Pred: pred, Zstd: c.zip != nil, Omit: c.findOmit})
 		if err != nil {
 			return c.fail(op, p, err)
 		}

@@ -91,3 +91,36 @@ func TestGetCancelledAfterArrival(t *testing.T) {
 		t.Errorf("read %d bytes more, then %v; want KindCanceled", len(b), err)
 	}
 }
+
+// TestFindOmit: a client configured with FindOmit gets Find results and
+// batched Put answers without those attributes; one without gets them.
+func TestFindOmit(t *testing.T) {
+	s := servertest.StartChunked(t, "")
+	if err := os.WriteFile(filepath.Join(s.Dir, "f"), []byte("f"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, omit := range [][]string{nil, remote.BriefAttrs} {
+		c := s.ClientVia(t, "tester", s.Addr, func(cfg *remote.Config) { cfg.FindOmit = omit })
+		var got []ferry.Dir
+		for e := range c.Find(ctx, "/", "name=f").All() {
+			got = append(got, e.Dir)
+		}
+		b := c.PutBatch(ctx)
+		d, err := b.Put(ctx, "/g", ferry.Dir{ferry.AttrType: ferry.TypeFile}, io.NewSectionReader(strings.NewReader("g"), 0, 1)).Wait()
+		b.Close()
+		if err != nil || len(got) != 1 {
+			t.Fatalf("omit %v: Find = %v; Put = %v, %v", omit, got, d, err)
+		}
+		for _, k := range remote.BriefAttrs {
+			for what, d := range map[string]ferry.Dir{"Find": got[0], "Put": d} {
+				if _, has := d[k]; has != (omit == nil) {
+					t.Errorf("omit %v: %s answer %v; has %s: %v, want %v", omit, what, d, k, has, omit == nil)
+				}
+			}
+		}
+		if got[0].Size() != 1 || got[0][ferry.AttrMtime] == "" {
+			t.Errorf("omit %v: Find answer %v lacks size or mtime", omit, got[0])
+		}
+	}
+}

@@ -356,6 +356,7 @@ func (h *handler) putChunkedBatch(st grpc.BidiStreamingServer[proto.ChunkPutBatc
 	// Numbers arrive nearly in order, so ended stays small.
 	var low uint32
 	ended := map[uint32]bool{}
+	var omit []string // Attributes the replies leave out.
 	var mu sync.Mutex
 	for first := true; ; first = false {
 		b, err := st.Recv()
@@ -375,6 +376,9 @@ func (h *handler) putChunkedBatch(st grpc.BidiStreamingServer[proto.ChunkPutBatc
 		if first && b.ZstdOk && h.s.zstd {
 			zout = zwire.NewEncoder()
 		}
+		if first {
+			omit = b.Omit
+		}
 		var msgs proto.ChunkPutMsgs
 		if err := proto.UnpackPutBatch(b, in, &msgs); err != nil {
 			return err
@@ -385,7 +389,7 @@ func (h *handler) putChunkedBatch(st grpc.BidiStreamingServer[proto.ChunkPutBatc
 			if p == nil && m.Put > low && !ended[m.Put] {
 				// A few messages wait for each put: the stream's reading
 				// stops while a put's disk lags, not its memory.
-				p = &batchPut{id: m.Put, ctx: ctx, in: make(chan *proto.ChunkPutMsg, 8), ended: make(chan struct{}), out: out}
+				p = &batchPut{id: m.Put, ctx: ctx, in: make(chan *proto.ChunkPutMsg, 8), ended: make(chan struct{}), out: out, omit: omit}
 				puts[m.Put] = p
 				wg.Add(1)
 				go func() {
@@ -425,6 +429,7 @@ type batchPut struct {
 	in    chan *proto.ChunkPutMsg
 	ended chan struct{} // Closed when the put has ended.
 	out   *proto.Batcher[*proto.ChunkPutReply]
+	omit  []string // The stream's ChunkPutBatch.Omit.
 }
 
 func (p *batchPut) Context() context.Context { return p.ctx }
@@ -442,12 +447,16 @@ func (p *batchPut) Recv() (*proto.ChunkPutMsg, error) {
 }
 
 // Send queues r for the stream's next batch. A committed entry goes
-// without its path and name: the client named them.
+// without its path and name, which the client named, and the attributes
+// it asked to be left out.
 func (p *batchPut) Send(r *proto.ChunkPutReply) error {
 	r.Put = p.id
 	if r.Dir != nil {
 		delete(r.Dir.Attrs, ferry.AttrPath)
 		delete(r.Dir.Attrs, ferry.AttrName)
+		for _, k := range p.omit {
+			delete(r.Dir.Attrs, k)
+		}
 	}
 	return p.out.Add(r)
 }
