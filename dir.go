@@ -60,6 +60,16 @@ func IsSpecial(t string) bool {
 	return false
 }
 
+// AttrParentMtime and AttrParentCtime are decorations of the entry that a
+// Put, Move or Link returns, where the tree knows them: the mtime and
+// ctime (nanoseconds) of the directory holding the entry right after the
+// call, so that a client keeping that directory's attributes need not
+// guess them.
+const (
+	AttrParentMtime = "ParentMtime"
+	AttrParentCtime = "ParentCtime"
+)
+
 // IsDecoration reports whether the attribute name is a layer's decoration,
 // which is never stored: names that start with an upper-case letter.
 func IsDecoration(name string) bool {

@@ -694,19 +694,25 @@ func (m *meta) renamed(from string, d ferry.Dir) {
 	}
 }
 
-// touch moves the cached mtime and ctime of dir to now and its link count
-// by nlink: this mount changed its entries, and the server's will have
-// moved too.
-func (m *meta) touch(dir string, nlink int64) {
+// touch moves the cached mtime and ctime of dir and its link count by
+// nlink: this mount changed its entries, and the server's will have moved
+// too. The times are those the server reported with got, the entry the
+// change made, if it did (then they need no correcting when the change's
+// echo arrives); else now.
+func (m *meta) touch(dir string, nlink int64, got ferry.Dir) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.markOwn(dir)
 	if e := m.ents[dir]; e != nil {
 		d := e.d.Clone()
-		now := time.Now()
-		d.SetMtime(now)
+		mt, ct := got[ferry.AttrParentMtime], got[ferry.AttrParentCtime]
+		if mt == "" || ct == "" {
+			now := strconv.FormatInt(time.Now().UnixNano(), 10)
+			mt, ct = now, now
+		}
+		d[ferry.AttrMtime] = mt
 		if _, ok := d[ferry.AttrCtime]; ok {
-			d.SetInt(ferry.AttrCtime, now.UnixNano())
+			d[ferry.AttrCtime] = ct
 		}
 		if n := d.Int(ferry.AttrNlink); n > 0 && nlink != 0 {
 			d.SetInt(ferry.AttrNlink, n+nlink)

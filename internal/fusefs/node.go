@@ -503,11 +503,12 @@ func (s *Server) put(ctx context.Context, p string, d ferry.Dir, off int64, data
 	return got, err
 }
 
-// touch records locally that the directory changed: its mtime moves on
-// without a round trip, as the server's will have.
-func (n *node) touch(nlink int64) {
+// touch records locally that the directory changed: its times move on
+// without a round trip, as the server's will have (to those the server
+// reported with got, the entry the change made, if it did).
+func (n *node) touch(nlink int64, got ferry.Dir) {
 	if p, ok := n.path(); ok {
-		n.s.meta.touch(p, nlink)
+		n.s.meta.touch(p, nlink, got)
 	}
 }
 
@@ -541,7 +542,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	cn := &node{s: n.s, wb: wb}
 	c := n.NewInode(ctx, cn, fs.StableAttr{Mode: syscall.S_IFREG, Ino: n.s.ino(p, true)})
 	n.s.meta.addPending(d)
-	n.touch(0)
+	n.touch(0, nil)
 	n.entryOut(c, d, out)
 	return c, &handle{n: cn, wb: wb}, 0, 0
 }
@@ -622,7 +623,7 @@ func (n *node) make(ctx context.Context, name string, mode uint32, d ferry.Dir, 
 		n.s.meta.created(p)
 		nlink = 1 // The new directory's "..".
 	}
-	n.touch(nlink)
+	n.touch(nlink, got)
 	c := n.child(ctx, name, got)
 	n.entryOut(c, got, out)
 	return c, 0
@@ -685,7 +686,7 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 		n.s.meta.dropPending(p)
 		n.s.meta.forget(p)
 		n.s.dropIno(p)
-		n.touch(0)
+		n.touch(0, nil)
 		return 0
 	}
 	if n.s.opt.WriteBack && nlink == 0 {
@@ -714,7 +715,7 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 			n.s.meta.dropPending(p)
 			n.s.meta.forget(p)
 			n.s.dropIno(p)
-			n.touch(nlink)
+			n.touch(nlink, nil)
 			return 0
 		}
 	}
@@ -731,7 +732,7 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 	}
 	n.s.meta.forget(p)
 	n.s.dropIno(p)
-	n.touch(nlink)
+	n.touch(nlink, nil)
 	return 0
 }
 
@@ -832,8 +833,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if d.IsDir() && dir != ndir {
 		nlink = 1 // The directory's ".." moved.
 	}
-	n.touch(-nlink)
-	np.touch(nlink)
+	n.touch(-nlink, nil)
+	np.touch(nlink, d)
 	return 0
 }
 
@@ -876,7 +877,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	n.s.meta.set(src)
 	n.s.meta.set(got)
 	tn.relinked(src)
-	n.touch(0)
+	n.touch(0, got)
 	c := target.EmbeddedInode()
 	n.s.shareIno(got, c.StableAttr().Ino)
 	n.entryOut(c, got, out)

@@ -152,6 +152,22 @@ func (t *Tree) stat(op, p string) (ferry.Dir, error) {
 	return t.dirOf(p, fi), nil
 }
 
+// made describes p, just made or changed, with the times of its directory
+// (ferry.AttrParentMtime, AttrParentCtime).
+func (t *Tree) made(op, p string) (ferry.Dir, error) {
+	d, err := t.stat(op, p)
+	if err != nil || p == "/" {
+		return d, err
+	}
+	if fi, err := t.root.Lstat(rel(path.Dir(p))); err == nil {
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			d.SetInt(ferry.AttrParentMtime, st.Mtim.Nano())
+			d.SetInt(ferry.AttrParentCtime, st.Ctim.Nano())
+		}
+	}
+	return d, nil
+}
+
 // Stat implements ferry.Tree.
 func (t *Tree) Stat(ctx context.Context, p string) *ferry.Future[ferry.Dir] {
 	const op = "local.Stat"
@@ -283,7 +299,7 @@ func (t *Tree) Put(ctx context.Context, p string, d ferry.Dir, off int64, data i
 		if err != nil {
 			return nil, fail(op, p, err)
 		}
-		return t.stat(op, p)
+		return t.made(op, p)
 	})
 }
 
@@ -570,7 +586,7 @@ func (t *Tree) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Di
 	if err := t.root.Rename(rel(from), rel(to)); err != nil {
 		return ferry.Resolved[ferry.Dir](nil, fail(op, from, err))
 	}
-	return ferry.Resolved(t.stat(op, to))
+	return ferry.Resolved(t.made(op, to))
 }
 
 // Link implements ferry.Tree.
@@ -586,7 +602,7 @@ func (t *Tree) Link(ctx context.Context, from, to string) *ferry.Future[ferry.Di
 	if err := t.root.Link(rel(from), rel(to)); err != nil {
 		return ferry.Resolved[ferry.Dir](nil, fail(op, from, err))
 	}
-	return ferry.Resolved(t.stat(op, to))
+	return ferry.Resolved(t.made(op, to))
 }
 
 // Remove implements ferry.Tree.

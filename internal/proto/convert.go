@@ -18,6 +18,23 @@ func FromDir(d ferry.Dir) *Dir {
 	return &Dir{Attrs: d.Stored()}
 }
 
+// Reply makes the reply carrying d, its parent's times included.
+func Reply(d ferry.Dir, zstd bool) *DirReply {
+	return &DirReply{Dir: FromDir(d), Zstd: zstd,
+		ParentMtime: d.Int(ferry.AttrParentMtime), ParentCtime: d.Int(ferry.AttrParentCtime)}
+}
+
+// FromReply returns the entry r carries, with its parent's times as
+// decorations.
+func FromReply(r *DirReply) ferry.Dir {
+	d := ToDir(r.Dir)
+	if d != nil && r.ParentMtime != 0 && r.ParentCtime != 0 {
+		d.SetInt(ferry.AttrParentMtime, r.ParentMtime)
+		d.SetInt(ferry.AttrParentCtime, r.ParentCtime)
+	}
+	return d
+}
+
 // ToDir converts a wire Dir; nil stays nil.
 func ToDir(d *Dir) ferry.Dir {
 	if d == nil {

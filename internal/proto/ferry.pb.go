@@ -221,7 +221,11 @@ type DirReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Dir   *Dir                   `protobuf:"bytes,1,opt,name=dir,proto3" json:"dir,omitempty"`
 	// zstd, in the reply to a Put, says the server accepts compressed data.
-	Zstd          bool `protobuf:"varint,2,opt,name=zstd,proto3" json:"zstd,omitempty"`
+	Zstd bool `protobuf:"varint,2,opt,name=zstd,proto3" json:"zstd,omitempty"`
+	// parent_mtime and parent_ctime, if not 0, are the dir's decorations
+	// ferry.AttrParentMtime and ferry.AttrParentCtime.
+	ParentMtime   int64 `protobuf:"varint,3,opt,name=parent_mtime,json=parentMtime,proto3" json:"parent_mtime,omitempty"`
+	ParentCtime   int64 `protobuf:"varint,4,opt,name=parent_ctime,json=parentCtime,proto3" json:"parent_ctime,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -268,6 +272,20 @@ func (x *DirReply) GetZstd() bool {
 		return x.Zstd
 	}
 	return false
+}
+
+func (x *DirReply) GetParentMtime() int64 {
+	if x != nil {
+		return x.ParentMtime
+	}
+	return 0
+}
+
+func (x *DirReply) GetParentCtime() int64 {
+	if x != nil {
+		return x.ParentCtime
+	}
+	return 0
 }
 
 type GetReq struct {
@@ -1782,10 +1800,12 @@ const file_ferry_proto_rawDesc = "" +
 	"\x03msg\x18\x04 \x01(\tR\x03msg\"\a\n" +
 	"\x05Empty\"\x1d\n" +
 	"\aPathReq\x12\x12\n" +
-	"\x04path\x18\x01 \x01(\tR\x04path\"?\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\"\x85\x01\n" +
 	"\bDirReply\x12\x1f\n" +
 	"\x03dir\x18\x01 \x01(\v2\r.ferry.v1.DirR\x03dir\x12\x12\n" +
-	"\x04zstd\x18\x02 \x01(\bR\x04zstd\"^\n" +
+	"\x04zstd\x18\x02 \x01(\bR\x04zstd\x12!\n" +
+	"\fparent_mtime\x18\x03 \x01(\x03R\vparentMtime\x12!\n" +
+	"\fparent_ctime\x18\x04 \x01(\x03R\vparentCtime\"^\n" +
 	"\x06GetReq\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x14\n" +

@@ -293,7 +293,7 @@ func (c *Client) dirCall(op, p string, call func() (*proto.DirReply, error)) *fe
 		if err != nil {
 			return nil, c.fail(op, p, err)
 		}
-		return proto.ToDir(r.Dir), nil
+		return proto.FromReply(r), nil
 	})
 }
 
@@ -585,7 +585,7 @@ func (c *Client) putStream(ctx context.Context, p string, d ferry.Dir, off int64
 	if r.Zstd {
 		c.zstdOK.Store(true)
 	}
-	return proto.ToDir(r.Dir), nil
+	return proto.FromReply(r), nil
 }
 
 // Move implements ferry.Tree.

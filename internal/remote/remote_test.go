@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -121,6 +122,43 @@ func TestFindOmit(t *testing.T) {
 		}
 		if got[0].Size() != 1 || got[0][ferry.AttrMtime] == "" {
 			t.Errorf("omit %v: Find answer %v lacks size or mtime", omit, got[0])
+		}
+	}
+}
+
+// TestParentTimes: the entry a Put, Move or Link returns carries the times
+// of its directory on the server right after the call.
+func TestParentTimes(t *testing.T) {
+	s := servertest.Start(t, "")
+	if err := os.Mkdir(filepath.Join(s.Dir, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := s.Client(t, "tester")
+	ctx := context.Background()
+	calls := []struct {
+		name string
+		call func() (ferry.Dir, error)
+	}{
+		{"Put", func() (ferry.Dir, error) {
+			return c.Put(ctx, "/d/f", ferry.Dir{ferry.AttrType: ferry.TypeFile}, ferry.Whole, strings.NewReader("f")).Wait()
+		}},
+		{"Link", func() (ferry.Dir, error) { return c.Link(ctx, "/d/f", "/d/g").Wait() }},
+		{"Move", func() (ferry.Dir, error) { return c.Move(ctx, "/d/g", "/d/h").Wait() }},
+	}
+	for _, tc := range calls {
+		d, err := tc.call()
+		if err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Lstat(filepath.Join(s.Dir, "d"), &st); err != nil {
+			t.Fatal(err)
+		}
+		if got, want := d.Int(ferry.AttrParentMtime), st.Mtim.Nano(); got != want {
+			t.Errorf("%s: parent mtime %d, want %d", tc.name, got, want)
+		}
+		if got, want := d.Int(ferry.AttrParentCtime), st.Ctim.Nano(); got != want {
+			t.Errorf("%s: parent ctime %d, want %d", tc.name, got, want)
 		}
 	}
 }

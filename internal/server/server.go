@@ -517,7 +517,7 @@ func (h *handler) done(op int, err error) error {
 
 func (h *handler) Stat(ctx context.Context, r *proto.PathReq) (*proto.DirReply, error) {
 	d, err := h.s.fs.Stat(ctx, r.Path).Wait()
-	return &proto.DirReply{Dir: proto.FromDir(d), Zstd: h.s.zstd}, h.done(opStat, err)
+	return proto.Reply(d, h.s.zstd), h.done(opStat, err)
 }
 
 func (h *handler) Get(r *proto.GetReq, st grpc.ServerStreamingServer[proto.Data]) error {
@@ -634,17 +634,17 @@ func (h *handler) Put(st grpc.ClientStreamingServer[proto.PutMsg, proto.DirReply
 	if err != nil {
 		return h.done(opPut, err)
 	}
-	return h.done(opPut, st.SendAndClose(&proto.DirReply{Dir: proto.FromDir(d), Zstd: h.s.zstd}))
+	return h.done(opPut, st.SendAndClose(proto.Reply(d, h.s.zstd)))
 }
 
 func (h *handler) Move(ctx context.Context, r *proto.MoveReq) (*proto.DirReply, error) {
 	d, err := h.s.fs.Move(ctx, r.From, r.To).Wait()
-	return &proto.DirReply{Dir: proto.FromDir(d)}, h.done(opMove, err)
+	return proto.Reply(d, false), h.done(opMove, err)
 }
 
 func (h *handler) Link(ctx context.Context, r *proto.MoveReq) (*proto.DirReply, error) {
 	d, err := h.s.fs.Link(ctx, r.From, r.To).Wait()
-	return &proto.DirReply{Dir: proto.FromDir(d)}, h.done(opLink, err)
+	return proto.Reply(d, false), h.done(opLink, err)
 }
 
 func (h *handler) Remove(ctx context.Context, r *proto.PathReq) (*proto.Empty, error) {
@@ -659,7 +659,7 @@ func (h *handler) RemoveAll(ctx context.Context, r *proto.PathReq) (*proto.Empty
 
 func (h *handler) Wstat(ctx context.Context, r *proto.WstatReq) (*proto.DirReply, error) {
 	d, err := h.s.fs.Wstat(ctx, r.Path, proto.ToDir(r.Dir)).Wait()
-	return &proto.DirReply{Dir: proto.FromDir(d)}, h.done(opWstat, err)
+	return proto.Reply(d, false), h.done(opWstat, err)
 }
 
 func (h *handler) Find(r *proto.FindReq, st grpc.ServerStreamingServer[proto.FindReply]) error {

@@ -280,7 +280,7 @@ func (h *handler) putUpload(first *proto.PutMsg, st grpc.ClientStreamingServer[p
 		return h.done(opPut, err)
 	}
 	h.s.uploads.commit(key, up, d)
-	return h.done(opPut, st.SendAndClose(&proto.DirReply{Dir: proto.FromDir(d), Zstd: h.s.zstd}))
+	return h.done(opPut, st.SendAndClose(proto.Reply(d, h.s.zstd)))
 }
 
 // forget drops the record of the upload key.
