@@ -1,6 +1,7 @@
 package ferry
 
 import (
+	"encoding/base64"
 	"io/fs"
 	"maps"
 	"sort"
@@ -58,6 +59,58 @@ func IsSpecial(t string) bool {
 		return true
 	}
 	return false
+}
+
+// XattrPrefix begins the attributes that carry a file's or directory's
+// extended attributes: "xattr.user.comment" holds the extended attribute
+// user.comment, its value in standard base64. Trees carry the user
+// namespace only. A Wstat that sets one to XattrRemove removes it.
+const (
+	XattrPrefix = "xattr."
+	XattrRemove = "-"
+)
+
+// Xattr returns the value of the extended attribute name, if d has it.
+func (d Dir) Xattr(name string) ([]byte, bool) {
+	s, ok := d[XattrPrefix+name]
+	if !ok || s == XattrRemove {
+		return nil, false
+	}
+	v, err := base64.StdEncoding.DecodeString(s)
+	return v, err == nil
+}
+
+// SetXattr sets the extended attribute name to v.
+func (d Dir) SetXattr(name string, v []byte) {
+	d[XattrPrefix+name] = base64.StdEncoding.EncodeToString(v)
+}
+
+// Xattrs returns the names of d's extended attributes, sorted.
+func (d Dir) Xattrs() []string {
+	var names []string
+	for k, v := range d {
+		if strings.HasPrefix(k, XattrPrefix) && v != XattrRemove {
+			names = append(names, k[len(XattrPrefix):])
+		}
+	}
+	sort.Strings(names)
+	return names
+}
+
+// KeepXattrs prepares d, the attributes of a file that replaces old whole,
+// to keep old's extended attributes: it adds those d does not name and
+// drops those d removes (there is nothing to remove from a new file).
+func (d Dir) KeepXattrs(old Dir) {
+	for k, v := range old {
+		if _, named := d[k]; !named && strings.HasPrefix(k, XattrPrefix) {
+			d[k] = v
+		}
+	}
+	for k, v := range d {
+		if strings.HasPrefix(k, XattrPrefix) && v == XattrRemove {
+			delete(d, k)
+		}
+	}
 }
 
 // AttrParentMtime and AttrParentCtime are decorations of the entry that a

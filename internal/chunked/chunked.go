@@ -36,6 +36,7 @@ import (
 	"errors"
 	"os"
 	"path"
+	"strings"
 	"sync"
 
 	"github.com/ferryfs/ferry"
@@ -359,10 +360,18 @@ func (u *Put) Commit() (ferry.Dir, error) {
 	}
 	u.f = nil
 	attrs := ferry.Dir{}
-	for _, k := range []string{ferry.AttrMode, ferry.AttrMtime, ferry.AttrUid, ferry.AttrGid} {
-		if v, ok := u.d[k]; ok {
+	for k, v := range u.d {
+		switch {
+		case k == ferry.AttrMode, k == ferry.AttrMtime, k == ferry.AttrUid, k == ferry.AttrGid, strings.HasPrefix(k, ferry.XattrPrefix):
 			attrs[k] = v
 		}
+	}
+	// Keep the extended attributes of the file being replaced, as
+	// local's Put does.
+	if old, err := u.t.Tree.Stat(u.ctx, u.path).Wait(); err == nil && old.Type() == ferry.TypeFile {
+		attrs.KeepXattrs(old)
+	} else {
+		attrs.KeepXattrs(nil)
 	}
 	if _, ok := attrs[ferry.AttrMode]; !ok {
 		// Keep the mode of the file being replaced, as local's Put does.

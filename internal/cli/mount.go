@@ -71,8 +71,8 @@ Limitations:
   - Hard links work where the server's file system has them; a file with
     several names is written in place on close (not atomically). FIFOs,
     sockets and devices are names on the server: a FIFO connects programs
-    on one client only. No extended attributes or ACLs; no file locks
-    across clients.
+    on one client only. Extended attributes of the user namespace only
+    (user.*); no ACLs; no file locks across clients.
   - Inode numbers are this mount's, stable per path for the mount's life;
     only the names of a hard-linked file share the server's number.
   - Writing to a file sends the whole file on each close or fsync, and

@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ferryfs/ferry"
 )
 
@@ -43,6 +45,7 @@ func Run(t *testing.T, setup Setup) {
 		{"Link", testLink},
 		{"Special", testSpecial},
 		{"Times", testTimes},
+		{"Xattrs", testXattrs},
 		{"Remove", testRemove},
 		{"Wstat", testWstat},
 		{"Find", testFind},
@@ -430,6 +433,53 @@ func testTimes(t *testing.T, fs ferry.FS, dir string) {
 	if after, _ := os.Stat(outside); !after.ModTime().Equal(before.ModTime()) {
 		t.Errorf("Wstat of a link out of the tree changed the file outside: mtime %v, was %v", after.ModTime(), before.ModTime())
 	}
+}
+
+func testXattrs(t *testing.T, fs ferry.FS, dir string) {
+	write(t, dir, "f", "x")
+	if err := unix.Setxattr(filepath.Join(dir, "f"), "user.probe", []byte("1"), 0); err != nil {
+		t.Skipf("the test directory's file system takes no user extended attributes: %v", err)
+	}
+	unix.Removexattr(filepath.Join(dir, "f"), "user.probe")
+	c := ctx(t)
+	set := ferry.Dir{}
+	set.SetXattr("user.comment", []byte("hello\x00bin"))
+	d, err := fs.Wstat(c, "/f", set).Wait()
+	if v, ok := d.Xattr("user.comment"); err != nil || !ok || string(v) != "hello\x00bin" {
+		t.Fatalf("Wstat(user.comment) = %v, %v", d, err)
+	}
+	if got, err := unix.Getxattr(filepath.Join(dir, "f"), "user.comment", make([]byte, 64)); err != nil || got != 9 {
+		t.Errorf("on disk: getxattr = %d, %v; want 9 bytes", got, err)
+	}
+	// Stat and Find carry it; a whole-file Put keeps it.
+	for e := range fs.Find(c, "/", "name=f").All() {
+		if v, _ := e.Dir.Xattr("user.comment"); string(v) != "hello\x00bin" {
+			t.Errorf("Find: %v lacks user.comment", e.Dir)
+		}
+	}
+	if _, err := fs.Put(c, "/f", ferry.Dir{ferry.AttrType: ferry.TypeFile}, ferry.Whole, strings.NewReader("new")).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	d, err = fs.Stat(c, "/f").Wait()
+	if v, _ := d.Xattr("user.comment"); err != nil || string(v) != "hello\x00bin" || d.Size() != 3 {
+		t.Errorf("after a whole-file Put, Stat = %v, %v; want the new content with user.comment kept", d, err)
+	}
+	if got := d.Xattrs(); len(got) != 1 || got[0] != "user.comment" {
+		t.Errorf("Xattrs() = %v, want [user.comment]", got)
+	}
+	// Removal, and the errors.
+	d, err = fs.Wstat(c, "/f", ferry.Dir{ferry.XattrPrefix + "user.comment": ferry.XattrRemove}).Wait()
+	if _, ok := d.Xattr("user.comment"); err != nil || ok {
+		t.Errorf("after removal, Wstat = %v, %v", d, err)
+	}
+	_, err = fs.Wstat(c, "/f", ferry.Dir{ferry.XattrPrefix + "user.comment": ferry.XattrRemove}).Wait()
+	wantKind(t, "removing a missing extended attribute", err, ferry.KindNotExist)
+	bad := ferry.Dir{}
+	bad.SetXattr("trusted.x", []byte("1"))
+	_, err = fs.Wstat(c, "/f", bad).Wait()
+	wantKind(t, "Wstat(trusted.x)", err, ferry.KindInvalid)
+	_, err = fs.Wstat(c, "/f", ferry.Dir{ferry.XattrPrefix + "user.x": "not base64!"}).Wait()
+	wantKind(t, "Wstat with a value not in base64", err, ferry.KindInvalid)
 }
 
 func testRemove(t *testing.T, fs ferry.FS, dir string) {

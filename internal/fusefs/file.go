@@ -97,6 +97,8 @@ func (w *wbuf) setattr(want ferry.Dir, hasSize bool, size int64) syscall.Errno {
 		for k, v := range want {
 			w.set[k] = v
 		}
+		// A file not yet stored has no extended attribute to remove.
+		w.set.KeepXattrs(nil)
 		return 0
 	}
 	for k, v := range want {

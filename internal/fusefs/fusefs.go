@@ -221,9 +221,6 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 			// The kernel sends one read at a time per open file, in
 			// order, so a read continues the stream of the last.
 			SyncRead: true,
-			// Extended attributes are not in the Tree; saying so once
-			// spares a round trip into the adaptor per file for ls.
-			DisableXAttrs: true,
 			// O_TRUNC comes with the open, so writing over a file
 			// (cp, tar, an assembler's output) does not fetch its old
 			// content first only to truncate it after.

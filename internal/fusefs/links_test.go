@@ -159,3 +159,85 @@ func TestSpecialFiles(t *testing.T) {
 		t.Errorf("read from the FIFO %q, want through", got)
 	}
 }
+
+// TestXattrs checks user extended attributes on the mount: set, listed,
+// read back on the server, kept when the file is saved whole through the
+// mount, removed; set on a file not yet stored; other namespaces refused.
+func TestXattrs(t *testing.T) {
+	dir, mnt, _, _ := mountLocal(t, Options{})
+	writeFile(t, filepath.Join(dir, "f"), "f")
+	if err := unix.Setxattr(filepath.Join(dir, "f"), "user.probe", []byte("1"), 0); err != nil {
+		t.Skipf("the test directory's file system takes no user extended attributes: %v", err)
+	}
+	f := filepath.Join(mnt, "f")
+	get := func(p, name string) (string, error) {
+		buf := make([]byte, 256)
+		n, err := unix.Getxattr(p, name, buf)
+		if err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	}
+	if got, err := get(f, "user.probe"); err != nil || got != "1" {
+		t.Errorf("user.probe set on the server, on the mount: %q, %v", got, err)
+	}
+	if err := unix.Setxattr(f, "user.comment", []byte("hi"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Setxattr(f, "user.comment", []byte("again"), unix.XATTR_CREATE); err != unix.EEXIST {
+		t.Errorf("XATTR_CREATE of an existing name: %v, want EEXIST", err)
+	}
+	if err := unix.Setxattr(f, "user.none", []byte("x"), unix.XATTR_REPLACE); err != unix.ENODATA {
+		t.Errorf("XATTR_REPLACE of a missing name: %v, want ENODATA", err)
+	}
+	buf := make([]byte, 256)
+	n, err := unix.Listxattr(f, buf)
+	if err != nil || string(buf[:n]) != "user.comment\x00user.probe\x00" {
+		t.Errorf("listxattr = %q, %v", buf[:n], err)
+	}
+	// Saving the file whole through the mount keeps them.
+	if err := os.WriteFile(f, []byte("new content"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{f, filepath.Join(dir, "f")} {
+		if got, err := get(p, "user.comment"); err != nil || got != "hi" {
+			t.Errorf("%s after a save: user.comment = %q, %v; want hi", p, got, err)
+		}
+	}
+	if err := unix.Removexattr(f, "user.comment"); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{f, filepath.Join(dir, "f")} {
+		if _, err := get(p, "user.comment"); err != unix.ENODATA {
+			t.Errorf("%s after removexattr: %v, want ENODATA", p, err)
+		}
+	}
+	if err := unix.Removexattr(f, "user.comment"); err != unix.ENODATA {
+		t.Errorf("removing a missing name: %v, want ENODATA", err)
+	}
+	if err := unix.Setxattr(f, "trusted.x", []byte("1"), 0); err != unix.ENOTSUP {
+		t.Errorf("setxattr trusted.x: %v, want ENOTSUP", err)
+	}
+	// A file created and not yet stored takes them with its first store.
+	g, err := os.Create(filepath.Join(mnt, "g"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fsetxattr(int(g.Fd()), "user.new", []byte("n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fsetxattr(int(g.Fd()), "user.gone", []byte("g"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fremovexattr(int(g.Fd()), "user.gone"); err != nil {
+		t.Fatal(err)
+	}
+	g.WriteString("g")
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n, err = unix.Listxattr(filepath.Join(dir, "g"), buf)
+	if err != nil || string(buf[:n]) != "user.new\x00" {
+		t.Errorf("created file on the server: listxattr = %q, %v; want user.new", buf[:n], err)
+	}
+}

@@ -57,6 +57,10 @@ var (
 	_ fs.NodeLinker         = (*node)(nil)
 	_ fs.NodeFsyncer        = (*node)(nil)
 	_ fs.NodeStatfser       = (*node)(nil)
+	_ fs.NodeGetxattrer     = (*node)(nil)
+	_ fs.NodeListxattrer    = (*node)(nil)
+	_ fs.NodeSetxattrer     = (*node)(nil)
+	_ fs.NodeRemovexattrer  = (*node)(nil)
 )
 
 // path returns the node's path in the tree, and false if it has been
@@ -300,12 +304,21 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 		want.SetInt(ferry.AttrAtime, t.UnixNano())
 	}
 	size, hasSize := in.GetSize()
+	if e := n.change(ctx, fh, want, hasSize, int64(size)); e != 0 {
+		return e
+	}
+	return n.Getattr(ctx, fh, out)
+}
 
+// change sets the attributes want, and the size if hasSize, where they
+// belong: in the node's buffer while it has one (all of them for a file
+// not yet stored, which takes them with its first Put), and on the server.
+func (n *node) change(ctx context.Context, fh fs.FileHandle, want ferry.Dir, hasSize bool, size int64) syscall.Errno {
 	n.mu.Lock()
 	wb := n.wb
 	n.mu.Unlock()
 	if wb != nil {
-		if e := wb.setattr(want, hasSize, int64(size)); e != 0 {
+		if e := wb.setattr(want, hasSize, size); e != 0 {
 			return e
 		}
 		if len(want) > 0 && !wb.isCreated() {
@@ -322,7 +335,7 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 		}
 	} else {
 		if hasSize {
-			want.SetInt(ferry.AttrSize, int64(size))
+			want.SetInt(ferry.AttrSize, size)
 		}
 		if len(want) > 0 {
 			if e := n.wstat(ctx, want); e != 0 {
@@ -330,7 +343,7 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 			}
 		}
 	}
-	return n.Getattr(ctx, fh, out)
+	return 0
 }
 
 // wstat changes attributes on the server.

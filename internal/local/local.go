@@ -17,6 +17,7 @@ import (
 	"os"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -149,7 +150,11 @@ func (t *Tree) stat(op, p string) (ferry.Dir, error) {
 	if err != nil {
 		return nil, fail(op, p, err)
 	}
-	return t.dirOf(p, fi), nil
+	d := t.dirOf(p, fi)
+	if typ := d.Type(); typ == ferry.TypeFile || typ == ferry.TypeDir {
+		t.readXattrs(p, d)
+	}
+	return d, nil
 }
 
 // made describes p, just made or changed, with the times of its directory
@@ -444,6 +449,7 @@ func (t *Tree) putWhole(ctx context.Context, p string, d ferry.Dir, data io.Read
 	if _, ok := d[ferry.AttrMode]; !ok {
 		d.SetMode(mode)
 	}
+	t.keptXattrs(p, d)
 	if err = t.setAttrs(tmp, d, true); err != nil {
 		return err
 	}
@@ -513,7 +519,8 @@ func copyCtx(ctx context.Context, dst io.Writer, src io.Reader) (int64, error) {
 	}
 }
 
-// setAttrs applies the mode, owner, atime and mtime that d names. With
+// setAttrs applies the mode, owner, extended attributes, atime and mtime
+// that d names. With
 // follow false p is a symbolic link, which has no mode of its own on Linux
 // and whose own times are set.
 func (t *Tree) setAttrs(p string, d ferry.Dir, follow bool) error {
@@ -536,6 +543,11 @@ func (t *Tree) setAttrs(p string, d ferry.Dir, follow bool) error {
 		if err := t.root.Lchown(r, uid, gid); err != nil {
 			return err
 		}
+	}
+	// Before the times: setting an extended attribute moves the ctime
+	// only.
+	if err := t.setXattrs(p, d); err != nil {
+		return err
 	}
 	_, hasM := d[ferry.AttrMtime]
 	_, hasA := d[ferry.AttrAtime]
@@ -734,11 +746,14 @@ func (w *walker) visit(p string, d ferry.Dir, depth int) error {
 	if err != nil {
 		return w.inline(p, err)
 	}
+	// The directory stays open for its entries' extended attributes,
+	// read through it (see Tree.onEntry).
+	defer f.Close()
 	ents, err := f.ReadDir(-1)
-	f.Close()
 	if err != nil {
 		return w.inline(p, err)
 	}
+	at := "/proc/self/fd/" + strconv.Itoa(int(f.Fd())) + "/"
 	sort.Slice(ents, func(i, j int) bool { return ents[i].Name() < ents[j].Name() })
 	for _, e := range ents {
 		if strings.HasPrefix(e.Name(), TempPrefix) {
@@ -752,7 +767,9 @@ func (w *walker) visit(p string, d ferry.Dir, depth int) error {
 			}
 			continue
 		}
-		if err := w.visit(cp, w.t.dirOf(cp, fi), depth+1); err != nil {
+		d := w.t.dirOf(cp, fi)
+		addXattrs(at+e.Name(), d)
+		if err := w.visit(cp, d, depth+1); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,104 @@
+package fusefs
+
+import (
+	"context"
+	"strings"
+	"syscall"
+
+	"github.com/ferryfs/ferry"
+)
+
+// The tree carries the user namespace of extended attributes only (see
+// ferry.XattrPrefix): names in the others are answered at once, without
+// looking anything up, which matters because the kernel asks for
+// security.capability before every write and ls asks for ACLs.
+const xattrNamespace = "user."
+
+// Getxattr implements fs.NodeGetxattrer from the node's attributes, so a
+// file's extended attributes come with its metadata and are as coherent.
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	if !strings.HasPrefix(attr, xattrNamespace) {
+		return 0, syscall.ENODATA
+	}
+	d, e := n.attrs(ctx)
+	if e != 0 {
+		return 0, e
+	}
+	v, ok := d.Xattr(attr)
+	if !ok {
+		return 0, syscall.ENODATA
+	}
+	return fill(dest, v)
+}
+
+// Listxattr implements fs.NodeListxattrer.
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	d, e := n.attrs(ctx)
+	if e != 0 {
+		return 0, e
+	}
+	var list []byte
+	for _, x := range d.Xattrs() {
+		list = append(append(list, x...), 0)
+	}
+	return fill(dest, list)
+}
+
+// fill copies v to dest as the xattr calls return values: only the size if
+// dest is empty, ERANGE if it is too small.
+func fill(dest, v []byte) (uint32, syscall.Errno) {
+	if len(dest) == 0 {
+		return uint32(len(v)), 0
+	}
+	if len(dest) < len(v) {
+		return uint32(len(v)), syscall.ERANGE
+	}
+	return uint32(copy(dest, v)), 0
+}
+
+// Setxattr implements fs.NodeSetxattrer.
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if !strings.HasPrefix(attr, xattrNamespace) || len(attr) == len(xattrNamespace) {
+		return syscall.ENOTSUP
+	}
+	if len(attr) > 255 {
+		return syscall.ERANGE
+	}
+	if flags&(xattrCreate|xattrReplace) != 0 {
+		d, e := n.attrs(ctx)
+		if e != 0 {
+			return e
+		}
+		_, has := d.Xattr(attr)
+		if has && flags&xattrCreate != 0 {
+			return syscall.EEXIST
+		}
+		if !has && flags&xattrReplace != 0 {
+			return syscall.ENODATA
+		}
+	}
+	want := ferry.Dir{}
+	want.SetXattr(attr, data)
+	return n.change(ctx, nil, want, false, 0)
+}
+
+// The flags of setxattr(2).
+const (
+	xattrCreate  = 1
+	xattrReplace = 2
+)
+
+// Removexattr implements fs.NodeRemovexattrer.
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if !strings.HasPrefix(attr, xattrNamespace) {
+		return syscall.ENODATA
+	}
+	d, e := n.attrs(ctx)
+	if e != 0 {
+		return e
+	}
+	if _, has := d.Xattr(attr); !has {
+		return syscall.ENODATA
+	}
+	return n.change(ctx, nil, ferry.Dir{ferry.XattrPrefix + attr: ferry.XattrRemove}, false, 0)
+}
