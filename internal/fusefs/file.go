@@ -383,6 +383,9 @@ func (n *node) flush(ctx context.Context) syscall.Errno {
 	}
 	wb.dirty, wb.created = false, false
 	wb.base, wb.set = got, ferry.Dir{}
+	if inPlace {
+		n.s.meta.dropLinked(got)
+	}
 	n.record(p, got, false)
 	if wb.size <= treeFile {
 		data := make([]byte, wb.size)

@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -218,6 +219,10 @@ func TestXattrs(t *testing.T) {
 	if err := unix.Setxattr(f, "trusted.x", []byte("1"), 0); err != unix.ENOTSUP {
 		t.Errorf("setxattr trusted.x: %v, want ENOTSUP", err)
 	}
+	// ENOTSUP, not ENODATA, tells ls -l to stop asking for every file.
+	if _, err := get(f, "security.selinux"); err != unix.ENOTSUP {
+		t.Errorf("getxattr security.selinux: %v, want ENOTSUP", err)
+	}
 	// A file created and not yet stored takes them with its first store.
 	g, err := os.Create(filepath.Join(mnt, "g"))
 	if err != nil {
@@ -239,5 +244,38 @@ func TestXattrs(t *testing.T) {
 	n, err = unix.Listxattr(filepath.Join(dir, "g"), buf)
 	if err != nil || string(buf[:n]) != "user.new\x00" {
 		t.Errorf("created file on the server: listxattr = %q, %v; want user.new", buf[:n], err)
+	}
+}
+
+// TestLinkedTree lists and stats a tree whose files all have a second name
+// (as a backup made with cp -al or rsnapshot has) from the metadata the
+// walk brought: no call per file. Listing such a directory once failed
+// with EIO.
+func TestLinkedTree(t *testing.T) {
+	dir, mnt, c, _ := mountLocal(t, Options{})
+	const n = 20
+	for i := range n {
+		p := filepath.Join(dir, "tree", fmt.Sprintf("f%02d", i))
+		writeFile(t, p, "x")
+		if err := os.MkdirAll(filepath.Join(dir, "copy"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Link(p, filepath.Join(dir, "copy", fmt.Sprintf("f%02d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.reset()
+	ents, err := os.ReadDir(filepath.Join(mnt, "tree"))
+	if err != nil || len(ents) != n {
+		t.Fatalf("ReadDir = %d entries, %v; want %d", len(ents), err, n)
+	}
+	for _, e := range ents {
+		st := lstat(t, filepath.Join(mnt, "tree", e.Name()))
+		if st.Nlink != 2 {
+			t.Errorf("%s: nlink %d, want 2", e.Name(), st.Nlink)
+		}
+	}
+	if got := c.stats.Load(); got >= n {
+		t.Errorf("listing and stating %d linked files made %d Stats, want fewer than one each", n, got)
 	}
 }

@@ -134,17 +134,34 @@ func (m *meta) cached(p string) ferry.Dir {
 	if d, ok := m.pending[p]; ok {
 		return d
 	}
-	if e := m.ents[p]; e != nil && m.trusted(e.at, e.lease) && !linked(e.d) {
+	if e := m.ents[p]; e != nil && m.trusted(e.at, e.lease) {
 		return e.d
 	}
 	return nil
 }
 
-// linked reports whether d is a file with other names. Its link count and
-// ctime change when any name is made or removed, which the cache entries
-// of the other names would not see, so such files are always asked for.
+// linked reports whether d is a file with other names.
 func linked(d ferry.Dir) bool {
-	return !d.IsDir() && d.Int(ferry.AttrNlink) > 1
+	return !d.IsDir() && d.Int(ferry.AttrNlink) > 1 && d[ferry.AttrIno] != ""
+}
+
+// dropLinked drops the cached entries and contents of all the names of
+// the file d describes, if it has several: a link, an unlink or a write
+// through one name changes the link count, ctime or content that the
+// others show. The caller records what it knows after. (A change by another client is seen only under the name it
+// was made through: the server's watch reports names, not files.)
+func (m *meta) dropLinked(d ferry.Dir) {
+	if !linked(d) {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for q, e := range m.ents {
+		if !e.d.IsDir() && e.d[ferry.AttrIno] == d[ferry.AttrIno] {
+			delete(m.ents, q)
+			m.data.drop(q, false)
+		}
+	}
 }
 
 // known returns what the cache holds for p, if it is trusted, without

@@ -190,6 +190,13 @@ func (n *node) relinked(d ferry.Dir) {
 	}
 }
 
+// lastAttrs returns the attributes n last had here, or nil.
+func (n *node) lastAttrs() ferry.Dir {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.last
+}
+
 func (n *node) remember(d ferry.Dir) {
 	n.mu.Lock()
 	n.last = d
@@ -706,7 +713,7 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 		// A file's removal goes in the background too, after the
 		// calls on it before it; only rmdir must hear from the server
 		// whether the directory was empty.
-		if d := n.s.meta.known(p); d != nil && !d.IsDir() {
+		if d := n.s.meta.known(p); d != nil && !d.IsDir() && !linked(d) {
 			n.s.wback.start(p, 0, func(ctx context.Context) error {
 				_, err := n.s.fsys.Remove(ctx, p).Wait()
 				if err != nil {
@@ -732,6 +739,10 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 			return 0
 		}
 	}
+	known := n.s.meta.known(p)
+	if known == nil && cn != nil {
+		known = cn.lastAttrs()
+	}
 	cctx, cancel := n.s.ctx(ctx)
 	defer cancel()
 	if err := n.s.wback.wait(cctx, p); err != nil {
@@ -740,9 +751,12 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 	if _, err := n.s.fsys.Remove(cctx, p).Wait(); err != nil {
 		return errno(err)
 	}
-	if cn != nil {
+	// A file with other names lives on under them: its buffer, if open,
+	// is stored through those.
+	if cn != nil && !linked(known) {
 		cn.orphan()
 	}
+	n.s.meta.dropLinked(known)
 	n.s.meta.forget(p)
 	n.s.dropIno(p)
 	n.touch(nlink, nil)
@@ -824,11 +838,17 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		}
 	}
 	kept, _ := n.s.data.held(from)
+	replaced := n.s.meta.known(to)
+	if replaced == nil && dst != nil {
+		replaced = dst.lastAttrs()
+	}
 	defer n.s.meta.expect(from, to)()
 	d, err := n.s.fsys.Move(cctx, from, to).Wait()
 	if err != nil {
 		return errno(err)
 	}
+	// A replaced file with other names lost one.
+	n.s.meta.dropLinked(replaced)
 	if dst != nil && dst != src {
 		dst.orphan()
 	}
@@ -884,7 +904,8 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if err != nil {
 		return nil, errno(err)
 	}
-	// The target's link count and ctime moved too.
+	// The target's link count and ctime moved too, under all its names.
+	n.s.meta.dropLinked(got)
 	src := got.Clone()
 	src[ferry.AttrPath], src[ferry.AttrName] = from, path.Base(from)
 	n.s.meta.set(src)

@@ -9,16 +9,20 @@ import (
 )
 
 // The tree carries the user namespace of extended attributes only (see
-// ferry.XattrPrefix): names in the others are answered at once, without
-// looking anything up, which matters because the kernel asks for
-// security.capability before every write and ls asks for ACLs.
+// ferry.XattrPrefix): names in the others are answered at once with
+// ENOTSUP, without looking anything up. That matters: the kernel asks
+// for security.capability before every write, and ls -l asks for
+// security.selinux and the ACLs of every file unless told, by ENOTSUP,
+// that the file system has none (then it stops asking for the whole
+// mount: ls -lR of 3,773 entries at 100 ms took 1.02 s with ENODATA,
+// 0.82 s with ENOTSUP, as before the mount served extended attributes).
 const xattrNamespace = "user."
 
 // Getxattr implements fs.NodeGetxattrer from the node's attributes, so a
 // file's extended attributes come with its metadata and are as coherent.
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
 	if !strings.HasPrefix(attr, xattrNamespace) {
-		return 0, syscall.ENODATA
+		return 0, syscall.ENOTSUP
 	}
 	d, e := n.attrs(ctx)
 	if e != 0 {
@@ -91,7 +95,7 @@ const (
 // Removexattr implements fs.NodeRemovexattrer.
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if !strings.HasPrefix(attr, xattrNamespace) {
-		return syscall.ENODATA
+		return syscall.ENOTSUP
 	}
 	d, e := n.attrs(ctx)
 	if e != 0 {
