@@ -51,6 +51,32 @@ const (
 	TypeOther   = "o" // TypeOther is an entry of any other kind: listed but not served.
 )
 
+// typeIFMT holds the S_IFMT bits of a POSIX file mode for each type that
+// has them.
+var typeIFMT = map[string]uint32{
+	TypeFile:    0o100000,
+	TypeDir:     0o040000,
+	TypeSymlink: 0o120000,
+	TypeFifo:    0o010000,
+	TypeSocket:  0o140000,
+	TypeChar:    0o020000,
+	TypeBlock:   0o060000,
+}
+
+// IFMT returns the S_IFMT bits of a POSIX file mode for the type t, or 0
+// for TypeOther or a type it does not know.
+func IFMT(t string) uint32 { return typeIFMT[t] }
+
+// TypeOfIFMT returns the type whose S_IFMT bits mode has, or TypeOther.
+func TypeOfIFMT(mode uint32) string {
+	for t, m := range typeIFMT {
+		if mode&0o170000 == m {
+			return t
+		}
+	}
+	return TypeOther
+}
+
 // IsSpecial reports whether t names a node that holds no data of its own in
 // the tree: a pipe, a socket or a device. Put creates them; Get refuses them.
 func IsSpecial(t string) bool {
@@ -63,11 +89,14 @@ func IsSpecial(t string) bool {
 
 // XattrPrefix begins the attributes that carry a file's or directory's
 // extended attributes: "xattr.user.comment" holds the extended attribute
-// user.comment, its value in standard base64. Trees carry the user
-// namespace only. A Wstat that sets one to XattrRemove removes it.
+// user.comment, its value in standard base64. Trees carry the namespace
+// XattrNamespace only: the others (security, trusted, system) mean
+// something only to the server's own kernel and users. A Wstat that sets
+// one to XattrRemove removes it.
 const (
-	XattrPrefix = "xattr."
-	XattrRemove = "-"
+	XattrPrefix    = "xattr."
+	XattrNamespace = "user."
+	XattrRemove    = "-"
 )
 
 // Xattr returns the value of the extended attribute name, if d has it.

@@ -48,3 +48,26 @@ func TestDirAttributes(t *testing.T) {
 		t.Errorf("String() = %q, want %q", got, want)
 	}
 }
+
+func TestIFMT(t *testing.T) {
+	for _, c := range []struct {
+		typ  string
+		bits uint32
+	}{
+		{TypeFile, 0o100000}, {TypeDir, 0o040000}, {TypeSymlink, 0o120000},
+		{TypeFifo, 0o010000}, {TypeSocket, 0o140000}, {TypeChar, 0o020000}, {TypeBlock, 0o060000},
+	} {
+		if got := IFMT(c.typ); got != c.bits {
+			t.Errorf("IFMT(%q) = %#o, want %#o", c.typ, got, c.bits)
+		}
+		if got := TypeOfIFMT(c.bits | 0o755); got != c.typ {
+			t.Errorf("TypeOfIFMT(%#o) = %q, want %q", c.bits|0o755, got, c.typ)
+		}
+	}
+	if got := IFMT(TypeOther); got != 0 {
+		t.Errorf("IFMT(TypeOther) = %#o, want 0", got)
+	}
+	if got := TypeOfIFMT(0o644); got != TypeOther {
+		t.Errorf("TypeOfIFMT(0o644) = %q, want %q", got, TypeOther)
+	}
+}

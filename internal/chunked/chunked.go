@@ -366,18 +366,17 @@ func (u *Put) Commit() (ferry.Dir, error) {
 			attrs[k] = v
 		}
 	}
-	// Keep the extended attributes of the file being replaced, as
-	// local's Put does.
-	if old, err := u.t.Tree.Stat(u.ctx, u.path).Wait(); err == nil && old.Type() == ferry.TypeFile {
-		attrs.KeepXattrs(old)
-	} else {
-		attrs.KeepXattrs(nil)
+	// Keep the mode and extended attributes of the file being replaced,
+	// as local's Put does.
+	old, err := u.t.Tree.Stat(u.ctx, u.path).Wait()
+	if err != nil || old.Type() != ferry.TypeFile {
+		old = nil
 	}
+	attrs.KeepXattrs(old)
 	if _, ok := attrs[ferry.AttrMode]; !ok {
-		// Keep the mode of the file being replaced, as local's Put does.
 		attrs.SetMode(0o644)
-		if fi, err := u.t.root.Lstat(u.path[1:]); err == nil && fi.Mode().IsRegular() {
-			attrs.SetMode(fi.Mode().Perm())
+		if old != nil {
+			attrs.SetMode(old.Mode().Perm())
 		}
 	}
 	if _, err := u.t.Tree.Wstat(u.ctx, u.tmp, attrs).Wait(); err != nil {

@@ -354,7 +354,7 @@ func (s *Server) ino(p string, fresh bool) uint64 {
 // inoKey returns the key of d's inode number: its path, or for a file
 // with several names the server's inode number, which all names share.
 func inoKey(d ferry.Dir) string {
-	if linked(d) && d[ferry.AttrIno] != "" {
+	if linked(d) {
 		return "#" + d[ferry.AttrIno]
 	}
 	return d.Path()

@@ -148,8 +148,9 @@ func linked(d ferry.Dir) bool {
 // dropLinked drops the cached entries and contents of all the names of
 // the file d describes, if it has several: a link, an unlink or a write
 // through one name changes the link count, ctime or content that the
-// others show. The caller records what it knows after. (A change by another client is seen only under the name it
-// was made through: the server's watch reports names, not files.)
+// others show. The caller records what it knows after. (A change by
+// another client is seen only under the name it was made through: the
+// server's watch reports names, not files.)
 func (m *meta) dropLinked(d ferry.Dir) {
 	if !linked(d) {
 		return

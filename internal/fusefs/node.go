@@ -95,21 +95,10 @@ func (s *Server) ctx(ctx context.Context) (context.Context, context.CancelFunc) 
 	return context.WithTimeout(context.WithoutCancel(ctx), s.opt.CallTimeout)
 }
 
-// typeModes maps the tree's entry types to their S_IFMT bits.
-var typeModes = map[string]uint32{
-	ferry.TypeFile:    syscall.S_IFREG,
-	ferry.TypeDir:     syscall.S_IFDIR,
-	ferry.TypeSymlink: syscall.S_IFLNK,
-	ferry.TypeFifo:    syscall.S_IFIFO,
-	ferry.TypeSocket:  syscall.S_IFSOCK,
-	ferry.TypeChar:    syscall.S_IFCHR,
-	ferry.TypeBlock:   syscall.S_IFBLK,
-}
-
 // typeBits returns the S_IFMT bits for an entry; one of a type the mount
 // does not know is shown as a regular file.
 func typeBits(d ferry.Dir) uint32 {
-	if m, ok := typeModes[d.Type()]; ok {
+	if m := ferry.IFMT(d.Type()); m != 0 {
 		return m
 	}
 	return syscall.S_IFREG
@@ -571,18 +560,12 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 // devices, made on the server at once. Only the server's root may make a
 // device, as on a local disk.
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	ifmt := mode & syscall.S_IFMT
-	if ifmt == 0 {
-		ifmt = syscall.S_IFREG
-	}
-	d := ferry.Dir{}
-	for t, m := range typeModes {
-		if m == ifmt && t != ferry.TypeDir && t != ferry.TypeSymlink {
-			d[ferry.AttrType] = t
-		}
+	d := ferry.Dir{ferry.AttrType: ferry.TypeFile}
+	if mode&syscall.S_IFMT != 0 {
+		d[ferry.AttrType] = ferry.TypeOfIFMT(mode)
 	}
 	switch d.Type() {
-	case "":
+	case ferry.TypeDir, ferry.TypeSymlink, ferry.TypeOther:
 		return nil, syscall.EINVAL
 	case ferry.TypeChar, ferry.TypeBlock:
 		d.SetInt(ferry.AttrRdev, int64(dev))

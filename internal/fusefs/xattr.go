@@ -5,23 +5,23 @@ import (
 	"strings"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ferryfs/ferry"
 )
 
-// The tree carries the user namespace of extended attributes only (see
-// ferry.XattrPrefix): names in the others are answered at once with
-// ENOTSUP, without looking anything up. That matters: the kernel asks
-// for security.capability before every write, and ls -l asks for
-// security.selinux and the ACLs of every file unless told, by ENOTSUP,
-// that the file system has none (then it stops asking for the whole
-// mount: ls -lR of 3,773 entries at 100 ms took 1.02 s with ENODATA,
-// 0.82 s with ENOTSUP, as before the mount served extended attributes).
-const xattrNamespace = "user."
-
 // Getxattr implements fs.NodeGetxattrer from the node's attributes, so a
 // file's extended attributes come with its metadata and are as coherent.
+// Names outside ferry.XattrNamespace, the only one the tree carries, are
+// answered at once with ENOTSUP, without looking anything up. That
+// matters: the kernel asks for security.capability before every write,
+// and ls -l asks for security.selinux and the ACLs of every file unless
+// told, by ENOTSUP, that the file system has none (then it stops asking
+// for the whole mount: ls -lR of 3,773 entries at 100 ms took 1.02 s with
+// ENODATA, 0.82 s with ENOTSUP, as before the mount served extended
+// attributes).
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	if !strings.HasPrefix(attr, xattrNamespace) {
+	if !strings.HasPrefix(attr, ferry.XattrNamespace) {
 		return 0, syscall.ENOTSUP
 	}
 	d, e := n.attrs(ctx)
@@ -62,22 +62,22 @@ func fill(dest, v []byte) (uint32, syscall.Errno) {
 
 // Setxattr implements fs.NodeSetxattrer.
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	if !strings.HasPrefix(attr, xattrNamespace) || len(attr) == len(xattrNamespace) {
+	if !strings.HasPrefix(attr, ferry.XattrNamespace) || len(attr) == len(ferry.XattrNamespace) {
 		return syscall.ENOTSUP
 	}
 	if len(attr) > 255 {
 		return syscall.ERANGE
 	}
-	if flags&(xattrCreate|xattrReplace) != 0 {
+	if flags&(unix.XATTR_CREATE|unix.XATTR_REPLACE) != 0 {
 		d, e := n.attrs(ctx)
 		if e != 0 {
 			return e
 		}
 		_, has := d.Xattr(attr)
-		if has && flags&xattrCreate != 0 {
+		if has && flags&unix.XATTR_CREATE != 0 {
 			return syscall.EEXIST
 		}
-		if !has && flags&xattrReplace != 0 {
+		if !has && flags&unix.XATTR_REPLACE != 0 {
 			return syscall.ENODATA
 		}
 	}
@@ -86,15 +86,9 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	return n.change(ctx, nil, want, false, 0)
 }
 
-// The flags of setxattr(2).
-const (
-	xattrCreate  = 1
-	xattrReplace = 2
-)
-
 // Removexattr implements fs.NodeRemovexattrer.
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	if !strings.HasPrefix(attr, xattrNamespace) {
+	if !strings.HasPrefix(attr, ferry.XattrNamespace) {
 		return syscall.ENOTSUP
 	}
 	d, e := n.attrs(ctx)

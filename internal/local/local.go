@@ -151,9 +151,7 @@ func (t *Tree) stat(op, p string) (ferry.Dir, error) {
 		return nil, fail(op, p, err)
 	}
 	d := t.dirOf(p, fi)
-	if typ := d.Type(); typ == ferry.TypeFile || typ == ferry.TypeDir {
-		t.readXattrs(p, d)
-	}
+	t.readXattrs(p, d)
 	return d, nil
 }
 
@@ -346,14 +344,6 @@ func (t *Tree) putLink(p string, d ferry.Dir) error {
 	return t.setAttrs(p, d, false)
 }
 
-// specialBits are the S_IFMT bits of the special types.
-var specialBits = map[string]uint32{
-	ferry.TypeFifo:   syscall.S_IFIFO,
-	ferry.TypeSocket: syscall.S_IFSOCK,
-	ferry.TypeChar:   syscall.S_IFCHR,
-	ferry.TypeBlock:  syscall.S_IFBLK,
-}
-
 // putSpecial makes a pipe, socket or device node under a temporary name
 // and renames it into place, as putLink does. Making a device needs the
 // privilege the server runs with (KindPermission otherwise).
@@ -368,7 +358,7 @@ func (t *Tree) putSpecial(p string, d ferry.Dir) error {
 	}
 	tmpPath := tempName(p)
 	err := t.inDir(tmpPath, func(dir int, name string) error {
-		return syscall.Mknodat(dir, name, specialBits[d.Type()]|mode, int(dev))
+		return syscall.Mknodat(dir, name, ferry.IFMT(d.Type())|mode, int(dev))
 	})
 	if err != nil {
 		return &fs.PathError{Op: "mknod", Path: p, Err: err}
@@ -520,9 +510,8 @@ func copyCtx(ctx context.Context, dst io.Writer, src io.Reader) (int64, error) {
 }
 
 // setAttrs applies the mode, owner, extended attributes, atime and mtime
-// that d names. With
-// follow false p is a symbolic link, which has no mode of its own on Linux
-// and whose own times are set.
+// that d names. With follow false p is a symbolic link, which has no mode
+// of its own on Linux and whose own times are set.
 func (t *Tree) setAttrs(p string, d ferry.Dir, follow bool) error {
 	r := rel(p)
 	if _, ok := d[ferry.AttrMode]; ok && follow {
@@ -585,10 +574,7 @@ func (t *Tree) setAttrs(p string, d ferry.Dir, follow bool) error {
 // Move implements ferry.Tree.
 func (t *Tree) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
 	const op = "local.Move"
-	from, err := clean(ctx, op, from)
-	if err == nil {
-		to, err = clean(ctx, op, to)
-	}
+	from, to, err := cleanPair(ctx, op, from, to)
 	if err != nil {
 		return ferry.Resolved[ferry.Dir](nil, err)
 	}
@@ -601,13 +587,19 @@ func (t *Tree) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Di
 	return ferry.Resolved(t.made(op, to))
 }
 
-// Link implements ferry.Tree.
-func (t *Tree) Link(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
-	const op = "local.Link"
+// cleanPair is clean for the two paths of a Move or Link.
+func cleanPair(ctx context.Context, op, from, to string) (string, string, error) {
 	from, err := clean(ctx, op, from)
 	if err == nil {
 		to, err = clean(ctx, op, to)
 	}
+	return from, to, err
+}
+
+// Link implements ferry.Tree.
+func (t *Tree) Link(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
+	const op = "local.Link"
+	from, to, err := cleanPair(ctx, op, from, to)
 	if err != nil {
 		return ferry.Resolved[ferry.Dir](nil, err)
 	}
@@ -768,7 +760,9 @@ func (w *walker) visit(p string, d ferry.Dir, depth int) error {
 			continue
 		}
 		d := w.t.dirOf(cp, fi)
-		addXattrs(at+e.Name(), d)
+		if hasXattrs(d) {
+			addXattrs(at+e.Name(), d)
+		}
 		if err := w.visit(cp, d, depth+1); err != nil {
 			return err
 		}

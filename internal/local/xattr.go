@@ -12,11 +12,6 @@ import (
 	"github.com/ferryfs/ferry"
 )
 
-// xattrNamespace is the namespace of extended attributes the tree carries:
-// the others (security, trusted, system) mean something only to the
-// server's own kernel and users.
-const xattrNamespace = "user."
-
 // onEntry calls fn with a name for the entry at p that the xattr system
 // calls take: its directory, opened by the root without leaving it, as a
 // /proc/self/fd path, joined with p's name. The l* calls do not follow a
@@ -36,25 +31,31 @@ func (t *Tree) onEntry(p string, fn func(name string) error) error {
 	})
 }
 
-// readXattrs adds the user extended attributes of the entry at p to d (see
-// addXattrs).
+// hasXattrs reports whether the entry d describes can have extended
+// attributes that the tree carries: files and directories.
+func hasXattrs(d ferry.Dir) bool {
+	typ := d.Type()
+	return typ == ferry.TypeFile || typ == ferry.TypeDir
+}
+
+// readXattrs adds the extended attributes of the entry at p, which d
+// describes, to d.
 func (t *Tree) readXattrs(p string, d ferry.Dir) {
+	if !hasXattrs(d) {
+		return
+	}
 	t.onEntry(p, func(name string) error {
 		addXattrs(name, d)
 		return nil
 	})
 }
 
-// addXattrs adds the user extended attributes of name, the entry d
-// describes, to d. Only files and directories have them; a file system
+// addXattrs adds the extended attributes of name to d. A file system
 // without them, or an entry that cannot be read, adds none.
 func addXattrs(name string, d ferry.Dir) {
-	if typ := d.Type(); typ != ferry.TypeFile && typ != ferry.TypeDir {
-		return
-	}
 	names, _ := listXattrs(name)
 	for _, x := range names {
-		if !strings.HasPrefix(x, xattrNamespace) {
+		if !strings.HasPrefix(x, ferry.XattrNamespace) {
 			continue
 		}
 		if v, err := getXattr(name, x); err == nil {
@@ -114,7 +115,7 @@ func (t *Tree) setXattrs(p string, d ferry.Dir) error {
 		return nil
 	}
 	for _, k := range keys {
-		if x := k[len(ferry.XattrPrefix):]; !strings.HasPrefix(x, xattrNamespace) || len(x) == len(xattrNamespace) {
+		if x := k[len(ferry.XattrPrefix):]; !strings.HasPrefix(x, ferry.XattrNamespace) || len(x) == len(ferry.XattrNamespace) {
 			return ferry.E("", p, ferry.KindInvalid, "only extended attributes user.* are carried, not "+x)
 		}
 		if v := d[k]; v != ferry.XattrRemove {
@@ -161,7 +162,7 @@ func isLink(name string) bool {
 // keptXattrs prepares d, the attributes of a file that replaces the one
 // at p whole, to keep the old file's extended attributes (Dir.KeepXattrs).
 func (t *Tree) keptXattrs(p string, d ferry.Dir) {
-	old := ferry.Dir{}
+	old := ferry.Dir{ferry.AttrType: ferry.TypeFile}
 	t.readXattrs(p, old)
 	d.KeepXattrs(old)
 }

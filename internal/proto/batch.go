@@ -21,17 +21,23 @@ const BatchWait = 2 * time.Millisecond
 // most SendData bytes, compressed by zip where that shrinks them (an entry
 // too big for a batch goes alone, as it is). A batch is sent when it is
 // full, when the stream ends, or once its first entry has waited
-// BatchWait, so a slow walk is not held back. SendFind returns the first
-// error of send (after closing s) or else the stream's.
-func SendFind(s *ferry.Stream[ferry.Entry], send func(*FindReply) error, zip *zwire.Codec) error {
-	return sendFind(s, send, zip, BatchWait)
+// BatchWait, so a slow walk is not held back. The entries go without the
+// attributes omit names (FindReq.omit). SendFind returns the first error
+// of send (after closing s) or else the stream's.
+func SendFind(s *ferry.Stream[ferry.Entry], send func(*FindReply) error, zip *zwire.Codec, omit ...string) error {
+	return sendFind(s, send, zip, BatchWait, omit...)
 }
 
 // sendFind is SendFind with wait for BatchWait.
-func sendFind(s *ferry.Stream[ferry.Entry], send func(*FindReply) error, zip *zwire.Codec, wait time.Duration) error {
+func sendFind(s *ferry.Stream[ferry.Entry], send func(*FindReply) error, zip *zwire.Codec, wait time.Duration, omit ...string) error {
+	convert := func(e ferry.Entry) *FindReply {
+		m := FromEntry(e)
+		OmitAttrs(m.Dir, omit...)
+		return m
+	}
 	if zip == nil {
 		for e := range s.All() {
-			if err := send(FromEntry(e)); err != nil {
+			if err := send(convert(e)); err != nil {
 				s.Close()
 				return err
 			}
@@ -83,7 +89,7 @@ func sendFind(s *ferry.Stream[ferry.Entry], send func(*FindReply) error, zip *zw
 			}
 			return s.Err()
 		}
-		m := FromEntry(e)
+		m := convert(e)
 		// An entry's bytes in the batch: itself, its tag and its length.
 		n := pb.Size(m) + 8
 		var err error

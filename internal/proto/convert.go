@@ -18,6 +18,16 @@ func FromDir(d ferry.Dir) *Dir {
 	return &Dir{Attrs: d.Stored()}
 }
 
+// OmitAttrs takes the attributes keys out of d, which may be nil.
+func OmitAttrs(d *Dir, keys ...string) {
+	if d == nil {
+		return
+	}
+	for _, k := range keys {
+		delete(d.Attrs, k)
+	}
+}
+
 // Reply makes the reply carrying d, its parent's times included.
 func Reply(d ferry.Dir, zstd bool) *DirReply {
 	return &DirReply{Dir: FromDir(d), Zstd: zstd,

@@ -451,12 +451,7 @@ func (p *batchPut) Recv() (*proto.ChunkPutMsg, error) {
 // it asked to be left out.
 func (p *batchPut) Send(r *proto.ChunkPutReply) error {
 	r.Put = p.id
-	if r.Dir != nil {
-		delete(r.Dir.Attrs, ferry.AttrPath)
-		delete(r.Dir.Attrs, ferry.AttrName)
-		for _, k := range p.omit {
-			delete(r.Dir.Attrs, k)
-		}
-	}
+	proto.OmitAttrs(r.Dir, ferry.AttrPath, ferry.AttrName)
+	proto.OmitAttrs(r.Dir, p.omit...)
 	return p.out.Add(r)
 }

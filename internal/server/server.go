@@ -676,30 +676,7 @@ func (h *handler) find(op int, r *proto.FindReq, s *ferry.Stream[ferry.Entry], s
 	if r.Zstd && h.s.zstd {
 		zip = h.s.zip
 	}
-	if len(r.Omit) > 0 {
-		s = omit(st.Context(), s, r.Omit)
-	}
-	return h.done(op, proto.SendFind(s, st.Send, zip))
-}
-
-// omit returns s with the attributes named in attrs taken out of its
-// entries.
-func omit(ctx context.Context, s *ferry.Stream[ferry.Entry], attrs []string) *ferry.Stream[ferry.Entry] {
-	return ferry.NewStream(ctx, func(ctx context.Context, send func(ferry.Entry) error) error {
-		defer s.Close()
-		for e := range s.All() {
-			if e.Dir != nil {
-				e.Dir = e.Dir.Clone()
-				for _, k := range attrs {
-					delete(e.Dir, k)
-				}
-			}
-			if err := send(e); err != nil {
-				return err
-			}
-		}
-		return s.Err()
-	})
+	return h.done(op, proto.SendFind(s, st.Send, zip, r.Omit...))
 }
 
 func (h *handler) Watch(r *proto.PathReq, st grpc.ServerStreamingServer[proto.WatchEvent]) error {
