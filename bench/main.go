@@ -139,6 +139,12 @@ var profileNames = []string{"smoke", "quick", "full"}
 func main() {
 	log.SetFlags(log.Ltime)
 	log.SetPrefix("bench: ")
+	if len(os.Args) > 1 && os.Args[1] == tcpcatCmd {
+		if err := tcpcat(os.Args[2:]); err != nil {
+			log.Fatal(err)
+		}
+		return
+	}
 	if err := run(); err != nil {
 		log.Fatal(err)
 	}

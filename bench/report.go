@@ -243,7 +243,7 @@ func (r *report) write(ctx context.Context, plots bool) error {
 	}
 	p("- **Other data:** missing-name looks up `%s`; make-j2 builds a generated C project of %d modules; recompile changes its `%s`; edit-save edits line %d of a %.1f MB document made of %s; %s; %s.\n",
 		x.missing, x.cprojModules, x.touchName, x.docLine, float64(x.docBytes)/1e6, x.docFrom, upgrade, repo)
-	p("- **Method:** wall time of the client command, the median of %d run(s), each into an empty destination and, for the mounts, from a fresh mount (cold cache; grep-warm times a second run on the mount). In parentheses: the ratio to the best peer in the column (the fastest system other than Ferry's and the local-disk reference). Bytes on the wire are whole IP packets counted by the emulator, for the median run.\n", o.runs)
+	p("- **Method:** wall time of the client command, the median of %d run(s), each into an empty destination and, for the mounts, from a fresh mount (cold cache; grep-warm times a second run on the mount). In parentheses: the ratio to the best peer in the column (the fastest system other than Ferry's and the references, local-disk and tcp). Bytes on the wire are whole IP packets counted by the emulator, for the median run.\n", o.runs)
 	if o.note != "" {
 		p("- **Note:** %s\n", o.note)
 	}

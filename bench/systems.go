@@ -98,20 +98,20 @@ type system interface {
 }
 
 func allSystems(h *harness, b *ferryBuild) []system {
-	return []system{sshSystem{"scp"}, sshSystem{"rsync"}, sshSystem{"ssh"}, &sshfs{}, &ferry{b: b}, &ferryMount{b: b}, &ferryMount{b: b, writeBack: true}, nfs{}, localDisk{}}
+	return []system{sshSystem{"scp"}, sshSystem{"rsync"}, sshSystem{"ssh"}, &sshfs{}, &ferry{b: b}, &ferryMount{b: b}, &ferryMount{b: b, writeBack: true}, nfs{}, localDisk{}, &tcpSystem{}}
 }
 
 // systemNames are the systems in the order of the report's rows. Every
 // system whose name starts with "ferry" is Ferry; the others are peers.
 func systemNames() []string {
-	return []string{"scp", "rsync", "ssh", "sshfs", "ferry", "ferry-mount", "ferry-mount-wb", "nfs", "local-disk"}
+	return []string{"scp", "rsync", "ssh", "sshfs", "ferry", "ferry-mount", "ferry-mount-wb", "nfs", "local-disk", "tcp"}
 }
 
 func isFerry(system string) bool { return strings.HasPrefix(system, "ferry") }
 
 // isPeer reports whether system is a tool Ferry is compared with: not
-// Ferry, and not the local-disk reference.
-func isPeer(system string) bool { return !isFerry(system) && system != "local-disk" }
+// Ferry, and not a reference (the local disk, one bare TCP stream).
+func isPeer(system string) bool { return !isFerry(system) && system != "local-disk" && system != "tcp" }
 
 // sshSystem is scp, rsync or plain ssh commands, all through the harness's
 // sshd and client configuration. They keep no state between runs.
@@ -401,18 +401,25 @@ func subcommands(help string) map[string]bool {
 // namespace; both Ferry systems use one.
 type ferryServer struct{ cmd *exec.Cmd }
 
-func (s *ferryServer) start(ctx context.Context, e *env, bin string) error {
+func (s *ferryServer) start(ctx context.Context, e *env, bin string) (err error) {
 	addr := netip.AddrPortFrom(e.srvAddr, ferryPort)
-	s.cmd = e.command(context.Background(), e.bed.ServerNS, bin, "serve", e.srv, "--listen", addr.String())
-	s.cmd.Stdout, s.cmd.Stderr = e.log, e.log
-	if err := s.cmd.Start(); err != nil {
-		s.cmd = nil
-		return fmt.Errorf("ferry serve: %w", err)
+	s.cmd, err = startServer(ctx, e, "ferry serve", addr, bin, "serve", e.srv, "--listen", addr.String())
+	return err
+}
+
+// startServer starts bin in the server namespace, logging its output, and
+// waits until it listens on addr. The command it returns, not nil when it
+// started even if it never listened, is the caller's to end.
+func startServer(ctx context.Context, e *env, what string, addr netip.AddrPort, bin string, args ...string) (*exec.Cmd, error) {
+	cmd := e.command(context.Background(), e.bed.ServerNS, bin, args...)
+	cmd.Stdout, cmd.Stderr = e.log, e.log
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("%s: %w", what, err)
 	}
 	if err := waitPort(ctx, e, addr); err != nil {
-		return fmt.Errorf("ferry serve: %w", err)
+		return cmd, fmt.Errorf("%s: %w", what, err)
 	}
-	return nil
+	return cmd, nil
 }
 
 // stop stops the server gracefully, or kills it after 15 seconds.
