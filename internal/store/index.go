@@ -438,6 +438,19 @@ var ErrMiss = errors.New("store: chunk not found")
 // allowed, if not nil, says which files the caller may read from: others
 // are neither read nor revealed.
 func (x *Index) ReadChunk(h chunk.Hash, buf []byte, prefer string, allowed func(path string) bool) ([]byte, error) {
+	// A file being chunked for a list comes first: its chunks are in
+	// chunking from before the list names them until after the index
+	// holds them, so looking there first never misses one in between
+	// (looked for last, one was missed now and then: the index did not
+	// hold it yet, and chunking no longer did).
+	if v, ok := x.chunking.Load(h); ok {
+		if l := v.(Loc); allowed == nil || allowed(l.Path) {
+			if b, ok := x.readAt(h, l, buf); ok {
+				x.hits.Add(1)
+				return b, nil
+			}
+		}
+	}
 	// The locations are tried as the index yields them, the first that
 	// holds the chunk ends the search: a chunk that many files share (a
 	// licence, an empty __init__.py) costs one read, not one per file.
@@ -474,14 +487,6 @@ func (x *Index) ReadChunk(h chunk.Hash, buf []byte, prefer string, allowed func(
 	}
 	if err != nil {
 		return nil, ferry.E("store.Index.ReadChunk", h.String(), ferry.KindIO, err)
-	}
-	if v, ok := x.chunking.Load(h); ok {
-		if l := v.(Loc); allowed == nil || allowed(l.Path) {
-			if b, ok := x.readAt(h, l, buf); ok {
-				x.hits.Add(1)
-				return b, nil
-			}
-		}
 	}
 	x.misses.Add(1)
 	return nil, ErrMiss
