@@ -200,11 +200,16 @@ type Put struct {
 	where  map[chunk.Hash][]int // Indexes of each hash in refs.
 	filled []bool
 	left   int // Chunks not yet filled.
-	ended  bool
-	old    sync.WaitGroup // Indexing the version being replaced.
-	buf    []byte
-	done   bool
-	fine   *fine // Fine deltas, once FineSource was asked.
+	// examined counts the chunks of the list Need has looked at; asked
+	// holds the hashes it looked at, whose bytes were then asked for
+	// unless the server held them.
+	examined int
+	asked    map[chunk.Hash]bool
+	ended    bool
+	old      sync.WaitGroup // Indexing the version being replaced.
+	buf      []byte
+	done     bool
+	fine     *fine // Fine deltas, once FineSource was asked.
 }
 
 // BeginPut starts replacing the file at path with size bytes and the
@@ -234,7 +239,7 @@ func (t *Tree) BeginPut(ctx context.Context, p string, d ferry.Dir, size int64) 
 		t.root.Remove(tmp[1:])
 		return nil, ferry.E(op, p, ferry.KindIO, err)
 	}
-	u := &Put{t: t, ctx: ctx, path: p, d: d, size: size, tmp: tmp, f: f, where: map[chunk.Hash][]int{}}
+	u := &Put{t: t, ctx: ctx, path: p, d: d, size: size, tmp: tmp, f: f, where: map[chunk.Hash][]int{}, asked: map[chunk.Hash]bool{}}
 	// The version being replaced most likely holds most chunks: index it
 	// (if it changed since it was indexed) while the list arrives.
 	u.old.Add(1)
@@ -298,10 +303,8 @@ func (u *Put) fill(h chunk.Hash, data []byte) error {
 	return nil
 }
 
-// EndList ends the list: it must cover the size exactly. It then fills
-// every chunk still missing that the index holds (read back and checked)
-// and returns the index in the list of one place of each chunk that is
-// still missing, in list order.
+// EndList ends the list: it must cover the size exactly. It then returns
+// what Need returns for the chunks listed since Need was last called.
 func (u *Put) EndList() ([]int, error) {
 	const op = "chunked.Put"
 	if u.ended {
@@ -311,17 +314,37 @@ func (u *Put) EndList() ([]int, error) {
 	if u.off != u.size {
 		return nil, ferry.E(op, u.path, ferry.KindInvalid, "chunk list does not cover the size")
 	}
+	return u.Need()
+}
+
+// Need looks at the chunks listed since it was last called, so that a
+// client may send what is missing while it still lists the rest. It fills
+// those the index holds (read back and checked) and those whose bytes
+// arrived for an earlier place in the list, and returns the index in the
+// list of one place of each other chunk it was not asked about before, in
+// list order: the chunks the client must send.
+func (u *Put) Need() ([]int, error) {
+	const op = "chunked.Put"
 	u.old.Wait()
 	var need []int
-	seen := map[chunk.Hash]bool{}
-	for i, r := range u.refs {
-		if u.filled[i] || seen[r.Hash] {
+	for ; u.examined < len(u.refs); u.examined++ {
+		i := u.examined
+		r := u.refs[i]
+		if u.filled[i] {
 			continue
 		}
-		seen[r.Hash] = true
 		if err := u.ctx.Err(); err != nil {
 			return nil, ferry.E(op, u.path, ferry.KindCanceled, err)
 		}
+		if u.asked[r.Hash] {
+			// Its bytes arrived for an earlier place before this one
+			// was listed, or are still to come and will fill it then.
+			if err := u.copyFilled(r.Hash); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		u.asked[r.Hash] = true
 		b, err := u.t.index.ReadChunk(r.Hash, u.buf, u.path, u.t.Allowed)
 		if err == nil && len(b) == r.Len {
 			u.buf = b
@@ -333,6 +356,23 @@ func (u *Put) EndList() ([]int, error) {
 		need = append(need, i)
 	}
 	return need, nil
+}
+
+// copyFilled fills the places of h that are not filled from one that is,
+// if there is one.
+func (u *Put) copyFilled(h chunk.Hash) error {
+	for _, j := range u.where[h] {
+		if !u.filled[j] {
+			continue
+		}
+		r := u.refs[j]
+		b := make([]byte, r.Len)
+		if _, err := u.f.ReadAt(b, r.Off); err != nil {
+			return ferry.E("chunked.Put", u.path, ferry.KindIO, err)
+		}
+		return u.fill(h, b)
+	}
+	return nil
 }
 
 // Complete reports whether every chunk arrived after the list ended.

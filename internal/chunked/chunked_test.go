@@ -319,6 +319,17 @@ func TestPutChunked(t *testing.T) {
 	if !bytes.Equal(e.read(t, "zeros"), zeros) {
 		t.Fatal("zeros: wrong content")
 	}
+	// A repeated chunk sent unasked with its first place, listed again
+	// after its bytes arrived, is copied there, not asked for again.
+	// (Bytes no file on the server holds, so the index cannot supply it.)
+	unknown := func(chunk.Hash) bool { return false }
+	same := bytes.Repeat([]byte{0xab}, 1<<20)
+	if _, st, err = e.c.PutChunked(ctx, "/same", nil, bytes.NewReader(same), int64(len(same)), unknown); err != nil || st.SentChunks != 1 {
+		t.Fatalf("a repeated chunk sent unasked: %+v, %v", st, err)
+	}
+	if !bytes.Equal(e.read(t, "same"), same) {
+		t.Fatal("a repeated chunk sent unasked: wrong content")
+	}
 	if _, _, err = e.c.PutChunked(ctx, "/empty", nil, bytes.NewReader(nil), 0, nil); err != nil || len(e.read(t, "empty")) != 0 {
 		t.Fatalf("empty: %v", err)
 	}
@@ -585,4 +596,52 @@ func FuzzUnpackRefs(f *testing.F) {
 		}
 		chunked.UnpackHashes(hashes)
 	})
+}
+
+// TestPutNeedBeforeListEnd: the server says what each part of a put's list
+// needs as the part arrives, not only at the list's end; a chunk listed
+// again after its bytes arrived is copied, not asked for again.
+func TestPutNeedBeforeListEnd(t *testing.T) {
+	e := start(t, 0)
+	raw := e.raw(t)
+	ctx := ctxT(t)
+	a, b := []byte("the first new chunk"), []byte("and the second")
+	ref := func(d []byte) chunk.Ref { return chunk.Ref{Hash: chunk.Sum(d), Len: len(d)} }
+	ha, hb := chunk.Sum(a), chunk.Sum(b)
+	st, err := raw.PutChunked(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	recv := func(what string) *proto.ChunkPutReply {
+		t.Helper()
+		r, err := st.Recv()
+		if err != nil {
+			t.Fatalf("%s: %v", what, proto.FromStatus("", "", err))
+		}
+		return r
+	}
+	send := func(m *proto.ChunkPutMsg) {
+		t.Helper()
+		if err := st.Send(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send(&proto.ChunkPutMsg{Path: "/n", Dir: &proto.Dir{}, Size: int64(2*len(a) + len(b)), ChunkVersion: chunk.Version,
+		Refs: chunked.PackRefs([]chunk.Ref{ref(a)})})
+	if r := recv("the first part's answer"); len(r.Need) != 1 || r.Need[0] != 0 || r.NeedEnd {
+		t.Fatalf("first part: need %v, end %v; want [0], false", r.Need, r.NeedEnd)
+	}
+	send(&proto.ChunkPutMsg{Hash: ha[:], Data: a})
+	send(&proto.ChunkPutMsg{Refs: chunked.PackRefs([]chunk.Ref{ref(a), ref(b)}), ListEnd: true})
+	if r := recv("the list end's answer"); len(r.Need) != 1 || r.Need[0] != 2 || !r.NeedEnd {
+		t.Fatalf("second part: need %v, end %v; want [2], true", r.Need, r.NeedEnd)
+	}
+	send(&proto.ChunkPutMsg{Hash: hb[:], Data: b})
+	if r := recv("the commit"); r.Dir == nil {
+		t.Fatalf("after every chunk: %+v, want the committed entry", r)
+	}
+	st.CloseSend()
+	if got, want := e.read(t, "n"), append(append(append([]byte{}, a...), a...), b...); !bytes.Equal(got, want) {
+		t.Errorf("file %q, want %q", got, want)
+	}
 }

@@ -100,12 +100,15 @@ func (u *Put) closeFine() {
 // already, or if the sizes do not add up to the chunk's.
 func (u *Put) AddPieces(h chunk.Hash, hashes []chunk.Hash, sizes []int) ([]int, error) {
 	const op = "chunked.Put"
-	if u.fine == nil || u.fine.src == nil || !u.ended {
-		return nil, ferry.E(op, u.path, ferry.KindInvalid, "pieces before the server asked for them")
+	if u.fine == nil || u.fine.src == nil {
+		return nil, ferry.E(op, u.path, ferry.KindInvalid, "pieces before the server took them")
 	}
 	at, ok := u.where[h]
 	if !ok {
 		return nil, ferry.E(op, u.path, ferry.KindInvalid, "pieces of chunk "+h.String()+", which is not in the list")
+	}
+	if !u.asked[h] {
+		return nil, ferry.E(op, u.path, ferry.KindInvalid, "pieces of chunk "+h.String()+" before the server asked for it")
 	}
 	i := at[0]
 	if u.filled[i] {

@@ -44,10 +44,14 @@
 //   - PutChunked replaces a file atomically. The client sends a first
 //     ChunkPutMsg with path, dir, size and the start of the chunk list, more
 //     list pieces, and, interleaved, the bytes of chunks it knows the server
-//     lacks (optimistic data, each after its ref); list_end ends both. The
-//     server then fills every chunk it can from its index (re-hashed), and
-//     answers with need: the list indexes still missing, and need_end. The
-//     client sends those chunks (each distinct hash once) and closes. When
+//     lacks (optimistic data, each after its ref); list_end ends both. As
+//     each piece of the list arrives the server fills every chunk it can
+//     from its index (re-hashed) or from bytes that arrived for the same
+//     hash, and answers with need: the list indexes still missing and not
+//     asked for before; the answer to list_end says need_end. The client
+//     sends those chunks (each distinct hash once) while it still lists
+//     the rest, so a large file's data flows while it is still being cut,
+//     and closes after need_end. When
 //     every chunk arrived and matched its hash, the server syncs the
 //     temporary file, renames it over path and replies with the Dir. A
 //     chunk whose bytes do not match its hash, or that was never listed,

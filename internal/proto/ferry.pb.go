@@ -1489,8 +1489,10 @@ func (x *ChunkPutMsg) GetAbort() bool {
 }
 
 // ChunkPutReply: need lists (as indexes into the chunk list) chunks the
-// server still lacks, need_end says the client has been told all it must
-// send, and dir, in the last reply, is the committed entry.
+// server still lacks, answering each piece of the list as it arrives (an
+// older server answers only list_end); need_end, in the answer to
+// list_end, says the client has been told all it must send; dir, in the
+// last reply, is the committed entry.
 type ChunkPutReply struct {
 	state   protoimpl.MessageState `protogen:"open.v1"`
 	Need    []uint32               `protobuf:"varint,1,rep,packed,name=need,proto3" json:"need,omitempty"`

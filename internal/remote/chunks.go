@@ -341,68 +341,64 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 			m, pending = &proto.ChunkPutMsg{}, pending[:0]
 		}
 	}
-	seen := map[chunk.Hash]bool{}
-	err = chunk.Refs(io.NewSectionReader(src, 0, size), chunk.Default, func(r chunk.Ref, data []byte) error {
-		refs = append(refs, r)
-		pending = append(pending, r)
-		stats.Chunks++
-		stats.Bytes += int64(r.Len)
-		if keep != nil && !seen[r.Hash] {
-			seen[r.Hash] = true
-			keep(r.Hash, data)
+	// The server answers each part of the list as it arrives (one that
+	// predates that, at the list's end): a receiver hands its replies
+	// over, and the chunks they ask for go between cuts, so data flows
+	// while the rest of a large file is still being cut.
+	replies := make(chan putReply, 64)
+	go func() {
+		for {
+			r, err := st.Recv()
+			select {
+			case replies <- putReply{r, err}:
+			case <-ctx.Done():
+				return
+			}
+			if err != nil || r.Dir != nil {
+				return
+			}
 		}
-		if known != nil && !known(r.Hash) && !sent[r.Hash] {
-			flush()
-			sent[r.Hash] = true
-			sendData(r.Hash, data, false)
-			stats.Optimistic++
-		} else if len(pending) == proto.MaxRefs {
-			flush()
-		}
-		return sendErr
-	})
-	if err != nil && err != sendErr {
-		return nil, stats, ferry.E(op, p, err)
-	}
-	if sendErr == nil {
-		m.Refs = chunked.PackRefs(pending)
-		m.ListEnd = true
-		send(m)
-	}
-	var buf []byte
-	for {
-		r, err := st.Recv()
+	}()
+	var (
+		buf    []byte
+		result ferry.Dir
+		done   bool
+	)
+	// process acts on one reply: it sends what the server asks for, or
+	// takes the put's result.
+	process := func(rep putReply) error {
+		r, err := rep.r, rep.err
 		if err != nil {
 			if err == io.EOF {
 				err = ferry.E(op, p, ferry.KindUnavailable, "the server ended the put without an answer")
 			}
-			return nil, stats, c.fail(op, p, err)
+			return c.fail(op, p, err)
 		}
 		if r.ZstdOk {
 			c.zstdOK.Store(true)
 		}
 		if r.Dir != nil {
 			st.CloseSend()
-			d := proto.ToDir(r.Dir)
+			result, done = proto.ToDir(r.Dir), true
 			if via != nil {
 				// A batch's reply leaves out what the put named.
-				d[ferry.AttrPath], d[ferry.AttrName] = p, path.Base(p)
+				result[ferry.AttrPath], result[ferry.AttrName] = p, path.Base(p)
 			}
-			return d, stats, nil
+			return nil
 		}
 		fineOK = fineOK || r.FineOk
 		if r.FineFor != nil {
 			h, err := chunk.FromBytes(r.FineFor)
 			fl, ok := fines[h]
 			if err != nil || !ok {
-				return nil, stats, ferry.E(op, p, ferry.KindInvalid, "the server answered a fine list that was not sent")
+				return ferry.E(op, p, ferry.KindInvalid, "the server answered a fine list that was not sent")
 			}
 			delete(fines, h)
 			fineBytes -= int64(len(fl.data))
 			sentPiece := map[chunk.Hash]bool{}
 			for _, j := range r.FineNeed {
 				if int(j) >= len(fl.pieces) {
-					return nil, stats, ferry.E(op, p, ferry.KindInvalid, "the server asked for a piece beyond the fine list")
+					return ferry.E(op, p, ferry.KindInvalid, "the server asked for a piece beyond the fine list")
 				}
 				pr := fl.pieces[j]
 				if !sentPiece[pr.Hash] {
@@ -413,7 +409,7 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 		}
 		for _, i := range r.Need {
 			if int(i) >= len(refs) {
-				return nil, stats, ferry.E(op, p, ferry.KindInvalid, "the server asked for a chunk beyond the list")
+				return ferry.E(op, p, ferry.KindInvalid, "the server asked for a chunk beyond the list")
 			}
 			ref := refs[i]
 			if sent[ref.Hash] {
@@ -425,10 +421,10 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 			}
 			b := buf[:ref.Len]
 			if _, err := src.ReadAt(b, ref.Off); err != nil && !errors.Is(err, io.EOF) {
-				return nil, stats, ferry.E(op, p, err)
+				return ferry.E(op, p, err)
 			}
 			if chunk.Sum(b) != ref.Hash {
-				return nil, stats, ferry.E(op, p, ferry.KindUnavailable, "the source changed during the put")
+				return ferry.E(op, p, ferry.KindUnavailable, "the source changed during the put")
 			}
 			if fineOK && ref.Len >= fineFrom && fineBytes+int64(ref.Len) <= fineBudget {
 				data := bytes.Clone(b)
@@ -446,8 +442,79 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 			closed = true
 			st.CloseSend()
 		}
+		return nil
 	}
+	// drain processes the replies that have arrived, without waiting.
+	drain := func() error {
+		for {
+			select {
+			case rep := <-replies:
+				if err := process(rep); err != nil {
+					return err
+				}
+			default:
+				return nil
+			}
+		}
+	}
+	seen := map[chunk.Hash]bool{}
+	var procErr error // What process said while the list was cut.
+	err = chunk.Refs(io.NewSectionReader(src, 0, size), chunk.Default, func(r chunk.Ref, data []byte) error {
+		refs = append(refs, r)
+		pending = append(pending, r)
+		stats.Chunks++
+		stats.Bytes += int64(r.Len)
+		if keep != nil && !seen[r.Hash] {
+			seen[r.Hash] = true
+			keep(r.Hash, data)
+		}
+		if known != nil && !known(r.Hash) && !sent[r.Hash] {
+			flush()
+			sent[r.Hash] = true
+			sendData(r.Hash, data, false)
+			stats.Optimistic++
+		} else if len(pending) == listPart {
+			flush()
+		}
+		if sendErr != nil {
+			return sendErr
+		}
+		procErr = drain()
+		return procErr
+	})
+	if procErr != nil {
+		return nil, stats, procErr
+	}
+	if err != nil && err != sendErr {
+		return nil, stats, ferry.E(op, p, err)
+	}
+	if sendErr == nil {
+		m.Refs = chunked.PackRefs(pending)
+		m.ListEnd = true
+		send(m)
+	}
+	for !done {
+		select {
+		case rep := <-replies:
+			if err := process(rep); err != nil {
+				return nil, stats, err
+			}
+		case <-ctx.Done():
+			return nil, stats, c.fail(op, p, ctx.Err())
+		}
+	}
+	return result, stats, nil
 }
+
+// putReply is a reply of a chunked put, or why none came.
+type putReply struct {
+	r   *proto.ChunkPutReply
+	err error
+}
+
+// listPart is how many chunks a put lists per message: small enough that
+// the server's first answer comes while the rest of a large file is cut.
+const listPart = 256
 
 // A needed chunk of at least fineFrom bytes goes as a fine list if the
 // server takes them: below that a list and its round trip save little.

@@ -276,16 +276,23 @@ func (h *handler) putChunked(st putStream) error {
 				return err
 			}
 		}
-		if m.ListEnd {
-			need, err := u.EndList()
+		if m.ListEnd || m.Refs != nil {
+			// What the list needs goes back as it arrives, so the
+			// client sends chunks while it still cuts the rest.
+			var need []int
+			if m.ListEnd {
+				need, err = u.EndList()
+			} else {
+				need, err = u.Need()
+			}
 			if err != nil {
 				return err
 			}
 			// Pieces are worth finding only for what is needed.
-			fine = first.FineOk && len(need) > 0 && u.FineSource()
-			for len(need) > 0 || !u.Complete() {
+			fine = fine || first.FineOk && len(need) > 0 && u.FineSource()
+			for len(need) > 0 || m.ListEnd {
 				n := min(len(need), 16<<10)
-				r := &proto.ChunkPutReply{Need: make([]uint32, n), NeedEnd: n == len(need), ZstdOk: h.s.zstd, FineOk: fine}
+				r := &proto.ChunkPutReply{Need: make([]uint32, n), NeedEnd: m.ListEnd && n == len(need), ZstdOk: h.s.zstd, FineOk: fine}
 				for i, x := range need[:n] {
 					r.Need[i] = uint32(x)
 				}
@@ -293,7 +300,7 @@ func (h *handler) putChunked(st putStream) error {
 				if err := st.Send(r); err != nil {
 					return err
 				}
-				if r.NeedEnd {
+				if len(need) == 0 {
 					break
 				}
 			}
