@@ -290,7 +290,9 @@ func (h *handler) putChunked(st putStream) error {
 			}
 			// Pieces are worth finding only for what is needed.
 			fine = fine || first.FineOk && len(need) > 0 && u.FineSource()
-			for len(need) > 0 || m.ListEnd {
+			// At the list's end the client is told it has all it
+			// needs, unless the commit that follows tells it.
+			for len(need) > 0 || m.ListEnd && !u.Complete() {
 				n := min(len(need), 16<<10)
 				r := &proto.ChunkPutReply{Need: make([]uint32, n), NeedEnd: m.ListEnd && n == len(need), ZstdOk: h.s.zstd, FineOk: fine}
 				for i, x := range need[:n] {
