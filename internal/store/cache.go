@@ -22,7 +22,7 @@ type Cache struct {
 	db  *pebble.DB
 	max int64
 
-	mu    sync.Mutex
+	mu    sync.Mutex // mu orders the store's writes and guards seq, bytes and n.
 	seq   uint64
 	bytes int64
 	n     int64
@@ -30,8 +30,8 @@ type Cache struct {
 	hits, misses, corrupt atomic.Int64
 
 	// qmu guards what Add shares with the background writer, apart
-	// from mu so that Add never waits for the store: a transfer that
-	// adds its chunks as it cuts them ran at a quarter of its speed
+	// from mu so that Add never waits for the store: an upload that adds
+	// its chunks as it cuts them took three times as long to cut a file
 	// while the writer held mu through each pebble commit.
 	qmu sync.Mutex
 	// The chunks Add hands to the background writer, and the bytes
