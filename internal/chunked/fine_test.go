@@ -210,3 +210,105 @@ func FuzzFinePut(f *testing.F) {
 		}
 	})
 }
+
+// FuzzPutList sends a put's list in pieces of any size, asks what each
+// needs as it arrives (Need), and sends some chunks unasked in between, the
+// way a client may; the list is made of a few blocks in any order, so
+// hashes repeat across pieces. Sending each chunk the answers asked for,
+// once per hash, must complete the put with the right content, and nothing
+// may panic.
+func FuzzPutList(f *testing.F) {
+	f.Add([]byte("abc"), []byte{0, 1, 0, 2, 0, 1}, []byte{1, 0, 2, 1, 3})
+	f.Add([]byte("x"), []byte{0, 0, 0, 0}, []byte{1, 3, 1, 1})
+	f.Add([]byte("a block"), []byte{2, 1, 2, 1, 0, 0}, []byte{2, 7, 1, 0, 9, 1})
+	f.Fuzz(func(t *testing.T, seed, order, ops []byte) {
+		if len(seed) == 0 || len(order) == 0 || len(order) > 64 || len(ops) > 64 {
+			return
+		}
+		var blocks [][]byte
+		for k := range 4 {
+			blocks = append(blocks, append(bytes.Clone(seed), byte(k)))
+		}
+		var refs []chunk.Ref
+		var data [][]byte
+		var content []byte
+		for _, o := range order {
+			b := blocks[int(o)%len(blocks)]
+			refs = append(refs, chunk.Ref{Hash: chunk.Sum(b), Off: int64(len(content)), Len: len(b)})
+			data = append(data, b)
+			content = append(content, b...)
+		}
+		dir := t.TempDir()
+		lt, err := local.New(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tree, err := chunked.Open(lt, chunked.Options{MaxChunks: 1 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tree.Close()
+		u, err := tree.BeginPut(context.Background(), "/f", ferry.Dir{ferry.AttrType: ferry.TypeFile}, int64(len(content)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer u.Abort()
+		listed := 0
+		sent := map[chunk.Hash]bool{}
+		send := func(i int) {
+			if !sent[refs[i].Hash] {
+				sent[refs[i].Hash] = true
+				if err := u.Write(refs[i].Hash, data[i]); err != nil {
+					t.Fatalf("writing listed chunk %d: %v", i, err)
+				}
+			}
+		}
+		ask := func(need []int) {
+			for _, i := range need {
+				if i < 0 || i >= listed {
+					t.Fatalf("asked for chunk %d of %d listed", i, listed)
+				}
+				send(i)
+			}
+		}
+		list := func(n int) {
+			n = min(n, len(refs)-listed)
+			hs, sizes := make([]chunk.Hash, n), make([]int, n)
+			for j := range n {
+				hs[j], sizes[j] = refs[listed+j].Hash, refs[listed+j].Len
+			}
+			if err := u.AddRefs(hs, sizes); err != nil {
+				t.Fatalf("listing %d chunks: %v", n, err)
+			}
+			listed += n
+		}
+		for _, op := range ops {
+			switch {
+			case op%2 == 0 && listed > 0:
+				send(int(op/2) % listed) // Unasked, as an optimistic client does.
+			default:
+				list(int(op/2)%4 + 1)
+				need, err := u.Need()
+				if err != nil {
+					t.Fatal(err)
+				}
+				ask(need)
+			}
+		}
+		list(len(refs))
+		need, err := u.EndList()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ask(need)
+		if !u.Complete() {
+			t.Fatalf("every chunk asked for was sent, but the put is not complete")
+		}
+		if _, err := u.Commit(); err != nil {
+			t.Fatalf("a complete put did not commit: %v", err)
+		}
+		if got, _ := os.ReadFile(filepath.Join(dir, "f")); !bytes.Equal(got, content) {
+			t.Fatalf("committed %q, want %q", got, content)
+		}
+	})
+}
