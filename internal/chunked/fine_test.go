@@ -142,21 +142,7 @@ func FuzzFinePut(f *testing.F) {
 		if err := os.WriteFile(filepath.Join(dir, "f"), old, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		lt, err := local.New(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tree, err := chunked.Open(lt, chunked.Options{MaxChunks: 1 << 10})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tree.Close()
-		ctx := context.Background()
-		u, err := tree.BeginPut(ctx, "/f", ferry.Dir{ferry.AttrType: ferry.TypeFile}, int64(len(data)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer u.Abort()
+		u := beginPut(t, dir, int64(len(data)))
 		h := chunk.Sum(data)
 		if err := u.AddRefs([]chunk.Hash{h}, []int{len(data)}); err != nil {
 			t.Fatal(err)
@@ -239,20 +225,7 @@ func FuzzPutList(f *testing.F) {
 			content = append(content, b...)
 		}
 		dir := t.TempDir()
-		lt, err := local.New(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tree, err := chunked.Open(lt, chunked.Options{MaxChunks: 1 << 10})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer tree.Close()
-		u, err := tree.BeginPut(context.Background(), "/f", ferry.Dir{ferry.AttrType: ferry.TypeFile}, int64(len(content)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer u.Abort()
+		u := beginPut(t, dir, int64(len(content)))
 		listed := 0
 		sent := map[chunk.Hash]bool{}
 		send := func(i int) {
@@ -311,4 +284,25 @@ func FuzzPutList(f *testing.F) {
 			t.Fatalf("committed %q, want %q", got, content)
 		}
 	})
+}
+
+// beginPut begins a put of size bytes at /f of a chunked tree over dir,
+// both ended when the test ends.
+func beginPut(t *testing.T, dir string, size int64) *chunked.Put {
+	t.Helper()
+	lt, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := chunked.Open(lt, chunked.Options{MaxChunks: 1 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tree.Close() })
+	u, err := tree.BeginPut(context.Background(), "/f", ferry.Dir{ferry.AttrType: ferry.TypeFile}, size)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(u.Abort)
+	return u
 }
