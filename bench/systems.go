@@ -424,19 +424,25 @@ func startServer(ctx context.Context, e *env, what string, addr netip.AddrPort, 
 
 // stop stops the server gracefully, or kills it after 15 seconds.
 func (s *ferryServer) stop() {
-	if s.cmd == nil {
+	stopServer(s.cmd)
+	s.cmd = nil
+}
+
+// stopServer stops a command startServer started, if not nil, gracefully
+// or after 15 seconds by force.
+func stopServer(cmd *exec.Cmd) {
+	if cmd == nil {
 		return
 	}
-	s.cmd.Process.Signal(os.Interrupt)
+	cmd.Process.Signal(os.Interrupt)
 	done := make(chan struct{})
-	go func() { s.cmd.Wait(); close(done) }()
+	go func() { cmd.Wait(); close(done) }()
 	select {
 	case <-done:
 	case <-time.After(15 * time.Second):
-		s.cmd.Cancel()
+		cmd.Cancel()
 		<-done
 	}
-	s.cmd = nil
 }
 
 // remote returns the quoted remote path HOST:PORT:p of e's server.

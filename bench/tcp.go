@@ -44,11 +44,7 @@ func (t *tcpSystem) setup(ctx context.Context, e *env) (err error) {
 func (t *tcpSystem) reset(ctx context.Context, e *env) error { return nil }
 
 func (t *tcpSystem) teardown(e *env) {
-	if t.cmd == nil {
-		return
-	}
-	t.cmd.Cancel()
-	t.cmd.Wait()
+	stopServer(t.cmd)
 	t.cmd = nil
 }
 

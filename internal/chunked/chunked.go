@@ -270,6 +270,14 @@ func (u *Put) AddRefs(hashes []chunk.Hash, sizes []int) error {
 		u.filled = append(u.filled, false)
 		u.left++
 		u.off += int64(n)
+		if len(u.where[h]) > 1 {
+			// A later place of a chunk whose bytes are here already
+			// (sent unasked, or found) is filled now: nobody sends
+			// them again.
+			if err := u.copyFilled(h); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -319,10 +327,9 @@ func (u *Put) EndList() ([]int, error) {
 
 // Need looks at the chunks listed since it was last called, so that a
 // client may send what is missing while it still lists the rest. It fills
-// those the index holds (read back and checked) and those whose bytes
-// arrived for an earlier place in the list, and returns the index in the
-// list of one place of each other chunk it was not asked about before, in
-// list order: the chunks the client must send.
+// those the index holds (read back and checked) and returns the index in
+// the list of one place of each other chunk it was not asked about before,
+// in list order: the chunks the client must send.
 func (u *Put) Need() ([]int, error) {
 	const op = "chunked.Put"
 	u.old.Wait()
@@ -337,12 +344,7 @@ func (u *Put) Need() ([]int, error) {
 			return nil, ferry.E(op, u.path, ferry.KindCanceled, err)
 		}
 		if u.asked[r.Hash] {
-			// Its bytes arrived for an earlier place before this one
-			// was listed, or are still to come and will fill it then.
-			if err := u.copyFilled(r.Hash); err != nil {
-				return nil, err
-			}
-			continue
+			continue // Its bytes are still to come and fill it then.
 		}
 		u.asked[r.Hash] = true
 		b, err := u.t.index.ReadChunk(r.Hash, u.buf, u.path, u.t.Allowed)
