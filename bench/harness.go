@@ -271,6 +271,11 @@ func (h *harness) measure(ctx context.Context, e *env, s system, w workload, scr
 		if err := verify(e, s, w); err != nil {
 			return fail(i, err)
 		}
+		if p, ok := s.(peaker); ok {
+			if rss, ok := p.peakRSS(e); ok {
+				log.Printf("  %-6s %-9s run %d: peak resident memory of the mount %.1f MiB", s.name(), w.name, i+1, float64(rss)/(1<<20))
+			}
+		}
 		log.Printf("  %-6s %-9s run %d: %.2f s", s.name(), w.name, i+1, t.Seconds())
 		samples = append(samples, sample{t, u1.Sub(u0), d1.Sub(d0)})
 	}
@@ -281,6 +286,12 @@ func (h *harness) measure(ctx context.Context, e *env, s system, w workload, scr
 		c.times = append(c.times, s.t)
 	}
 	return c
+}
+
+// A peaker is a system that can tell the most memory its client process
+// has held, as the issue of large trees asks to be shown.
+type peaker interface {
+	peakRSS(e *env) (int64, bool)
 }
 
 // A settler is a system that may finish a workload's writes after its

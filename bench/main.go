@@ -67,6 +67,8 @@ type options struct {
 	// is measured ("" for none); rerun measures again what it holds.
 	results string
 	rerun   bool
+	// mountArgs are added to every ferry mount command line.
+	mountArgs []string
 }
 
 // runsSystem reports whether the run is to run system.
@@ -168,6 +170,7 @@ func parseFlags() (*options, error) {
 		keep      = flag.Bool("keep", false, "keep the work directory (data, logs, keys) instead of removing it")
 		incompr   = flag.Bool("incompressible", false, "make the big file random bytes, and upload another random file in put-file, to measure the link itself")
 		results   = flag.String("results", "", "JSON `file` that keeps every result as soon as it is measured; what it holds is not measured again, and the report is made from all of it (see README.md, running in parts)")
+		mountArgs = flag.String("mount-args", "", "extra `args` of every ferry mount, e.g. \"--memory 64M\"")
 		rerun     = flag.Bool("rerun", false, "with -results, measure again the cells of this run's conditions that the file already holds")
 	)
 	flag.Usage = func() {
@@ -186,6 +189,7 @@ func parseFlags() (*options, error) {
 	o.profile = *profile
 	o.install, o.plots, o.keep, o.incompressible = *install, *plots, *keep, *incompr
 	o.results, o.rerun = *results, *rerun
+	o.mountArgs = strings.Fields(*mountArgs)
 	o.commandLog = "go run ./bench " + strings.Join(os.Args[1:], " ")
 	if *runs > 0 {
 		o.runs = *runs

@@ -10,6 +10,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -576,6 +578,7 @@ func (f *ferryMount) reset(ctx context.Context, e *env) error {
 	if f.writeBack {
 		args = append(args, "--writeback")
 	}
+	args = append(args, f.b.h.o.mountArgs...)
 	cmd := e.command(ctx, e.bed.ClientNS, f.b.bin, args...)
 	cmd.Stdout, cmd.Stderr = e.log, e.log
 	if err := cmd.Run(); err != nil {
@@ -592,6 +595,33 @@ func (f *ferryMount) settle(ctx context.Context, e *env) error {
 		return nil
 	}
 	return e.client(ctx, f.b.h.o.timeout, fmt.Sprintf("python3 -c %s", q(fmt.Sprintf("import os; os.fsync(os.open(%q, os.O_RDONLY))", e.mnt))))
+}
+
+// peakRSS returns the most memory the mount's process has held since it
+// started (VmHWM), found by its command line.
+func (f *ferryMount) peakRSS(e *env) (int64, bool) {
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if !slices.Contains(args, "mount") || !slices.Contains(args, "--foreground") || !slices.Contains(args, e.mnt) {
+			continue
+		}
+		status, err := os.ReadFile(filepath.Join("/proc", d.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(status), "\n") {
+			if kb, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+				n, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(kb), "kB")), 10, 64)
+				return n << 10, err == nil
+			}
+		}
+	}
+	return 0, false
 }
 
 func (f *ferryMount) unmount(e *env) {

@@ -19,6 +19,7 @@ import (
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/auth"
 	"github.com/ferryfs/ferry/internal/fusefs"
+	"github.com/ferryfs/ferry/internal/pred"
 )
 
 // mountReadyTimeout bounds how long a background mount may take to come up.
@@ -32,6 +33,7 @@ func mountCmd() *cobra.Command {
 		readyFd                       int
 		ttl, timeout                  time.Duration
 		depth                         int
+		memory                        = sizeFlag(fusefs.DefaultMemory)
 	)
 	c := &cobra.Command{
 		Use:   "mount HOST[:PORT]:PATH MOUNTPOINT",
@@ -58,7 +60,13 @@ writing is buffered in a temporary file and stored whole and atomically
 when it is closed or synced: when close returns, the data is on the server
 (close-to-open consistency). Reading one small file of a directory fetches
 the directory's small files (up to 64 KiB each) in the same request, so
-that grep or a compiler does not wait a round trip per file.
+that grep or a compiler does not wait a round trip per file. A program
+seen going through a tree (grep -r, git status) gets the rest of the tree
+streamed in the order it reads, files up to 1 MiB, each once: at most
+--memory of contents is held, of which a quarter (at most 16 MiB) ahead
+of the program; the stream stops 5 s after the program stops reading.
+Bigger files move by chunks through the chunk cache on disk (--cache,
+--cache-max).
 
 With --writeback, close returns at once: the file is copied into memory
 and stored in the background, and so are new directories, in the order
@@ -109,6 +117,7 @@ Limitations:
 				PrefetchDepth: depth,
 				WriteBack:     writeBack,
 				CallTimeout:   timeout,
+				Memory:        int64(memory),
 			})
 		},
 	}
@@ -120,9 +129,28 @@ Limitations:
 	c.Flags().BoolVar(&writeBack, "writeback", false, "let close return before the file is stored; fsync still waits")
 	c.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long a call waits for the server (reconnecting meanwhile) before it fails with EIO")
 	c.Flags().IntVar(&depth, "prefetch-depth", 16, "how many levels below a directory its first use fetches")
+	c.Flags().Var(&memory, "memory", "the most file contents held in memory ahead of their reads (64k, 256M, 1G)")
 	c.Flags().IntVar(&readyFd, "ready-fd", 0, "descriptor on which to report readiness (used by the background start)")
 	c.Flags().MarkHidden("ready-fd")
 	return c
+}
+
+// sizeFlag is a flag of a number of bytes, written as pred.ParseSize
+// reads them.
+type sizeFlag int64
+
+func (s *sizeFlag) String() string { return strconv.FormatInt(int64(*s), 10) }
+func (s *sizeFlag) Type() string   { return "size" }
+func (s *sizeFlag) Set(v string) error {
+	n, err := pred.ParseSize(v)
+	if err != nil {
+		return err
+	}
+	if n <= 0 {
+		return fmt.Errorf("bad size %q: want more than 0", v)
+	}
+	*s = sizeFlag(n)
+	return nil
 }
 
 // mountBackground starts this command again in the foreground, detached

@@ -6,64 +6,100 @@ import (
 	"log/slog"
 	"path"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/pred"
 )
 
-// Limits of the small-file prefetch. A directory's small files are worth
-// fetching together when a program reads one of them: grep, diff and
+// Limits of the prefetch of file contents. A directory's small files are
+// worth fetching together when a program reads one of them: grep, diff and
 // compilers read most files of the directories they touch, and a file of a
 // few KiB costs a whole round trip on its own. smallFile is where a file
-// stops being small: above it, the round trip of its own Get is a minor part
-// of its transfer time at the rates Ferry is built for. dirBudget bounds
-// what one directory's prefetch may bring (at 100 Mbit/s, about a third of
-// a second of the link), and cacheBudget the memory all prefetched files
-// hold.
+// stops being small: above it, the round trip of its own Get is a minor
+// part of its transfer time at the rates Ferry is built for.
 const (
-	smallFile   = 64 << 10
-	dirBudget   = 4 << 20
-	cacheBudget = 96 << 20
-	// dirFiles bounds how many files one prefetch brings.
+	smallFile = 64 << 10
+	// dirFiles bounds how many files one directory's prefetch brings.
 	dirFiles = 2000
-	// treeFile, treeBudget and treeFiles bound a prefetch of a whole
-	// subtree, made once a program is seen going through a tree (see
-	// want). It takes bigger files than a directory's prefetch: such a
-	// program reads them all, and one stream carries them without a
-	// round trip each.
-	treeFile   = 1 << 20
-	treeBudget = 48 << 20
-	treeFiles  = 20000
+	// treeFile bounds the files a walk's stream carries (see walk). It
+	// takes bigger files than a directory's prefetch: a program going
+	// through a tree reads them all, and one stream carries them
+	// without a round trip each.
+	treeFile = 1 << 20
+	// DefaultMemory is the default of Options.Memory.
+	DefaultMemory = 256 << 20
+	// maxWalks bounds the walks remembered, running or ended.
+	maxWalks = 64
+	// maxWindow bounds what a walk holds ahead of a program slower than
+	// the link: the round trip at 1 Gbit/s and 100 ms, more than enough
+	// to keep the stream going as the program reads on, and what a
+	// program that stops leaves unread.
+	maxWindow = 16 << 20
+	// maxExcluded bounds the directories a walk's predicate leaves out
+	// because their small files were fetched already.
+	maxExcluded = 32
 )
 
-// contents keeps the content of small files that a FindGet of their
-// directory brought ahead of their first read. An entry is used only while
-// the file's attributes still show the size and mtime it had when fetched,
-// and is dropped whenever the metadata cache drops the path, so it is as
-// coherent as the kernel's own page cache of the file (see Open).
+// contents keeps the content of files fetched ahead of their first read.
+// An entry is used only while the file's attributes still show the size
+// and mtime it had when fetched, and is dropped whenever the metadata cache
+// drops the path, so it is as coherent as the kernel's own page cache of
+// the file (see Open).
+//
+// Two kinds of fetch fill it. The first small file read in a directory
+// fetches the directory's small files with one FindGet. Once a program is
+// seen going through a tree (it reads in a second directory below one
+// already fetched), a walk streams the rest of the tree in the order the
+// program goes, from the file it reads on (see walk): every byte crosses
+// the wire once, and the stream waits while what it brought and the
+// program has not reached fills its window.
 type contents struct {
 	fsys ferry.Finder
 	log  *slog.Logger
-	max  int64
+	max  int64 // The memory budget: bytes of data held at most.
+	// window bounds what a walk holds ahead of the program.
+	window int64
+	ctx    context.Context
+	stop   context.CancelFunc
 
-	mu    sync.Mutex
-	size  int64                    // Bytes of data held.
-	ents  map[string]*list.Element // Path to its *content in lru.
-	lru   *list.List               // Front: most recently used.
-	dirs  map[string]bool          // Directories fetched or being fetched.
-	trees map[string]bool          // Roots of subtrees fetched or being fetched whole.
-	// seq counts drops; dropped holds each path's last, and allDropped
-	// the last of everything, so a fetch that began before a path was
-	// dropped does not bring its old content back.
-	seq        uint64
-	dropped    map[string]uint64
-	allDropped uint64
-	stats      struct{ hits, fetches int64 }
-	// running holds the roots of the fetches in progress, and changed
-	// is signalled when one ends or a file arrives, for await.
+	mu   sync.Mutex
+	size int64                    // Bytes of data held.
+	ents map[string]*list.Element // Path to its *content in read or unread.
+	// read holds the files a program has read, unread the others, each
+	// with the most recently used at the front. The budget pushes out
+	// read files first: the kernel's page cache has them too, and a
+	// program that reads a file seldom reads it again soon.
+	read, unread *list.List
+	dirs         map[string]bool // Directories whose small files were fetched or are being fetched.
+	walks        []*walk         // Oldest first.
+	// evicted holds the paths the budget pushed out, which a fetch may
+	// bring again.
+	evicted map[string]bool
+	// seq counts drops; dropped holds each path's last, droppedTrees
+	// each tree's and allDropped the last of everything, so a fetch that
+	// began before a path was dropped does not bring its old content
+	// back.
+	seq          uint64
+	dropped      map[string]uint64
+	droppedTrees map[string]uint64
+	allDropped   uint64
+	stats        contentStats
+	// running holds the directories whose fetch is in progress; changed
+	// is signalled when one ends, a file arrives or a program moves on.
 	running map[string]bool
 	changed *sync.Cond
+	arrived time.Time // When the last file arrived.
+}
+
+// contentStats counts what the prefetch did, for the log and tests.
+type contentStats struct {
+	hits, dirFetches, walks int64
+	files, bytes            int64 // Brought by fetches.
+	evicted                 int64
+	peak                    int64 // The most bytes held at once.
 }
 
 type content struct {
@@ -71,14 +107,83 @@ type content struct {
 	mtime string
 	size  int64
 	data  []byte
+	w     *walk // The walk that brought it, if one did.
+	read  bool
 }
 
-func newContents(fsys ferry.Finder, log *slog.Logger, max int64) *contents {
-	c := &contents{fsys: fsys, log: log, max: max,
-		ents: map[string]*list.Element{}, lru: list.New(), dirs: map[string]bool{}, trees: map[string]bool{},
-		dropped: map[string]uint64{}, running: map[string]bool{}}
+// walk is a stream of the files of a tree below root, from the path from
+// on in walk order (see walkLess), that follows a program going through
+// the tree.
+type walk struct {
+	root, from string
+	last       string // The last file received whole, or "".
+	pos        string // The furthest file the program has asked for.
+	done       bool
+	began      uint64 // contents.seq when it began.
+	cancel     context.CancelFunc
+	used       time.Time // When the program last asked for one of its files.
+	// ahead holds the files received beyond pos, in order, and aheadBytes
+	// their size: the stream waits while that fills the window.
+	ahead      []*content
+	aheadBytes int64
+}
+
+// covers reports whether p is in the part of the tree w streams.
+func (w *walk) covers(p string) bool {
+	return ferry.HasPrefix(p, w.root) && !walkLess(p, w.from)
+}
+
+// received reports whether w's stream went past p.
+func (w *walk) received(p string) bool {
+	return w.last != "" && !walkLess(w.last, p)
+}
+
+// advance moves the program's position in w to p if p is further.
+func (w *walk) advance(p string) {
+	w.used = time.Now()
+	if !walkLess(w.pos, p) {
+		return
+	}
+	w.pos = p
+	for len(w.ahead) > 0 && !walkLess(p, w.ahead[0].path) {
+		w.aheadBytes -= w.ahead[0].size
+		w.ahead = w.ahead[1:]
+	}
+}
+
+// newContents returns a cache of at most budget bytes of file contents
+// fetched from fsys. A walk holds at most a quarter of it ahead of the
+// program, and never more than maxWindow.
+func newContents(fsys ferry.Finder, log *slog.Logger, budget int64) *contents {
+	ctx, stop := context.WithCancel(context.Background())
+	c := &contents{fsys: fsys, log: log, max: budget, window: min(max(budget/4, 1<<20), maxWindow),
+		ctx: ctx, stop: stop,
+		ents: map[string]*list.Element{}, read: list.New(), unread: list.New(), dirs: map[string]bool{},
+		evicted: map[string]bool{}, dropped: map[string]uint64{}, droppedTrees: map[string]uint64{},
+		running: map[string]bool{}}
 	c.changed = sync.NewCond(&c.mu)
 	return c
+}
+
+// wake wakes those waiting on c.changed, to look at the time or the
+// context they wait with.
+func (c *contents) wake() {
+	c.mu.Lock()
+	c.changed.Broadcast()
+	c.mu.Unlock()
+}
+
+// close stops every fetch.
+func (c *contents) close() { c.stop() }
+
+// open returns the content of the file d describes if it is held, or
+// arrives soon by a fetch in progress or one it starts.
+func (c *contents) open(ctx context.Context, d ferry.Dir) ([]byte, bool) {
+	if data, ok := c.get(d); ok {
+		return data, true
+	}
+	c.want(d)
+	return c.await(ctx, d)
 }
 
 // get returns the content of the file at d's path if it is held and d
@@ -89,57 +194,63 @@ func (c *contents) get(d ferry.Dir) ([]byte, bool) {
 	return c.getLocked(d)
 }
 
-// awaitMax bounds how long await waits for a fetch to bring a file: past
-// it the file's own Get is likely the quicker.
+// awaitMax bounds how long await waits for a fetch that brings nothing:
+// past it the file's own Get is likely the quicker.
 const awaitMax = time.Second
 
-// await is get, waiting (at most awaitMax, and while ctx lasts) for a
-// fetch in progress that will bring the file d describes: a program
-// reading a directory's files one by one (git status, grep -r) then takes
-// them from the fetch's stream instead of asking for each while the
-// stream is on its way.
+// await is get, waiting (while ctx lasts) for a fetch in progress that
+// will bring the file d describes, as long as files keep arriving: a
+// program reading a directory's files one by one (git status, grep -r)
+// then takes them from the fetch's stream instead of asking for each
+// while the stream is on its way.
 func (c *contents) await(ctx context.Context, d ferry.Dir) ([]byte, bool) {
-	if d.Type() != ferry.TypeFile || d.Size() > smallFile {
+	if d.Type() != ferry.TypeFile || d.Size() > treeFile {
 		return nil, false
 	}
-	wake := func() {
-		c.mu.Lock()
-		c.changed.Broadcast()
-		c.mu.Unlock()
-	}
-	timer := time.AfterFunc(awaitMax, wake)
-	defer timer.Stop()
-	stop := context.AfterFunc(ctx, wake)
+	stop := context.AfterFunc(ctx, c.wake)
 	defer stop()
-	deadline := time.Now().Add(awaitMax)
-	dir := path.Dir(d.Path())
+	p := d.Path()
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	since := time.Now()
 	for {
 		if data, ok := c.getLocked(d); ok {
 			return data, true
 		}
-		if !c.coming(dir) || ctx.Err() != nil || !time.Now().Before(deadline) {
+		if !c.coming(p, d.Size()) || ctx.Err() != nil {
 			return nil, false
 		}
+		if c.arrived.After(since) {
+			since = c.arrived
+		}
+		left := awaitMax - time.Since(since)
+		if left <= 0 {
+			return nil, false
+		}
+		t := time.AfterFunc(left, c.wake)
 		c.changed.Wait()
+		t.Stop()
 	}
 }
 
-// coming reports whether a fetch in progress covers the small files of
-// dir. c.mu is held.
-func (c *contents) coming(dir string) bool {
-	if c.running[dir] {
+// coming reports whether a fetch in progress will bring the file at p of
+// the given size. c.mu is held.
+func (c *contents) coming(p string, size int64) bool {
+	if size <= smallFile && c.running[path.Dir(p)] {
 		return true
 	}
-	for a := dir; ; a = path.Dir(a) {
-		if c.running[a] && c.trees[a] {
-			return true
-		}
-		if a == "/" || a == "." {
-			return false
+	return c.walkFor(p) != nil
+}
+
+// walkFor returns the running walk that will bring p, if any. c.mu is
+// held.
+func (c *contents) walkFor(p string) *walk {
+	for _, w := range c.walks {
+		if !w.done && w.covers(p) && !w.received(p) {
+			return w
 		}
 	}
+	return nil
 }
 
 // getLocked is get. c.mu is held.
@@ -153,71 +264,94 @@ func (c *contents) getLocked(d ferry.Dir) ([]byte, bool) {
 		c.removeLocked(e)
 		return nil, false
 	}
-	c.lru.MoveToFront(e)
+	if f.read {
+		c.read.MoveToFront(e)
+	} else {
+		c.unread.Remove(e)
+		f.read = true
+		c.ents[f.path] = c.read.PushFront(f)
+	}
 	c.stats.hits++
+	if f.w != nil && !f.w.done {
+		f.w.advance(f.path)
+		c.changed.Broadcast()
+	}
 	return f.data, true
 }
 
-// want starts a prefetch of the small files of the directory of the file d
-// describes, unless that directory was fetched already or d is not small.
-// If the directory's parent, or another directory beside it, was fetched
-// before, a program is going through the tree (grep -r, git status, a
-// build): then the parent's whole subtree is fetched in one request, so
-// that each directory does not cost a round trip of its own; and the
-// grandparent's, if a subtree beside the parent was fetched so, and so on
-// up.
+// want starts a fetch that brings the file d describes, unless one is
+// bringing it or brought it already:
+//
+//   - the first small file read in a directory fetches the directory's
+//     small files;
+//   - a file in a directory whose parent, or a directory beside it, was
+//     fetched shows a program going through the tree (grep -r, git status,
+//     a build): a walk then streams the parent's tree from this file on,
+//     or the grandparent's, if a tree beside the parent was walked too,
+//     and so on up.
+//
+// Files of the part of a walk the program has passed, and of a directory
+// fetched already, are not fetched again, unless the budget pushed them
+// out and a walk brings them: a program reading them now is not walking,
+// and each gets a Get of its own.
 func (c *contents) want(d ferry.Dir) {
-	if d.Type() != ferry.TypeFile || d.Size() > smallFile {
+	if d.Type() != ferry.TypeFile || d.Size() > treeFile {
 		return
 	}
-	dir := path.Dir(d.Path())
+	p, dir := d.Path(), path.Dir(d.Path())
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.dirs[dir] || c.inTree(dir) {
+	if w := c.walkFor(p); w != nil {
+		w.advance(p)
+		c.changed.Broadcast()
 		return
 	}
-	c.stats.fetches++
+	if d.Size() > smallFile || c.running[dir] {
+		return
+	}
+	again := c.evicted[p]
+	if c.fetched(p) && !again {
+		return
+	}
+	for _, w := range c.walks {
+		if !w.done && ferry.HasPrefix(dir, w.root) {
+			// Behind a walk in progress: not a walk of its own.
+			return
+		}
+	}
 	if parent := path.Dir(dir); parent != dir && c.scanned(parent) {
-		// Climb while a subtree beside is being walked too: git status
-		// and grep -r go through one top directory after another, and
-		// each would otherwise cost two fetches of its own.
 		for up := path.Dir(parent); up != parent && c.treeBeside(up, parent); parent, up = up, path.Dir(up) {
 		}
-		c.trees[parent] = true
-		c.running[parent] = true
-		go c.fetch(parent, true)
+		c.startWalk(parent, p)
 		return
 	}
+	if again {
+		// Its directory's other files may well be held.
+		return
+	}
+	c.stats.dirFetches++
 	c.dirs[dir] = true
 	c.running[dir] = true
-	go c.fetch(dir, false)
+	c.log.Debug("prefetching small files", "dir", dir, "for", p)
+	go c.fetchDir(dir)
 }
 
-// inTree reports whether a subtree fetch covers dir. c.mu is held.
-func (c *contents) inTree(dir string) bool {
-	for a := dir; ; a = path.Dir(a) {
-		if c.trees[a] {
-			return true
-		}
-		if a == "/" || a == "." {
-			return false
-		}
+// fetched reports whether a fetch brought, or went past, the file at p.
+// c.mu is held.
+func (c *contents) fetched(p string) bool {
+	if c.dirs[path.Dir(p)] {
+		return true
 	}
-}
-
-// treeBeside reports whether a subtree of dir other than p was fetched
-// whole. c.mu is held.
-func (c *contents) treeBeside(dir, p string) bool {
-	for t := range c.trees {
-		if t != p && path.Dir(t) == dir {
+	for _, w := range c.walks {
+		if w.covers(p) && w.received(p) {
 			return true
 		}
 	}
 	return false
 }
 
-// scanned reports whether dir or one of its subdirectories was fetched.
-// c.mu is held.
+// scanned reports whether dir, or a directory directly in it, was fetched
+// or walked. c.mu is held.
 func (c *contents) scanned(dir string) bool {
 	if c.dirs[dir] {
 		return true
@@ -227,13 +361,116 @@ func (c *contents) scanned(dir string) bool {
 			return true
 		}
 	}
+	for _, w := range c.walks {
+		if w.root == dir || path.Dir(w.root) == dir {
+			return true
+		}
+	}
 	return false
 }
 
-// fetch brings the small files directly in dir, or with tree everywhere
-// below it, with one FindGet.
-func (c *contents) fetch(dir string, tree bool) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+// treeBeside reports whether a tree directly in dir other than p was
+// walked. c.mu is held.
+func (c *contents) treeBeside(dir, p string) bool {
+	for _, w := range c.walks {
+		if w.root != p && path.Dir(w.root) == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// startWalk starts a walk of root from the file at from. Walks below root
+// in progress stop: the program has moved on from them. c.mu is held.
+func (c *contents) startWalk(root, from string) {
+	for _, w := range c.walks {
+		if !w.done && ferry.HasPrefix(w.root, root) {
+			w.cancel()
+		}
+	}
+	if len(c.walks) >= maxWalks {
+		// The oldest ended walks are forgotten; their files are held
+		// or were read.
+		keep := c.walks[:0]
+		for i, w := range c.walks {
+			if !w.done || len(c.walks)-i <= maxWalks/2 {
+				keep = append(keep, w)
+			}
+		}
+		c.walks = keep
+	}
+	ctx, cancel := context.WithCancel(c.ctx)
+	w := &walk{root: root, from: from, pos: from, began: c.seq, cancel: cancel, used: time.Now()}
+	c.walks = append(c.walks, w)
+	c.stats.walks++
+	// Directories whose small files were fetched already are left out,
+	// up to a point: a long predicate costs the server on every entry.
+	var skip []string
+	for q := range c.dirs {
+		passed := walkLess(q, from) && !ferry.HasPrefix(from, q)
+		if len(skip) < maxExcluded && ferry.HasPrefix(q, root) && !passed {
+			skip = append(skip, "path~"+pred.Quote(childrenOf(q))+" & size<="+strconv.Itoa(smallFile))
+		}
+	}
+	want := "type=f & size<=" + strconv.Itoa(treeFile)
+	if len(skip) > 0 {
+		want += " & !(" + strings.Join(skip, " | ") + ")"
+	}
+	c.log.Debug("prefetching a walk", "root", root, "from", from)
+	go c.runWalk(ctx, w, walkFrom(root, from, want))
+}
+
+// idleStop is how long a walk whose window is full waits for the program
+// to read on before it stops: the program has stopped, or gone elsewhere.
+const idleStop = 5 * time.Second
+
+// runWalk streams w's files into the cache, keeping at most the window
+// ahead of the program.
+func (c *contents) runWalk(ctx context.Context, w *walk, pred string) {
+	defer func() {
+		c.mu.Lock()
+		w.done = true
+		w.ahead = nil
+		c.changed.Broadcast()
+		c.mu.Unlock()
+		w.cancel()
+	}()
+	st := c.fsys.FindGet(ctx, w.root, pred)
+	defer st.Close()
+	stop := context.AfterFunc(ctx, c.wake)
+	defer stop()
+	err := receive(st, func(d ferry.Dir) bool { return c.roomAhead(ctx, w) },
+		func(f *content) { f.w = w; c.add(f, w.began, w) })
+	if err != nil && ctx.Err() == nil {
+		c.log.Debug("a walk's prefetch failed", "root", w.root, "from", w.from, "err", err)
+	}
+}
+
+// roomAhead waits while what w holds ahead of the program fills the
+// window. It reports false if the walk is to stop: cancelled, or the
+// program idle for idleStop.
+func (c *contents) roomAhead(ctx context.Context, w *walk) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for w.aheadBytes >= c.window {
+		if ctx.Err() != nil {
+			return false
+		}
+		idle := time.Since(w.used)
+		if idle >= idleStop {
+			c.log.Debug("a walk's prefetch stopped: the program reads no more", "root", w.root, "last", w.last)
+			return false
+		}
+		t := time.AfterFunc(idleStop-idle, c.wake)
+		c.changed.Wait()
+		t.Stop()
+	}
+	return ctx.Err() == nil
+}
+
+// fetchDir brings the small files directly in dir with one FindGet.
+func (c *contents) fetchDir(dir string) {
+	ctx, cancel := context.WithTimeout(c.ctx, time.Minute)
 	defer cancel()
 	defer func() {
 		c.mu.Lock()
@@ -244,56 +481,35 @@ func (c *contents) fetch(dir string, tree bool) {
 	c.mu.Lock()
 	began := c.seq
 	c.mu.Unlock()
-	pred := "depth=1 & type=f & size<=" + strconv.Itoa(smallFile)
-	files, budget := dirFiles, int64(dirBudget)
-	if tree {
-		pred = "type=f & size<=" + strconv.Itoa(treeFile)
-		files, budget = treeFiles, treeBudget
-	}
-	// A subtree fetch cut short by its budget leaves the directories it
-	// did not finish to fetches of their own.
-	complete := false
-	var last string
-	defer func() {
-		if tree && !complete {
-			c.mu.Lock()
-			delete(c.trees, dir)
-			delete(c.dirs, last)
-			c.mu.Unlock()
-		}
-	}()
-	st := c.fsys.FindGet(ctx, dir, pred)
+	st := c.fsys.FindGet(ctx, dir, "depth=1 & type=f & size<="+strconv.Itoa(smallFile))
 	defer st.Close()
-	var cur *content
-	var got int64
 	n := 0
-	keep := func() {
-		if cur != nil && int64(len(cur.data)) == cur.size {
-			c.add(cur, began)
-		}
-		cur = nil
+	err := receive(st, func(ferry.Dir) bool { n++; return n <= dirFiles }, func(f *content) { c.add(f, began, nil) })
+	if err != nil {
+		c.log.Debug("prefetching small files failed", "dir", dir, "err", err)
 	}
+}
+
+// receive reads the files of a FindGet's stream, st: next is asked before
+// each file whether to go on, and add is given each file received whole.
+// It returns the stream's error, closing it first if next stopped it.
+func receive(st *ferry.Stream[ferry.Entry], next func(ferry.Dir) bool, add func(*content)) error {
+	var cur *content
 	for e := range st.All() {
 		switch {
 		case e.Err != nil:
-			keep()
+			cur = nil
 		case e.Dir != nil:
-			keep()
+			if cur != nil && int64(len(cur.data)) == cur.size {
+				add(cur)
+			}
+			cur = nil
 			if e.Dir.Type() != ferry.TypeFile {
 				continue
 			}
-			if n == files || got+e.Dir.Size() > budget {
-				return
-			}
-			n++
-			got += e.Dir.Size()
-			if tree {
-				if d := path.Dir(e.Dir.Path()); d != last {
-					last = d
-					c.mu.Lock()
-					c.dirs[d] = true
-					c.mu.Unlock()
-				}
+			if !next(e.Dir) {
+				st.Close()
+				return nil
 			}
 			cur = &content{path: e.Dir.Path(), mtime: e.Dir[ferry.AttrMtime], size: e.Dir.Size(),
 				data: make([]byte, 0, e.Dir.Size())}
@@ -306,12 +522,10 @@ func (c *contents) fetch(dir string, tree bool) {
 			cur.data = append(cur.data, e.Data...)
 		}
 	}
-	keep()
-	if err := st.Err(); err != nil {
-		c.log.Debug("prefetching small files failed", "dir", dir, "err", err)
-		return
+	if cur != nil && int64(len(cur.data)) == cur.size {
+		add(cur)
 	}
-	complete = true
+	return st.Err()
 }
 
 // keep holds data as the content of the file d describes, which this
@@ -323,9 +537,8 @@ func (c *contents) keep(d ferry.Dir, data []byte) {
 		return
 	}
 	c.mu.Lock()
-	began := c.seq
-	c.mu.Unlock()
-	c.add(&content{path: d.Path(), mtime: d[ferry.AttrMtime], size: d.Size(), data: data}, began)
+	defer c.mu.Unlock()
+	c.hold(&content{path: d.Path(), mtime: d[ferry.AttrMtime], size: d.Size(), data: data}, c.seq)
 }
 
 // held returns what is held for the path p, if anything.
@@ -339,64 +552,142 @@ func (c *contents) held(p string) (*content, bool) {
 	return e.Value.(*content), true
 }
 
-func (c *contents) add(f *content, began uint64) {
+// add holds f, which a fetch that began at seq began brought whole (w, if
+// a walk did).
+func (c *contents) add(f *content, began uint64, w *walk) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.allDropped > began || c.dropped[f.path] > began {
-		return
+	if w != nil {
+		w.last = f.path
+	}
+	c.arrived = time.Now()
+	c.changed.Broadcast()
+	c.stats.files++
+	c.stats.bytes += f.size
+	if c.hold(f, began) && w != nil && walkLess(w.pos, f.path) {
+		w.ahead = append(w.ahead, f)
+		w.aheadBytes += f.size
+	}
+}
+
+// hold holds f, unless its path was dropped since began, and reports
+// whether it did. c.mu is held.
+func (c *contents) hold(f *content, began uint64) bool {
+	if c.droppedSince(f.path, began) {
+		return false
 	}
 	if e, ok := c.ents[f.path]; ok {
 		c.removeLocked(e)
 	}
-	c.ents[f.path] = c.lru.PushFront(f)
-	c.size += int64(len(f.data))
-	c.changed.Broadcast()
-	for c.size > c.max {
-		c.removeLocked(c.lru.Back())
+	delete(c.evicted, f.path)
+	f.read = false
+	c.ents[f.path] = c.unread.PushFront(f)
+	c.size += f.size
+	c.trim()
+	c.stats.peak = max(c.stats.peak, c.size)
+	return true
+}
+
+// droppedSince reports whether p, or a tree above it, was dropped after
+// seq. c.mu is held.
+func (c *contents) droppedSince(p string, seq uint64) bool {
+	if c.allDropped > seq || c.dropped[p] > seq {
+		return true
+	}
+	for a := p; ; a = path.Dir(a) {
+		if c.droppedTrees[a] > seq {
+			return true
+		}
+		if a == "/" || a == "." {
+			return false
+		}
 	}
 }
 
-// removeLocked drops one file; its directory may be fetched again.
+// trim evicts files until the budget holds: read files first, then the
+// others, the least recently used first in each, sparing those a walk
+// holds ahead of the program, which it is about to read. c.mu is held.
+func (c *contents) trim() {
+	for _, l := range []*list.List{c.read, c.unread} {
+		for e := l.Back(); e != nil && c.size > c.max; {
+			prev := e.Prev()
+			f := e.Value.(*content)
+			if f.w == nil || f.w.done || f.read || !walkLess(f.w.pos, f.path) {
+				c.removeLocked(e)
+				if len(c.evicted) >= 1<<16 {
+					clear(c.evicted)
+				}
+				c.evicted[f.path] = true
+				c.stats.evicted++
+			}
+			e = prev
+		}
+	}
+}
+
+// removeLocked drops one file.
 func (c *contents) removeLocked(e *list.Element) {
-	f := c.lru.Remove(e).(*content)
+	f := e.Value.(*content)
+	if f.read {
+		c.read.Remove(e)
+	} else {
+		c.unread.Remove(e)
+	}
 	delete(c.ents, f.path)
-	delete(c.dirs, path.Dir(f.path))
-	c.size -= int64(len(f.data))
+	c.size -= f.size
 }
 
 // drop forgets p and, with tree, everything below it. The metadata cache
 // calls it for every path it drops; it walks its own listings below p, so
 // it asks for the whole tree only when it drops more than they lead to.
+// A dropped tree may be fetched again: walks in it stop, and a walk above
+// it no longer keeps what it brings from it.
 func (c *contents) drop(p string, tree bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.seq++
-	if len(c.dropped) >= 8192 {
+	if len(c.dropped) >= 8192 || len(c.droppedTrees) >= 1024 {
 		clear(c.dropped)
+		clear(c.droppedTrees)
 		c.allDropped = c.seq
 	}
 	c.dropped[p] = c.seq
 	if e, ok := c.ents[p]; ok {
 		c.removeLocked(e)
 	}
-	delete(c.dirs, p)
 	if !tree {
 		return
 	}
-	c.allDropped = c.seq
+	c.droppedTrees[p] = c.seq
 	for q, e := range c.ents {
 		if ferry.HasPrefix(q, p) {
 			c.removeLocked(e)
 		}
 	}
 	deleteBelow(c.dirs, p)
-	deleteBelow(c.trees, p)
+	deleteBelow(c.evicted, p)
+	keep := c.walks[:0]
+	for _, w := range c.walks {
+		if ferry.HasPrefix(w.root, p) {
+			w.cancel()
+			continue
+		}
+		keep = append(keep, w)
+	}
+	c.walks = keep
 }
 
-// counts returns the hits, the prefetches started and the files held, for
+// counts returns the hits, the fetches started and the files held, for
 // tests.
 func (c *contents) counts() (hits, fetches int64, files int) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.stats.hits, c.stats.fetches, len(c.ents)
+	return c.stats.hits, c.stats.dirFetches + c.stats.walks, len(c.ents)
+}
+
+// report returns what the cache holds and has done, for the log.
+func (c *contents) report() contentStats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stats
 }

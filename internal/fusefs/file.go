@@ -153,6 +153,11 @@ type handle struct {
 	// ...unless the file's content was prefetched (see contents): then
 	// r is nil and mem holds it.
 	mem []byte
+	// lazy is set instead, to the attributes seen at open, when the
+	// kernel's cached pages were kept: the first read that misses them
+	// chooses between mem and r.
+	lazy ferry.Dir
+	mu   sync.Mutex // Guards lazy, mem and r.
 }
 
 var (
@@ -190,6 +195,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if e != 0 {
 		return nil, 0, e
 	}
+	// A descriptor open for reading only has nothing to store on close:
+	// the kernel need not ask (grep -r closes every file it reads).
+	keep |= fuse.FOPEN_NOFLUSH
 	if flags&fmodeExec != 0 {
 		n.mu.Lock()
 		n.execs++
@@ -237,11 +245,12 @@ func (n *node) openRead(ctx context.Context) (*handle, uint32, syscall.Errno) {
 	}
 	n.seenMtime, n.seenSize = d[ferry.AttrMtime], d.Size()
 	n.mu.Unlock()
-	if data, ok := n.s.data.get(d); ok {
-		return &handle{n: n, mem: data}, keep, 0
+	if keep != 0 {
+		// The kernel likely holds the pages: nothing is fetched unless
+		// it asks for one (see handle.Read).
+		return &handle{n: n, lazy: d}, keep, 0
 	}
-	n.s.data.want(d)
-	if data, ok := n.s.data.await(cctx, d); ok {
+	if data, ok := n.s.data.open(cctx, d); ok {
 		return &handle{n: n, mem: data}, keep, 0
 	}
 	return &handle{n: n, r: &stream{n: n}}, keep, 0
@@ -488,6 +497,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	if wb != nil {
 		return wb.readAt(dest, off)
 	}
+	h.choose(ctx)
 	if h.r == nil {
 		if off >= int64(len(h.mem)) {
 			return fuse.ReadResultData(nil), 0
@@ -495,6 +505,23 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 		return fuse.ReadResultData(h.mem[off:min(off+int64(len(dest)), int64(len(h.mem)))]), 0
 	}
 	return h.r.read(ctx, dest, off)
+}
+
+// choose sets mem or r of a lazy handle on its first read.
+func (h *handle) choose(ctx context.Context) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.lazy == nil {
+		return
+	}
+	cctx, cancel := h.n.s.ctx(ctx)
+	defer cancel()
+	if data, ok := h.n.s.data.open(cctx, h.lazy); ok {
+		h.mem = data
+	} else {
+		h.r = &stream{n: h.n}
+	}
+	h.lazy = nil
 }
 
 // Write implements fs.FileWriter.
@@ -516,8 +543,11 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 // Release implements fs.FileReleaser: the last descriptor of a buffer
 // stores what is left (a flush failed earlier) and drops it.
 func (h *handle) Release(ctx context.Context) syscall.Errno {
-	if h.r != nil {
-		h.r.close()
+	h.mu.Lock()
+	r := h.r
+	h.mu.Unlock()
+	if r != nil {
+		r.close()
 	}
 	if h.exec {
 		h.n.mu.Lock()

@@ -104,6 +104,11 @@ type Options struct {
 	// WatchBackoff is the first wait before re-establishing a lost watch
 	// (default 100 ms); it doubles up to a minute.
 	WatchBackoff time.Duration
+	// Memory bounds the bytes of file contents the mount holds fetched
+	// ahead of their reads (default DefaultMemory); a walk of a bigger
+	// tree streams through it. What programs read stays in the kernel's
+	// page cache besides, as for any file system.
+	Memory int64
 }
 
 // Server is a mounted tree.
@@ -175,6 +180,9 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	if opt.TempDir == "" {
 		opt.TempDir = os.TempDir()
 	}
+	if opt.Memory <= 0 {
+		opt.Memory = DefaultMemory
+	}
 	if opt.FsName == "" {
 		opt.FsName = "ferry:" + root
 	}
@@ -190,7 +198,7 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	s := &Server{
 		fsys: fsys, opt: opt, log: opt.Log,
 		meta:    newMeta(fsys, opt.PrefetchDepth, opt.PrefetchBudget, opt.TTL),
-		data:    newContents(fsys, opt.Log, cacheBudget),
+		data:    newContents(fsys, opt.Log, opt.Memory),
 		wback:   newWriteback(opt.CallTimeout),
 		done:    make(chan struct{}),
 		rootUid: d.Int(ferry.AttrUid), rootGid: d.Int(ferry.AttrGid),
@@ -269,13 +277,17 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	case <-firstLease:
 	case <-time.After(5 * time.Second):
 	}
-	opt.Log.Info("mounted", "tree", root, "at", mnt)
+	opt.Log.Info("mounted", "tree", root, "at", mnt, "memory", opt.Memory)
 	return s, nil
 }
 
 // Wait blocks until the file system is unmounted.
 func (s *Server) Wait() {
 	s.srv.Wait()
+	s.data.close()
+	st := s.data.report()
+	s.log.Info("file contents prefetched", "files", st.files, "bytes", st.bytes, "hits", st.hits,
+		"directories", st.dirFetches, "walks", st.walks, "evicted", st.evicted, "peak", st.peak, "budget", s.opt.Memory)
 	s.drain()
 	s.cancel()
 	<-s.done

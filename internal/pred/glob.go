@@ -2,6 +2,7 @@ package pred
 
 import (
 	"path"
+	"strings"
 	"unicode/utf8"
 )
 
@@ -183,4 +184,19 @@ func (it globItem) inClass(r rune) bool {
 		in = in || rg[0] <= r && r <= rg[1]
 	}
 	return in != it.neg
+}
+
+// EscapeGlob returns a glob that matches s and nothing else.
+func EscapeGlob(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '*', '?', '[', ']', '\\':
+			b.WriteByte('\\')
+			b.WriteByte(c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	return b.String()
 }

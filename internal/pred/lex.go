@@ -147,9 +147,10 @@ func unquote(s string, start int) (string, int, *SyntaxError) {
 	return "", 0, &SyntaxError{Pos: start + 1, Msg: "unterminated string"}
 }
 
-// quote returns v as a value token: bare if it can be, else a double-quoted
-// string that unquote reads back as v.
-func quote(v string) string {
+// Quote returns v as a value token: bare if it can be, else a double-quoted
+// string that the parser reads back as v. Programs that build predicates
+// quote names with it.
+func Quote(v string) string {
 	bare := v != ""
 	for i := 0; i < len(v) && bare; i++ {
 		bare = isWordByte(v[i])

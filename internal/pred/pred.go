@@ -155,7 +155,7 @@ func (c *cmpNode) isGlob() bool { return c.op == "~" || c.op == "!~" }
 // negative operators hold.
 func (c *cmpNode) missing() bool { return c.op == "!=" || c.op == "!~" }
 
-func (c *cmpNode) String() string { return c.attr + c.op + quote(c.val) }
+func (c *cmpNode) String() string { return c.attr + c.op + Quote(c.val) }
 
 func (c *cmpNode) eval(e *env) bool {
 	if c.isGlob() {

@@ -246,14 +246,14 @@ func TestParseValues(t *testing.T) {
 		in    string
 		want  int64
 	}{
-		{parseSize, "0", 0},
-		{parseSize, "512", 512},
-		{parseSize, "1k", 1 << 10},
-		{parseSize, "3K", 3 << 10},
-		{parseSize, "5M", 5 << 20},
-		{parseSize, "2G", 2 << 30},
-		{parseSize, "7T", 7 << 40},
-		{parseSize, "8388607T", 8388607 << 40},
+		{ParseSize, "0", 0},
+		{ParseSize, "512", 512},
+		{ParseSize, "1k", 1 << 10},
+		{ParseSize, "3K", 3 << 10},
+		{ParseSize, "5M", 5 << 20},
+		{ParseSize, "2G", 2 << 30},
+		{ParseSize, "7T", 7 << 40},
+		{ParseSize, "8388607T", 8388607 << 40},
 		{parseMode, "0644", 0o644},
 		{parseMode, "4755", 0o4755},
 		{parseTime, "0", 0},
@@ -279,8 +279,8 @@ func TestParseValues(t *testing.T) {
 		parse func(string) (int64, error)
 		in    string
 	}{
-		{parseSize, ""}, {parseSize, "k"}, {parseSize, "-1"}, {parseSize, "1.5M"}, {parseSize, "1m"},
-		{parseSize, "1KB"}, {parseSize, "8388608T"}, {parseSize, "99999999999999999999"},
+		{ParseSize, ""}, {ParseSize, "k"}, {ParseSize, "-1"}, {ParseSize, "1.5M"}, {ParseSize, "1m"},
+		{ParseSize, "1KB"}, {ParseSize, "8388608T"}, {ParseSize, "99999999999999999999"},
 		{parseMode, "9"}, {parseMode, "rwx"}, {parseMode, ""},
 		{parseInt, "1k"}, {parseInt, ""}, {parseInt, "0x10"},
 		{parseTime, "2024-13-01"}, {parseTime, "yesterday"}, {parseTime, "2024-01-01 10:00"},

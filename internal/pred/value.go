@@ -19,7 +19,7 @@ type numAttr struct {
 // numeric lists the attributes that compare as numbers. Depth and age are
 // not stored: Eval derives them.
 var numeric = map[string]numAttr{
-	"size":  {10, parseSize},
+	"size":  {10, ParseSize},
 	"uid":   {10, parseInt},
 	"gid":   {10, parseInt},
 	"nlink": {10, parseInt},
@@ -47,8 +47,9 @@ func parseMode(s string) (int64, error) {
 	return n, nil
 }
 
-// parseSize reads a number of bytes with an optional binary suffix.
-func parseSize(s string) (int64, error) {
+// ParseSize reads a number of bytes with an optional binary suffix, as
+// predicates and command-line flags write sizes: 64k, 256M, 1G.
+func ParseSize(s string) (int64, error) {
 	bad := fmt.Errorf("bad size %q: want bytes, or a number ending in k, K, M, G or T", s)
 	shift := 0
 	if s != "" {
