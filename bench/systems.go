@@ -663,8 +663,12 @@ func (localDisk) script(w workload, e *env) (string, error) {
 		return fmt.Sprintf("make -j2 -C %s", q(filepath.Join(e.in, cprojName))), nil
 	case "git-status":
 		return fmt.Sprintf("git -C %s status >/dev/null", q(filepath.Join(e.srv, repoName))), nil
+	case "grep-r", "grep-warm":
+		// The server's copy, in the page cache: what a mount's warm
+		// search is measured against.
+		return fmt.Sprintf("grep -r %s %s >/dev/null; test $? -le 1", grepFor, q(filepath.Join(e.srv, treeName))), nil
 	}
-	return "", notApplicable("the local disk is a reference for make-j2, recompile and git-status only")
+	return "", notApplicable("the local disk is a reference for make-j2, recompile, git-status and grep only")
 }
 
 // nfs is the row of NFS (issue 3 names NFSv4 through nfs-ganesha). The

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -33,7 +34,7 @@ func mountCmd() *cobra.Command {
 		readyFd                       int
 		ttl, timeout                  time.Duration
 		depth                         int
-		memory                        = sizeFlag(fusefs.DefaultMemory)
+		memory                        = sizeFlag(defaultMountMemory)
 	)
 	c := &cobra.Command{
 		Use:   "mount HOST[:PORT]:PATH MOUNTPOINT",
@@ -62,9 +63,11 @@ when it is closed or synced: when close returns, the data is on the server
 the directory's small files (up to 64 KiB each) in the same request, so
 that grep or a compiler does not wait a round trip per file. A program
 seen going through a tree (grep -r, git status) gets the rest of the tree
-streamed in the order it reads, files up to 1 MiB, each once: at most
---memory of contents is held, of which a quarter (at most 16 MiB) ahead
-of the program; the stream stops 5 s after the program stops reading.
+streamed in the order it reads, files up to 1 MiB, each once. The
+mount's memory stays within --memory: a quarter of it holds file
+contents, of which at most 16 MiB ahead of the program, and the Go heap
+is collected sooner as the whole nears it; the stream stops 5 s after
+the program stops reading.
 Bigger files move by chunks through the chunk cache on disk (--cache,
 --cache-max).
 
@@ -107,6 +110,9 @@ Limitations:
     its own rights.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if memory < minMountMemory {
+				return ferry.E("mount", "", ferry.KindInvalid, fmt.Sprintf("--memory %d is below the least a mount needs, %d MiB", memory, minMountMemory>>20))
+			}
 			if !foreground {
 				return mountBackground(cmd, logFile)
 			}
@@ -117,8 +123,12 @@ Limitations:
 				PrefetchDepth: depth,
 				WriteBack:     writeBack,
 				CallTimeout:   timeout,
-				Memory:        int64(memory),
-			})
+				// A quarter for file contents fetched ahead of
+				// their reads, the rest for the metadata cache,
+				// the transport's buffers (a stream's window is
+				// 32 MiB), write buffers and the heap's slack.
+				Memory: int64(memory) / 4,
+			}, int64(memory))
 		},
 	}
 	c.Flags().BoolVarP(&foreground, "foreground", "f", false, "stay in the foreground and log to stderr")
@@ -129,11 +139,19 @@ Limitations:
 	c.Flags().BoolVar(&writeBack, "writeback", false, "let close return before the file is stored; fsync still waits")
 	c.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long a call waits for the server (reconnecting meanwhile) before it fails with EIO")
 	c.Flags().IntVar(&depth, "prefetch-depth", 16, "how many levels below a directory its first use fetches")
-	c.Flags().Var(&memory, "memory", "the most file contents held in memory ahead of their reads (64k, 256M, 1G)")
+	c.Flags().Var(&memory, "memory", "the mount's memory budget, a quarter of it for file contents fetched ahead (128M, 512M, 1G)")
 	c.Flags().IntVar(&readyFd, "ready-fd", 0, "descriptor on which to report readiness (used by the background start)")
 	c.Flags().MarkHidden("ready-fd")
 	return c
 }
+
+// defaultMountMemory is the default of ferry mount --memory, and
+// mountNonHeap what the mount holds resident outside the Go heap.
+const (
+	defaultMountMemory = 512 << 20
+	minMountMemory     = 64 << 20
+	mountNonHeap       = 40 << 20
+)
 
 // sizeFlag is a flag of a number of bytes, written as pred.ParseSize
 // reads them.
@@ -213,7 +231,7 @@ func mountBackground(cmd *cobra.Command, logFile string) error {
 }
 
 // mountForeground mounts and serves until unmounted or signalled.
-func mountForeground(cmd *cobra.Command, target, mountpoint string, readyFd int, opt fusefs.Options) error {
+func mountForeground(cmd *cobra.Command, target, mountpoint string, readyFd int, opt fusefs.Options, memory int64) error {
 	var ready io.WriteCloser
 	if readyFd > 0 {
 		ready = os.NewFile(uintptr(readyFd), "ready")
@@ -234,6 +252,11 @@ func mountForeground(cmd *cobra.Command, target, mountpoint string, readyFd int,
 		level.Set(slog.LevelDebug)
 	}
 	log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: level}))
+	// The process is the mount's alone: its heap is kept within the
+	// budget by collecting sooner as it nears it, leaving room for what
+	// is resident besides (the program's text, about 26 MiB, stacks and
+	// the chunk cache's buffers).
+	debug.SetMemoryLimit(max(memory-mountNonHeap, memory/2))
 	c, err := dial(cmd, t.Addr)
 	if err != nil {
 		return fail(err)

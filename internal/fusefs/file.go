@@ -259,13 +259,10 @@ func (n *node) openRead(ctx context.Context) (*handle, uint32, syscall.Errno) {
 // openWrite returns the node's buffer, making and loading it if needed.
 func (n *node) openWrite(ctx context.Context, trunc bool) (*wbuf, syscall.Errno) {
 	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.wb != nil {
-		n.wb.refs++
-		if trunc {
-			n.wb.setattr(nil, true, 0)
-		}
-		return n.wb, 0
+	wb := n.shareLocked(trunc)
+	n.mu.Unlock()
+	if wb != nil {
+		return wb, 0
 	}
 	p, ok := n.path()
 	if !ok {
@@ -273,6 +270,8 @@ func (n *node) openWrite(ctx context.Context, trunc bool) (*wbuf, syscall.Errno)
 	}
 	cctx, cancel := n.s.ctx(ctx)
 	defer cancel()
+	// Not under n.mu: the store in the background waited for here
+	// records its result on the node as it ends.
 	if err := n.s.wback.wait(cctx, p); err != nil {
 		return nil, errno(err)
 	}
@@ -293,7 +292,7 @@ func (n *node) openWrite(ctx context.Context, trunc bool) (*wbuf, syscall.Errno)
 	if d.IsDir() {
 		return nil, syscall.EISDIR
 	}
-	wb, err := newWbuf(n.s.opt.TempDir, d)
+	wb, err = newWbuf(n.s.opt.TempDir, d)
 	if err != nil {
 		return nil, errno(err)
 	}
@@ -312,10 +311,30 @@ func (n *node) openWrite(ctx context.Context, trunc bool) (*wbuf, syscall.Errno)
 		wb.base = d.Clone()
 		wb.base.SetInt(ferry.AttrSize, size)
 	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if shared := n.shareLocked(trunc); shared != nil {
+		// Another open made one meanwhile.
+		wb.f.Close()
+		return shared, 0
+	}
 	wb.refs = 1
 	n.wb = wb
 	n.seenMtime, n.seenSize = d[ferry.AttrMtime], d.Size()
 	return wb, 0
+}
+
+// shareLocked returns the node's buffer, if it has one, for one more
+// descriptor, truncated with trunc. n.mu is held.
+func (n *node) shareLocked(trunc bool) *wbuf {
+	if n.wb == nil {
+		return nil
+	}
+	n.wb.refs++
+	if trunc {
+		n.wb.setattr(nil, true, 0)
+	}
+	return n.wb
 }
 
 // flush stores the node's buffer if it holds changes: close-to-open

@@ -799,16 +799,6 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			}
 		}
 	}
-	if err := n.s.wback.wait(cctx, from, to); err != nil {
-		return errno(err)
-	}
-	if flags&renameNoReplace != 0 {
-		if _, err := n.s.fsys.Stat(cctx, to).Wait(); err == nil {
-			return syscall.EEXIST
-		} else if !ferry.IsKind(err, ferry.KindNotExist) {
-			return errno(err)
-		}
-	}
 	var dst *node
 	if c := np.GetChild(newName); c != nil {
 		dst = c.Operations().(*node)
@@ -818,6 +808,19 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 		// fails or replaces as POSIX says.
 		if e := dst.flush(cctx); e != 0 {
 			return e
+		}
+	}
+	// The Move follows every store of either name, those the flushes
+	// above may just have put in the background included: a store of
+	// the target landing after it would undo it.
+	if err := n.s.wback.wait(cctx, from, to); err != nil {
+		return errno(err)
+	}
+	if flags&renameNoReplace != 0 {
+		if _, err := n.s.fsys.Stat(cctx, to).Wait(); err == nil {
+			return syscall.EEXIST
+		} else if !ferry.IsKind(err, ferry.KindNotExist) {
+			return errno(err)
 		}
 	}
 	kept, _ := n.s.data.held(from)

@@ -180,3 +180,131 @@ func TestWriteBackFailure(t *testing.T) {
 	}
 	f.Close()
 }
+
+// TestWriteBackRenameOverOpen: a file renamed over one that is open for
+// writing and not yet stored replaces it, on the mount and on the server,
+// whatever the replaced file's descriptor does after; on a local disk its
+// writes go to a file no name leads to.
+func TestWriteBackRenameOverOpen(t *testing.T) {
+	for _, wb := range []bool{false, true} {
+		t.Run(fmt.Sprintf("writeback=%v", wb), func(t *testing.T) {
+			dir, tree := localTree(t)
+			mnt, _ := mountFS(t, &slowPuts{FS: tree, delay: 50 * time.Millisecond}, Options{WriteBack: wb})
+			f1 := strings.Repeat("1", 1000)
+			if err := os.WriteFile(filepath.Join(mnt, "f1"), []byte(f1), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			f0, err := os.OpenFile(filepath.Join(mnt, "f0"), os.O_CREATE|os.O_WRONLY, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f0.WriteString("0123456789"); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(filepath.Join(mnt, "f1"), filepath.Join(mnt, "f0")); err != nil {
+				t.Fatal(err)
+			}
+			if fi, err := os.Stat(filepath.Join(mnt, "f0")); err != nil || fi.Size() != 1000 {
+				t.Errorf("f0 after the rename: %v, %v; want 1000 bytes", fi, err)
+			}
+			if _, err := f0.WriteString("more"); err != nil {
+				t.Fatal(err)
+			}
+			if err := f0.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := syncDir(mnt); err != nil {
+				t.Fatal(err)
+			}
+			for _, base := range []string{mnt, dir} {
+				if got := readFile(t, filepath.Join(base, "f0")); got != f1 {
+					t.Errorf("%s/f0: %d bytes %.12q, want f1's 1000", base, len(got), got)
+				}
+				if _, err := os.Stat(filepath.Join(base, "f1")); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s/f1 after the rename: %v, want none", base, err)
+				}
+			}
+		})
+	}
+}
+
+// TestWriteBackReopen: a file opened for writing again while its last
+// close is still being stored waits for that store, no longer, and gives
+// what a local disk gives: an append after a write, a rewrite, a second
+// descriptor appending beside a first.
+func TestWriteBackReopen(t *testing.T) {
+	dir, mnt := mountWriteBack(t)
+	steps := func(name string) []func() error {
+		p := filepath.Join(mnt, name)
+		appendTo := func(s string) func() error {
+			return func() error {
+				f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+				if err != nil {
+					return err
+				}
+				if _, err := f.WriteString(s); err != nil {
+					f.Close()
+					return err
+				}
+				return f.Close()
+			}
+		}
+		write := func(s string) func() error { return func() error { return os.WriteFile(p, []byte(s), 0o644) } }
+		twoAppends := func() error {
+			a, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				return err
+			}
+			defer a.Close()
+			b, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+			if err != nil {
+				return err
+			}
+			defer b.Close()
+			for _, s := range []string{"a1\n", "b1\n", "a2\n"} {
+				f := a
+				if s[0] == 'b' {
+					f = b
+				}
+				if _, err := f.WriteString(s); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		return []func() error{write("data\n"), appendTo("more\n"), write("z\n"), appendTo("after z\n"), twoAppends}
+	}
+	const want = "z\nafter z\na1\nb1\na2\n"
+	for i := range 3 {
+		name := fmt.Sprintf("f%d", i)
+		done := make(chan error, 1)
+		go func() {
+			for _, step := range steps(name) {
+				if err := step(); err != nil {
+					done <- err
+					return
+				}
+			}
+			done <- nil
+		}()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%s: writing, closing and opening again still blocks after 20 s", name)
+		}
+		if got := readFile(t, filepath.Join(mnt, name)); got != want {
+			t.Errorf("%s on the mount: %q, want %q", name, got, want)
+		}
+	}
+	if err := syncDir(mnt); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if got := readFile(t, filepath.Join(dir, fmt.Sprintf("f%d", i))); got != want {
+			t.Errorf("f%d on the server: %q, want %q", i, got, want)
+		}
+	}
+}
