@@ -1,7 +1,7 @@
 # Ferry's entry points. See README.md.
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: demo test setup build bench bench-quick fuzz
+.PHONY: demo test setup build bench bench-quick fuzz exercise
 
 build:
 	go build -o bin/ferry ./cmd/ferry
@@ -19,6 +19,12 @@ demo: setup
 test: setup
 	go vet ./...
 	go test -race -timeout 20m ./...
+
+# exercise runs the mount's exerciser long: random file operations on the
+# default and the write-back mount, compared step by step with a local
+# disk (make test runs 300 of them). SEED=N repeats a run.
+exercise: setup
+	go test -race -timeout 60m -run '^TestExerciser$$' ./internal/fusefs -v -exercise.ops $${OPS:-50000} -exercise.seed $${SEED:-0}
 
 # fuzz runs each fuzz target for a short while.
 fuzz:
