@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"syscall"
 )
 
@@ -22,10 +23,14 @@ const (
 	KindIsDir       Kind = 5  // KindIsDir: a file operation was applied to a directory.
 	KindNotEmpty    Kind = 6  // KindNotEmpty: a directory to remove is not empty.
 	KindInvalid     Kind = 7  // KindInvalid: a malformed request, path or argument.
-	KindIO          Kind = 8  // KindIO: the storage failed (disk full, bad sector).
+	KindIO          Kind = 8  // KindIO: the storage failed (a bad sector, a lost device).
 	KindUnavailable Kind = 9  // KindUnavailable: transient; the same call may succeed later.
 	KindCanceled    Kind = 10 // KindCanceled: the caller cancelled or its deadline passed.
 	KindAuth        Kind = 11 // KindAuth: the peer failed authentication.
+	KindNoSpace     Kind = 12 // KindNoSpace: the storage is full.
+	KindQuota       Kind = 13 // KindQuota: the owner's quota is used up.
+	KindReadOnly    Kind = 14 // KindReadOnly: the storage takes no writes.
+	KindTooLarge    Kind = 15 // KindTooLarge: the file would exceed the storage's limit.
 )
 
 var kindNames = [...]string{
@@ -41,6 +46,10 @@ var kindNames = [...]string{
 	KindUnavailable: "unavailable",
 	KindCanceled:    "canceled",
 	KindAuth:        "authentication failed",
+	KindNoSpace:     "no space left on the server",
+	KindQuota:       "quota exceeded on the server",
+	KindReadOnly:    "read-only file system",
+	KindTooLarge:    "file too large",
 }
 
 func (k Kind) String() string {
@@ -102,6 +111,33 @@ func (e *Error) Is(target error) bool {
 	return false
 }
 
+// FromOS returns err, which the operating system gave while op worked on
+// the tree's path p, as an Error of the kind its errno says (KindIO if none
+// does), without the local path the system named: the server's own
+// directories are none of the client's business.
+func FromOS(op, p string, err error) error {
+	var fe *Error
+	if errors.As(err, &fe) {
+		return err
+	}
+	k := KindOf(err)
+	var pe *fs.PathError
+	var le *os.LinkError
+	var se *os.SyscallError
+	switch {
+	case errors.As(err, &pe):
+		err = pe.Err
+	case errors.As(err, &le):
+		err = le.Err
+	case errors.As(err, &se):
+		err = se.Err
+	}
+	if k == KindOther {
+		k = KindIO
+	}
+	return E(op, p, k, err)
+}
+
 // E builds an Error. Each arg may be a Kind, an error or a string (the
 // message, which becomes Err).
 func E(op, path string, args ...any) error {
@@ -140,8 +176,16 @@ func KindOf(err error) Kind {
 			return KindNotExist
 		case syscall.EEXIST:
 			return KindExist
-		case syscall.EACCES, syscall.EPERM, syscall.EROFS:
+		case syscall.EACCES, syscall.EPERM:
 			return KindPermission
+		case syscall.EROFS:
+			return KindReadOnly
+		case syscall.ENOSPC:
+			return KindNoSpace
+		case syscall.EDQUOT:
+			return KindQuota
+		case syscall.EFBIG:
+			return KindTooLarge
 		case syscall.ENOTDIR, syscall.ELOOP:
 			return KindNotDir
 		case syscall.EISDIR:
@@ -150,7 +194,7 @@ func KindOf(err error) Kind {
 			return KindNotEmpty
 		case syscall.EINVAL, syscall.ENAMETOOLONG, syscall.EXDEV:
 			return KindInvalid
-		case syscall.EIO, syscall.ENOSPC, syscall.EDQUOT, syscall.EFBIG:
+		case syscall.EIO:
 			return KindIO
 		case syscall.EAGAIN, syscall.EINTR, syscall.ECONNRESET, syscall.ETIMEDOUT:
 			return KindUnavailable

@@ -232,12 +232,12 @@ func (t *Tree) BeginPut(ctx context.Context, p string, d ferry.Dir, size int64) 
 	tmp := path.Join(path.Dir(p), local.TempPrefix+path.Base(p)+"-"+hex.EncodeToString(rnd[:]))
 	f, err := t.root.OpenFile(tmp[1:], os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return nil, ferry.E(op, p, err)
+		return nil, ferry.FromOS(op, p, err)
 	}
 	if err := f.Truncate(size); err != nil {
 		f.Close()
 		t.root.Remove(tmp[1:])
-		return nil, ferry.E(op, p, ferry.KindIO, err)
+		return nil, ferry.FromOS(op, p, err)
 	}
 	u := &Put{t: t, ctx: ctx, path: p, d: d, size: size, tmp: tmp, f: f, where: map[chunk.Hash][]int{}, asked: map[chunk.Hash]bool{}}
 	// The version being replaced most likely holds most chunks: index it
@@ -303,7 +303,7 @@ func (u *Put) fill(h chunk.Hash, data []byte) error {
 			continue
 		}
 		if _, err := u.f.WriteAt(data, u.refs[i].Off); err != nil {
-			return ferry.E("chunked.Put", u.path, ferry.KindIO, err)
+			return ferry.FromOS("chunked.Put", u.path, err)
 		}
 		u.filled[i] = true
 		u.left--
@@ -370,7 +370,7 @@ func (u *Put) copyFilled(h chunk.Hash) error {
 		r := u.refs[j]
 		b := make([]byte, r.Len)
 		if _, err := u.f.ReadAt(b, r.Off); err != nil {
-			return ferry.E("chunked.Put", u.path, ferry.KindIO, err)
+			return ferry.FromOS("chunked.Put", u.path, err)
 		}
 		return u.fill(h, b)
 	}
@@ -395,10 +395,10 @@ func (u *Put) Commit() (ferry.Dir, error) {
 	}
 	u.closeFine()
 	if err := u.f.Sync(); err != nil {
-		return nil, ferry.E(op, u.path, ferry.KindIO, err)
+		return nil, ferry.FromOS(op, u.path, err)
 	}
 	if err := u.f.Close(); err != nil {
-		return nil, ferry.E(op, u.path, ferry.KindIO, err)
+		return nil, ferry.FromOS(op, u.path, err)
 	}
 	u.f = nil
 	attrs := ferry.Dir{}

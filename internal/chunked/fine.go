@@ -175,7 +175,7 @@ func (u *Put) pieceAt(ph chunk.Hash, n int, off int64) (bool, error) {
 		return false, nil // Changed since it was cut: ask the client.
 	}
 	if _, err := u.f.WriteAt(b, off); err != nil {
-		return false, ferry.E("chunked.Put", u.path, ferry.KindIO, err)
+		return false, ferry.FromOS("chunked.Put", u.path, err)
 	}
 	return true, nil
 }
@@ -212,7 +212,7 @@ func (u *Put) WritePiece(ph chunk.Hash, data []byte) error {
 			continue // The chunk came whole meanwhile.
 		}
 		if _, err := u.f.WriteAt(data, pl.off); err != nil {
-			return ferry.E(op, u.path, ferry.KindIO, err)
+			return ferry.FromOS(op, u.path, err)
 		}
 		if u.fine.left[pl.i]--; u.fine.left[pl.i] == 0 {
 			if err := u.assembled(pl.i); err != nil {
@@ -232,7 +232,7 @@ func (u *Put) assembled(i int) error {
 	}
 	b := make([]byte, r.Len)
 	if _, err := u.f.ReadAt(b, r.Off); err != nil {
-		return ferry.E("chunked.Put", u.path, ferry.KindIO, err)
+		return ferry.FromOS("chunked.Put", u.path, err)
 	}
 	if chunk.Sum(b) != r.Hash {
 		return ferry.E("chunked.Put", u.path, ferry.KindInvalid, "the pieces of chunk "+r.Hash.String()+" do not make it")

@@ -25,6 +25,10 @@ var kindErrno = map[ferry.Kind]syscall.Errno{
 	// ran out of Options.CallTimeout, or the mount going away.
 	ferry.KindCanceled: syscall.EIO,
 	ferry.KindAuth:     syscall.EACCES,
+	ferry.KindNoSpace:  syscall.ENOSPC,
+	ferry.KindQuota:    syscall.EDQUOT,
+	ferry.KindReadOnly: syscall.EROFS,
+	ferry.KindTooLarge: syscall.EFBIG,
 }
 
 // errno converts an error of the tree to the errno of a FUSE reply: 0 for

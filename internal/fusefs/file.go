@@ -407,6 +407,13 @@ func (n *node) flush(ctx context.Context) syscall.Errno {
 	})
 	if err != nil {
 		n.s.log.Warn("storing a file failed", "path", p, "err", err)
+		if wb.created {
+			// The file never reached the server: its name goes, as
+			// that of a file whose creation failed, and the buffer
+			// belongs to the open descriptors alone.
+			wb.unlinked = true
+			n.s.forgetUnstored(p, time.Second)
+		}
 		return errno(err)
 	}
 	wb.dirty, wb.created = false, false
@@ -425,6 +432,25 @@ func (n *node) flush(ctx context.Context) syscall.Errno {
 	// last write here); the server's are now the truth.
 	n.NotifyContent(-1, 0)
 	return 0
+}
+
+// forgetUnstored forgets the file at p, whose store failed, here and in
+// the kernel: this mount shows what the server has. It waits up to wait
+// for the kernel to take the notice, which is sent from a goroutine of
+// its own: an fsync waiting for a store may hold the directory's lock
+// that the kernel needs to take it.
+func (s *Server) forgetUnstored(p string, wait time.Duration) {
+	s.meta.dropPending(p)
+	s.meta.forget(p)
+	done := make(chan struct{})
+	go func() {
+		s.notify(p, false, true)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(wait):
+	}
 }
 
 // record records that the file at p has the attributes d: on the server,
@@ -473,12 +499,7 @@ func (n *node) flushBehind(wb *wbuf, p string, d ferry.Dir) (syscall.Errno, bool
 		got, err := n.s.put(ctx, p, d, ferry.Whole, func() io.Reader { return bytes.NewReader(data) })
 		if err != nil {
 			n.s.log.Error("storing a file in the background failed: its changes are lost", "path", p, "err", err)
-			n.s.meta.dropPending(p)
-			n.s.meta.forget(p)
-			// Not from here: an fsync waiting for this call may
-			// hold the directory's lock that the kernel needs to
-			// take the notice.
-			go n.s.notify(p, false, true)
+			n.s.forgetUnstored(p, 0)
 			return err
 		}
 		// A later store of the file is queued: what this mount shows

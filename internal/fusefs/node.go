@@ -235,9 +235,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		return nil, syscall.ENOENT
 	}
 	// A file created here and not yet stored, or open for writing, is
-	// described by its buffer.
+	// described by its buffer, unless the name no longer leads to it.
 	if c := n.GetChild(name); c != nil {
-		if cn := c.Operations().(*node); cn.hasBuffer() {
+		if cn := c.Operations().(*node); cn.namedBuffer() {
 			d, _ := cn.attrs(ctx)
 			n.entryOut(c, d, out)
 			return c, 0
@@ -262,6 +262,20 @@ func (n *node) hasBuffer() bool {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	return n.wb != nil
+}
+
+// namedBuffer reports whether the node has a buffer that a name still
+// leads to: not one whose file was removed, replaced or never stored.
+func (n *node) namedBuffer() bool {
+	n.mu.Lock()
+	wb := n.wb
+	n.mu.Unlock()
+	if wb == nil {
+		return false
+	}
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	return !wb.unlinked
 }
 
 // Getattr implements fs.NodeGetattrer.

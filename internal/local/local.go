@@ -76,23 +76,12 @@ func clean(ctx context.Context, op, p string) (string, error) {
 // fail wraps err as a ferry error. os.Root reports a path that escapes the
 // root with an error that is no errno; such errors are permission errors.
 func fail(op, p string, err error) error {
-	var fe *ferry.Error
-	if errors.As(err, &fe) {
-		return err
-	}
-	k := ferry.KindOf(err)
 	var pe *fs.PathError
-	if errors.As(err, &pe) {
-		var errno syscall.Errno
-		if k == ferry.KindOther && !errors.As(pe.Err, &errno) {
-			return ferry.E(op, p, ferry.KindPermission, "path escapes the served root")
-		}
-		err = pe.Err // The path in pe is relative to the root; ours is clearer.
+	var errno syscall.Errno
+	if errors.As(err, &pe) && ferry.KindOf(err) == ferry.KindOther && !errors.As(pe.Err, &errno) {
+		return ferry.E(op, p, ferry.KindPermission, "path escapes the served root")
 	}
-	if k == ferry.KindOther {
-		k = ferry.KindIO
-	}
-	return ferry.E(op, p, k, err)
+	return ferry.FromOS(op, p, err)
 }
 
 // dirOf describes the entry at p from its lstat info.

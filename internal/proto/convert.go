@@ -100,6 +100,10 @@ var kindCodes = map[ferry.Kind]codes.Code{
 	ferry.KindUnavailable: codes.Unavailable,
 	ferry.KindCanceled:    codes.Canceled,
 	ferry.KindAuth:        codes.Unauthenticated,
+	ferry.KindNoSpace:     codes.ResourceExhausted,
+	ferry.KindQuota:       codes.ResourceExhausted,
+	ferry.KindReadOnly:    codes.FailedPrecondition,
+	ferry.KindTooLarge:    codes.OutOfRange,
 }
 
 // Status turns an error into a gRPC status error that carries the ferry

@@ -127,7 +127,7 @@ func (u *uploads) take(ctx context.Context, key string, at int64, cancel context
 		f, err := os.CreateTemp(u.dir, "upload-")
 		if err != nil {
 			u.mu.Unlock()
-			return nil, nil, ferry.E(op, "", ferry.KindIO, err)
+			return nil, nil, ferry.FromOS(op, "", err)
 		}
 		up = &upload{file: f.Name()}
 		f.Close()
@@ -152,7 +152,7 @@ func (u *uploads) take(ctx context.Context, key string, at int64, cancel context
 	}
 	if err != nil {
 		u.release(key, up, at)
-		return nil, nil, ferry.E(op, "", ferry.KindIO, err)
+		return nil, nil, ferry.FromOS(op, "", err)
 	}
 	return up, f, nil
 }
@@ -242,7 +242,7 @@ func (h *handler) putUpload(first *proto.PutMsg, st grpc.ClientStreamingServer[p
 			if err != nil {
 				f.Close()
 				h.s.uploads.release(key, up, size)
-				return h.done(opPut, ferry.E(op, first.Path, ferry.KindIO, err))
+				return h.done(opPut, ferry.FromOS(op, first.Path, err))
 			}
 		}
 		m, err = st.Recv()
@@ -258,7 +258,7 @@ func (h *handler) putUpload(first *proto.PutMsg, st grpc.ClientStreamingServer[p
 	}
 	if err := f.Close(); err != nil {
 		h.s.uploads.release(key, up, size)
-		return h.done(opPut, ferry.E(op, first.Path, ferry.KindIO, err))
+		return h.done(opPut, ferry.FromOS(op, first.Path, err))
 	}
 	// All data arrived: commit even if the client's connection breaks now,
 	// so that its PutStatus finds the result.
@@ -268,7 +268,7 @@ func (h *handler) putUpload(first *proto.PutMsg, st grpc.ClientStreamingServer[p
 	staged, err := os.Open(up.file)
 	if err != nil {
 		h.s.uploads.release(key, up, size)
-		return h.done(opPut, ferry.E(op, first.Path, ferry.KindIO, err))
+		return h.done(opPut, ferry.FromOS(op, first.Path, err))
 	}
 	d, err := h.s.fs.Put(ctx, first.Path, proto.ToDir(first.Dir), ferry.Whole, staged).Wait()
 	staged.Close()

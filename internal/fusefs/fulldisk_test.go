@@ -1,0 +1,87 @@
+package fusefs
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/servertest"
+	"github.com/ferryfs/ferry/internal/testenv"
+)
+
+// smallDisk mounts a tmpfs of size bytes on a new temporary directory
+// until the test ends.
+func smallDisk(t *testing.T, size string) string {
+	t.Helper()
+	needFUSE(t)
+	dir := t.TempDir()
+	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, "size="+size); err != nil {
+		testenv.Require(t, "cannot mount a tmpfs: "+err.Error())
+	}
+	t.Cleanup(func() {
+		if err := syscall.Unmount(dir, syscall.MNT_DETACH); err != nil {
+			t.Errorf("unmounting the tmpfs: %v", err)
+		}
+	})
+	return dir
+}
+
+// TestFullDisk: on a server whose disk is full, a file too big for it
+// fails with ENOSPC, both through a mount (on close) and through the
+// native client, with no server path in the message; the mount shows no
+// file the server does not have, and the served tree keeps no temporary
+// file; smaller files still go through.
+func TestFullDisk(t *testing.T) {
+	for _, chunks := range []bool{false, true} {
+		name := "plain"
+		if chunks {
+			name = "chunked"
+		}
+		t.Run(name, func(t *testing.T) {
+			disk := smallDisk(t, "2m")
+			var srv *servertest.Server
+			if chunks {
+				srv = servertest.StartChunked(t, disk)
+			} else {
+				srv = servertest.Start(t, disk)
+			}
+			client := srv.Client(t, "root")
+			mnt, _ := mountFS(t, client, Options{})
+			big := bytes.Repeat([]byte("0123456789abcdef"), 4<<20/16)
+			err := os.WriteFile(filepath.Join(mnt, "big"), big, 0o644)
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Errorf("writing 4 MiB on a 2 MiB disk through the mount: %v, want ENOSPC", err)
+			}
+			if _, err := os.Stat(filepath.Join(mnt, "big")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the mount after the failed write: stat big says %v, want no such file", err)
+			}
+			_, err = client.Put(context.Background(), "/big2", ferry.Dir{}, ferry.Whole, bytes.NewReader(big)).Wait()
+			if ferry.KindOf(err) != ferry.KindNoSpace {
+				t.Errorf("Put of 4 MiB on a 2 MiB disk: %v, want kind %v", err, ferry.KindNoSpace)
+			}
+			if err != nil && strings.Contains(err.Error(), disk) {
+				t.Errorf("the client's error names the server's directory: %v", err)
+			}
+			ents, err := os.ReadDir(disk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range ents {
+				t.Errorf("the served tree holds %s after the failed writes", e.Name())
+			}
+			small := []byte("still room for this\n")
+			if err := os.WriteFile(filepath.Join(mnt, "small"), small, 0o644); err != nil {
+				t.Fatalf("a small file after the failures: %v", err)
+			}
+			if got := readFile(t, filepath.Join(disk, "small")); got != string(small) {
+				t.Errorf("the server has %q, want %q", got, small)
+			}
+		})
+	}
+}
