@@ -150,3 +150,26 @@ func TestReadFailureIsNotEnd(t *testing.T) {
 		t.Errorf("read after Gets work again: %d bytes, want %d (equal=%v)", len(got), len(want), bytes.Equal(got, want))
 	}
 }
+
+// TestServerBackWithinBound: a close while the server is away for less
+// than the call timeout waits for it and stores the file, rather than
+// failing with EIO at once.
+func TestServerBackWithinBound(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	srv := servertest.Start(t, dir)
+	sw := servertest.SwitchProxy(t, srv.Addr)
+	const timeout = 30 * time.Second
+	c := srv.ClientVia(t, "root", sw.Addr, func(c *remote.Config) { c.ResumeFor = timeout })
+	mnt, _ := mountFS(t, c, Options{CallTimeout: timeout})
+	writeFile(t, filepath.Join(mnt, "a"), "before")
+	sw.Down()
+	up := time.AfterFunc(time.Second, sw.Up)
+	defer up.Stop()
+	if err := os.WriteFile(filepath.Join(mnt, "b"), []byte("while away"), 0o644); err != nil {
+		t.Fatalf("a close while the server was away for a second: %v, want it to wait and store", err)
+	}
+	if got := readFile(t, filepath.Join(dir, "b")); got != "while away" {
+		t.Errorf("the server has b = %q", got)
+	}
+}

@@ -52,7 +52,9 @@ type Config struct {
 	// by default they are tuned by transport.Dial.
 	Dial func(ctx context.Context, addr string) (net.Conn, error)
 	// ResumeFor is how long a Get interrupted by a broken connection keeps
-	// trying to resume where it stopped; 0 means DefaultResumeFor.
+	// trying to resume where it stopped, and how long a call waits for a
+	// connection that broke to come back before it starts (see
+	// awaitReady); 0 means DefaultResumeFor.
 	ResumeFor time.Duration
 	// Cache, if not nil, is the chunk cache of whole-file Gets: a Get of
 	// a whole file of more than ChunkMin bytes fetches only the chunks the
@@ -84,8 +86,9 @@ type Config struct {
 // compares trees by type, size, mtime and mode can do without them.
 var BriefAttrs = []string{ferry.AttrAtime, ferry.AttrCtime, ferry.AttrIno}
 
-// DefaultResumeFor is how long an interrupted Get tries to resume: long
-// enough to ride out a brief outage, short enough not to hang a user.
+// DefaultResumeFor is how long an interrupted Get tries to resume, and a
+// call waits for a broken connection: long enough to ride out a brief
+// outage or a server's restart, short enough not to hang a user.
 const DefaultResumeFor = time.Minute
 
 // DefaultBulkConns is how many connections carry bulk data by default.
@@ -118,6 +121,9 @@ type Client struct {
 	addr         string
 	resumeFor    time.Duration
 	handshakeErr atomic.Pointer[error]
+	// connected is set once a connection was ready: from then on a call
+	// waits for a broken one to come back (see awaitReady).
+	connected atomic.Bool
 	// verifyMu is held for reading while a handshake checks the server's
 	// key, and for writing by Close to set closed.
 	verifyMu sync.RWMutex
@@ -202,7 +208,8 @@ func Dial(cfg Config) (*Client, error) {
 	if dial == nil {
 		dial = transport.Dial
 	}
-	opts = append(opts, grpc.WithContextDialer(dial))
+	opts = append(opts, grpc.WithContextDialer(dial),
+		grpc.WithChainUnaryInterceptor(c.readyUnary), grpc.WithChainStreamInterceptor(c.readyStream))
 	c.resumeFor = cfg.ResumeFor
 	if c.resumeFor <= 0 {
 		c.resumeFor = DefaultResumeFor

@@ -1,0 +1,68 @@
+package remote_test
+
+import (
+	"context"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/remote"
+	"github.com/ferryfs/ferry/internal/servertest"
+)
+
+// TestWaitsForServerBack: once connected, a call made while the server is
+// away waits for it to come back within ResumeFor instead of failing at
+// once; one made past that fails with KindUnavailable.
+func TestWaitsForServerBack(t *testing.T) {
+	s := servertest.Start(t, "")
+	sw := servertest.SwitchProxy(t, s.Addr)
+	c := s.ClientVia(t, "tester", sw.Addr, func(cfg *remote.Config) { cfg.ResumeFor = 30 * time.Second })
+	ctx := context.Background()
+	if _, err := c.Stat(ctx, "/").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	sw.Down()
+	// Let the client see the connection fail and go between attempts.
+	time.Sleep(300 * time.Millisecond)
+	up := time.AfterFunc(time.Second, sw.Up)
+	defer up.Stop()
+	if _, err := c.Put(ctx, "/f", ferry.Dir{}, ferry.Whole, nil).Wait(); err != nil {
+		t.Fatalf("a call made while the server was away for a second: %v, want it to wait and succeed", err)
+	}
+
+	short := s.ClientVia(t, "tester", sw.Addr, func(cfg *remote.Config) { cfg.ResumeFor = 500 * time.Millisecond })
+	if _, err := short.Stat(ctx, "/").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	sw.Down()
+	time.Sleep(300 * time.Millisecond)
+	if _, err := short.Stat(ctx, "/f").Wait(); ferry.KindOf(err) != ferry.KindUnavailable {
+		t.Errorf("a call with the server away past ResumeFor: %v, want %v", err, ferry.KindUnavailable)
+	}
+	sw.Up()
+}
+
+// TestNeverReachedFailsAtOnce: a server never reached (nothing listens
+// there) fails the first call without waiting out ResumeFor: the address
+// is more likely wrong than the server restarting.
+func TestNeverReachedFailsAtOnce(t *testing.T) {
+	s := servertest.Start(t, "")
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	c := s.ClientVia(t, "tester", addr, func(cfg *remote.Config) { cfg.ResumeFor = time.Minute })
+	done := make(chan error, 1)
+	go func() { _, err := c.Stat(context.Background(), "/").Wait(); done <- err }()
+	select {
+	case err := <-done:
+		if ferry.KindOf(err) != ferry.KindUnavailable {
+			t.Errorf("a call to an address nothing listens on: %v, want %v", err, ferry.KindUnavailable)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("a call to an address nothing listens on still waits after 30 s")
+	}
+}
