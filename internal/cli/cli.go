@@ -208,7 +208,14 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 	defer tree.Close()
 	level := new(slog.LevelVar)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
-	srv, err := server.New(server.Config{FS: tree, Key: key, Auth: az, Version: Version, Log: log, Level: level, ReadAheadFixed: raFixed})
+	// Resumable uploads are staged beside the index, one directory per
+	// served tree; what a killed server left there cannot be resumed (the
+	// uploads' state was in its memory), so it goes.
+	staging := filepath.Join(home, "staging", filepath.Base(ix.dir))
+	if err := os.RemoveAll(staging); err != nil {
+		return ferry.E("serve", staging, err)
+	}
+	srv, err := server.New(server.Config{FS: tree, Key: key, Auth: az, Version: Version, Log: log, Level: level, ReadAheadFixed: raFixed, StagingDir: staging})
 	if err != nil {
 		return err
 	}
@@ -241,9 +248,21 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 		fmt.Fprintf(stderr, "ferry: metrics on http://%s/metrics\n", ml.Addr())
 	}
 	fmt.Fprintf(stderr, "ferry: serving %s on %s (chunk index in %s)\nferry: %s %s\n", dir, l.Addr(), ix.dir, what, auth.Fingerprint(key.Public().(ed25519.PublicKey)))
+	sctx, stopSweep := context.WithCancel(ctx)
+	defer stopSweep()
+	go sweep(sctx, lt, time.Now(), log)
 	err = srv.Serve(ctx, l, grace)
 	fmt.Fprintln(stderr, "ferry: stopped")
 	return err
+}
+
+// sweep removes, in the background, the temporary files that Puts of an
+// earlier server left in the tree when it was killed.
+func sweep(ctx context.Context, lt *local.Tree, start time.Time, log *slog.Logger) {
+	n, bytes, err := lt.SweepTemp(ctx, start)
+	if n > 0 || err != nil {
+		log.Info("removed the temporary files of interrupted uploads", "files", n, "bytes", bytes, "err", err)
+	}
 }
 
 func userName() string {
