@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -96,6 +97,9 @@ Limitations:
     after close returned, and a failure to store it shows up only in the
     log, in fsync, and in the next close of the file; changes not stored
     when the mount process dies are lost.
+  - A file open for reading only is read by name: if another file is
+    renamed over it while it is open, reads the kernel has not cached
+    read the new file.
   - rename with RENAME_NOREPLACE is checked, then done, in two steps;
     RENAME_EXCHANGE is not supported.
   - statfs reports fixed numbers (1 TiB free), not the server's disk.
@@ -104,7 +108,9 @@ Limitations:
   - While the server cannot be reached, calls wait for it to come back
     for up to --timeout, then fail with EIO (a close then has not stored
     the file); a link that goes silent without breaking the connection
-    is noticed by keepalives within about 30 s on top.
+    is noticed by keepalives within about 30 s on top. A full disk on
+    the server is ENOSPC (a quota EDQUOT), and a new file whose close
+    failed so is gone from the mount, as from the server.
   - Permissions are checked by the local kernel against the server's
     owners and modes (default_permissions); the server itself acts with
     its own rights.`,
@@ -331,9 +337,10 @@ func umount(mountpoint string, lazy bool) error {
 	if lazy {
 		flags = syscall.MNT_DETACH
 	}
+	pids := mountProcesses(mp)
 	err = syscall.Unmount(mp, flags)
 	if err == nil {
-		return nil
+		return awaitExit(op, mp, pids, lazy)
 	}
 	if !errors.Is(err, syscall.EPERM) {
 		return ferry.E(op, mp, err)
@@ -351,9 +358,85 @@ func umount(mountpoint string, lazy bool) error {
 		if rerr != nil {
 			return ferry.E(op, mp, ferry.KindIO, strings.TrimSpace(string(out))+" ("+prog+" exit "+exitCode(rerr)+")")
 		}
-		return nil
+		return awaitExit(op, mp, pids, lazy)
 	}
 	return ferry.E(op, mp, err)
+}
+
+// running reports whether the process pid is running: it exists and is not
+// a zombie waiting for its parent.
+func running(pid int) bool {
+	stat, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name, which is in parentheses.
+	_, rest, ok := strings.Cut(string(stat), ") ")
+	return ok && !strings.HasPrefix(rest, "Z")
+}
+
+// umountWait bounds how long umount waits for the mount's process to exit:
+// it first stores what write-back holds, for up to a minute.
+const umountWait = 75 * time.Second
+
+// mountProcesses returns the pids of the ferry mount processes serving the
+// mount point mp, found by their command lines.
+func mountProcesses(mp string) []int {
+	self, err := os.Executable()
+	if err != nil {
+		return nil
+	}
+	dirs, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		exe, err := os.Readlink(filepath.Join("/proc", d.Name(), "exe"))
+		if err != nil || filepath.Base(exe) != filepath.Base(self) {
+			continue
+		}
+		cmdline, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(cmdline), "\x00"), "\x00")
+		if !slices.Contains(args, "mount") || !slices.Contains(args, "--foreground") {
+			continue
+		}
+		cwd, _ := os.Readlink(filepath.Join("/proc", d.Name(), "cwd"))
+		for _, a := range args {
+			if !filepath.IsAbs(a) {
+				a = filepath.Join(cwd, a)
+			}
+			if filepath.Clean(a) == mp {
+				pids = append(pids, pid)
+				break
+			}
+		}
+	}
+	return pids
+}
+
+// awaitExit waits until the processes pids have exited, so that umount
+// returns once the mount is wholly gone: a process still running could
+// reconnect to the next server started at its address. A lazy unmount
+// does not wait: the process exits once the last program lets go.
+func awaitExit(op, mp string, pids []int, lazy bool) error {
+	if lazy {
+		return nil
+	}
+	deadline := time.Now().Add(umountWait)
+	for _, pid := range pids {
+		for running(pid) {
+			if time.Now().After(deadline) {
+				return ferry.E(op, mp, ferry.KindIO, fmt.Sprintf("unmounted, but its process %d is still running after %v", pid, umountWait))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	return nil
 }
 
 func exitCode(err error) string {

@@ -24,8 +24,12 @@
 //     same paths (see writeback), and fsync waits for it.
 //   - Reads. A file open for reading streams with one Get from the offset
 //     read, with read-ahead; a jump backwards or far ahead starts a new Get.
-//     The first read of a small file starts a FindGet of its directory's
-//     small files, kept in memory for the reads that follow (see contents).
+//     Gets go by path: a descriptor open for reading only whose file is
+//     replaced by a rename reads the new file where the kernel's cache
+//     does not answer, unlike a local disk. The first read of a small
+//     file starts a FindGet of its directory's small files, and a program
+//     seen going through a tree gets the rest of it streamed in the order
+//     it reads, each file once, within Options.Memory (see contents).
 //   - Bytes. Whole-file Puts and Gets go through the Tree, which may send
 //     only the chunks the other side lacks (remote.Client does).
 //
