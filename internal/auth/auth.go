@@ -104,15 +104,21 @@ func LoadOrCreateKey(file string) (key ed25519.PrivateKey, created bool, err err
 		return nil, false, ferry.E(op, file, err)
 	}
 	data := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
-	if err := writeFileAtomic(file, data, 0o600); err != nil {
+	// A server and a client started together on a fresh home would each
+	// make a key: the first one in place wins, and the other loads it.
+	if err := createFile(file, data, 0o600); errors.Is(err, os.ErrExist) {
+		key, _, err := LoadOrCreateKey(file)
+		return key, false, err
+	} else if err != nil {
 		return nil, false, ferry.E(op, file, err)
 	}
 	return priv, true, nil
 }
 
-// writeFileAtomic writes data beside file and renames it into place, so a
-// crash leaves either the old file or the new one.
-func writeFileAtomic(file string, data []byte, mode os.FileMode) error {
+// createFile writes data beside file and links it into place, so that a
+// crash leaves no file or the whole one, and a file already there is never
+// replaced: it then fails with an error that is os.ErrExist.
+func createFile(file string, data []byte, mode os.FileMode) error {
 	f, err := os.CreateTemp(filepath.Dir(file), ".tmp-"+filepath.Base(file))
 	if err != nil {
 		return err
@@ -133,7 +139,7 @@ func writeFileAtomic(file string, data []byte, mode os.FileMode) error {
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return os.Rename(f.Name(), file)
+	return os.Link(f.Name(), file)
 }
 
 // Certificate makes a self-signed TLS certificate for key. Peers do not

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/ferryfs/ferry"
@@ -70,4 +71,45 @@ func FuzzLoadKey(f *testing.F) {
 			t.Fatalf("error of kind %v: %v", ferry.KindOf(err), err)
 		}
 	})
+}
+
+// TestLoadOrCreateKeyRace: processes that start together on a fresh home
+// (a server and its first client) all end up with the one key that was
+// written, and only one of them reports making it.
+func TestLoadOrCreateKeyRace(t *testing.T) {
+	for range 20 {
+		file := filepath.Join(t.TempDir(), "home", "key")
+		const n = 8
+		keys := make([]ed25519.PrivateKey, n)
+		created := make([]bool, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		for i := range n {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				keys[i], created[i], errs[i] = LoadOrCreateKey(file)
+			}()
+		}
+		wg.Wait()
+		makers := 0
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatal(errs[i])
+			}
+			if !keys[i].Equal(keys[0]) {
+				t.Fatalf("two keys made at once differ")
+			}
+			if created[i] {
+				makers++
+			}
+		}
+		if makers != 1 {
+			t.Fatalf("%d callers report making the key, want 1", makers)
+		}
+		onDisk, _, err := LoadOrCreateKey(file)
+		if err != nil || !onDisk.Equal(keys[0]) {
+			t.Fatalf("the key on disk is not the one handed out: %v", err)
+		}
+	}
 }

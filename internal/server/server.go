@@ -76,10 +76,12 @@ const DefaultReadAheadBudget = 256 << 20
 
 // Server serves one ferry.FS.
 type Server struct {
-	cfg   Config
-	fs    ferry.FS // cfg.FS under the control file layer.
-	start time.Time
-	grpc  *grpc.Server
+	cfg Config
+	// authLimit refuses addresses that fail to authenticate too often.
+	authLimit *authLimit
+	fs        ferry.FS // cfg.FS under the control file layer.
+	start     time.Time
+	grpc      *grpc.Server
 
 	mu    sync.Mutex
 	conns map[*conn]struct{}
@@ -152,7 +154,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ReadAheadBudget <= 0 {
 		cfg.ReadAheadBudget = DefaultReadAheadBudget
 	}
-	s := &Server{cfg: cfg, start: time.Now(), conns: map[*conn]struct{}{}, raw: map[string]net.Conn{}, budget: newBudget(cfg.ReadAheadBudget, cfg.ReadAheadFixed),
+	s := &Server{cfg: cfg, start: time.Now(), authLimit: newAuthLimit(time.Now), conns: map[*conn]struct{}{}, raw: map[string]net.Conn{}, budget: newBudget(cfg.ReadAheadBudget, cfg.ReadAheadFixed),
 		zip: zwire.New(proto.MaxData), zstd: !cfg.NoZstd}
 	if cfg.StagingDir == "" {
 		dir, err := os.MkdirTemp("", "ferry-uploads-")
@@ -321,12 +323,16 @@ func (s *Server) identify(ctx context.Context) (string, error) {
 			token = strings.TrimPrefix(v[0], "Bearer ")
 		}
 	}
+	addr := ""
+	if c != nil {
+		addr = c.addr
+	}
+	if !s.authLimit.allowed(host(addr)) {
+		return "", ferry.E("server", "", ferry.KindAuth, "too many failed attempts to authenticate from this address; try again in a minute")
+	}
 	user, err := s.cfg.Auth.Identify(raw, token)
 	if err != nil {
-		addr := ""
-		if c != nil {
-			addr = c.addr
-		}
+		s.authLimit.failed(host(addr))
 		s.cfg.Log.Warn("refused client", "addr", addr, "err", err)
 		return "", err
 	}

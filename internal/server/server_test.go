@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -474,5 +475,27 @@ func TestMetrics(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("no ferry_conn_info for the client among %d series", len(got))
+	}
+}
+
+// TestTokenGuessingLimited: an address that keeps presenting wrong tokens
+// is refused before its tokens are looked at, so that guessing one is
+// slow, and told why.
+func TestTokenGuessingLimited(t *testing.T) {
+	s := servertest.Start(t, "")
+	if err := os.WriteFile(s.Auth.TokensFile, []byte("secret-token alice\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	for i := 0; i < 30; i++ {
+		_, err = dialWith(t, s, nil, fmt.Sprintf("guess-%d", i), "").Stat(ctx(t), "/").Wait()
+		wantKind(t, "a guessed token", err, ferry.KindAuth)
+	}
+	if err == nil || !strings.Contains(err.Error(), "too many failed attempts") {
+		t.Errorf("the 30th guess in a row: %v, want a refusal for too many attempts", err)
+	}
+	_, err = dialWith(t, s, nil, "secret-token", "").Stat(ctx(t), "/").Wait()
+	if err == nil || !strings.Contains(err.Error(), "too many failed attempts") {
+		t.Errorf("the right token right after 30 wrong ones: %v, want refused until the address is forgiven", err)
 	}
 }
