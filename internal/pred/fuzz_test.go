@@ -64,3 +64,31 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// FuzzQuote checks that programs can build predicates from any name: a
+// value written by Quote parses back to itself, and a glob written by
+// EscapeGlob matches the text it escapes and nothing longer.
+func FuzzQuote(f *testing.F) {
+	for _, s := range []string{"", "a", "a b", `'"`, `\`, "*?[]", "net.go", "x\x00y", "\xff", "é", "**", "a/b"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		p, err := ParseAt("name="+Quote(v), now)
+		if err != nil {
+			t.Fatalf("Quote(%q) = %s does not parse: %v", v, Quote(v), err)
+		}
+		if ok, _ := p.Eval(ferry.Dir{ferry.AttrName: v}, 0); !ok {
+			t.Fatalf("name=%s does not hold for the name %q", Quote(v), v)
+		}
+		g, err := compileGlob(EscapeGlob(v))
+		if err != nil {
+			t.Fatalf("EscapeGlob(%q) = %q does not compile: %v", v, EscapeGlob(v), err)
+		}
+		if !g.match(v) {
+			t.Fatalf("EscapeGlob(%q) = %q does not match it", v, EscapeGlob(v))
+		}
+		if g.match(v + "x") {
+			t.Fatalf("EscapeGlob(%q) = %q matches more", v, EscapeGlob(v))
+		}
+	})
+}
