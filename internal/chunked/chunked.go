@@ -31,11 +31,8 @@ package chunked
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"os"
-	"path"
 	"strings"
 	"sync"
 
@@ -227,9 +224,7 @@ func (t *Tree) BeginPut(ctx context.Context, p string, d ferry.Dir, size int64) 
 	if size < 0 {
 		return nil, ferry.E(op, p, ferry.KindInvalid, "negative size")
 	}
-	var rnd [8]byte
-	rand.Read(rnd[:])
-	tmp := path.Join(path.Dir(p), local.TempPrefix+path.Base(p)+"-"+hex.EncodeToString(rnd[:]))
+	tmp := local.TempName(p)
 	f, err := t.root.OpenFile(tmp[1:], os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, ferry.FromOS(op, p, err)

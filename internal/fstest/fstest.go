@@ -36,6 +36,7 @@ func Run(t *testing.T, setup Setup) {
 		{"StatRoot", testStatRoot},
 		{"StatErrors", testStatErrors},
 		{"PutGetWhole", testPutGetWhole},
+		{"PutLongestName", testPutLongestName},
 		{"GetRanges", testGetRanges},
 		{"GetErrors", testGetErrors},
 		{"PutAtOffset", testPutAtOffset},
@@ -63,6 +64,25 @@ func Run(t *testing.T, setup Setup) {
 			fs, dir := setup(t)
 			tc.fn(t, fs, dir)
 		})
+	}
+}
+
+// testPutLongestName: a file whose name is as long as a name may be is
+// stored, whole and replaced whole, small and large (the temporary file
+// of a whole Put must fit in a name too).
+func testPutLongestName(t *testing.T, fs ferry.FS, dir string) {
+	p := "/" + strings.Repeat("n", ferry.MaxNameLen)
+	for _, size := range []int{10, 300 << 10} {
+		data := strings.Repeat("x", size)
+		for range 2 {
+			if _, err := fs.Put(ctx(t), p, ferry.Dir{}, ferry.Whole, strings.NewReader(data)).Wait(); err != nil {
+				t.Fatalf("Put of %d bytes to a name of %d bytes: %v", size, ferry.MaxNameLen, err)
+			}
+		}
+		b, err := os.ReadFile(filepath.Join(dir, p))
+		if err != nil || string(b) != data {
+			t.Fatalf("the file on disk: %d bytes, %v; want %d", len(b), err, size)
+		}
 	}
 }
 

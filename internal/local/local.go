@@ -322,7 +322,7 @@ func (t *Tree) putLink(p string, d ferry.Dir) error {
 	if !ok || target == "" || strings.IndexByte(target, 0) >= 0 {
 		return ferry.E("", p, ferry.KindInvalid, "a symbolic link needs a target")
 	}
-	tmp := tempName(p)
+	tmp := TempName(p)
 	if err := t.root.Symlink(target, rel(tmp)); err != nil {
 		return err
 	}
@@ -345,7 +345,7 @@ func (t *Tree) putSpecial(p string, d ferry.Dir) error {
 	if typ := d.Type(); typ == ferry.TypeChar || typ == ferry.TypeBlock {
 		dev = d.Int(ferry.AttrRdev)
 	}
-	tmpPath := tempName(p)
+	tmpPath := TempName(p)
 	err := t.inDir(tmpPath, func(dir int, name string) error {
 		return syscall.Mknodat(dir, name, ferry.IFMT(d.Type())|mode, int(dev))
 	})
@@ -384,10 +384,18 @@ func (t *Tree) inDir(p string, fn func(dir int, name string) error) error {
 	return fn(int(dir.Fd()), path.Base(p))
 }
 
-func tempName(p string) string {
+// TempName returns a new name for a temporary file to be renamed over p
+// once written: in p's directory, so that the rename is atomic, and no
+// longer than a name may be however long p's is.
+func TempName(p string) string {
 	var b [8]byte
 	rand.Read(b[:])
-	return path.Join(path.Dir(p), TempPrefix+path.Base(p)+"-"+hex.EncodeToString(b[:]))
+	suffix := "-" + hex.EncodeToString(b[:])
+	base := path.Base(p)
+	if n := ferry.MaxNameLen - len(TempPrefix) - len(suffix); len(base) > n {
+		base = base[:n]
+	}
+	return path.Join(path.Dir(p), TempPrefix+base+suffix)
 }
 
 // putWhole writes data to a temporary file beside p, syncs it, sets its
@@ -402,7 +410,7 @@ func (t *Tree) putWhole(ctx context.Context, p string, d ferry.Dir, data io.Read
 			mode = fi.Mode().Perm()
 		}
 	}
-	tmp := tempName(p)
+	tmp := TempName(p)
 	f, err := t.root.OpenFile(rel(tmp), os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode&fs.ModePerm)
 	if err != nil {
 		return err
