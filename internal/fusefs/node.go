@@ -510,7 +510,24 @@ func (s *Server) put(ctx context.Context, p string, d ferry.Dir, off int64, data
 	if data != nil {
 		r = data()
 	}
+	until := time.Now().Add(s.opt.CallTimeout)
 	got, err := s.fsys.Put(ctx, p, d, off, r).Wait()
+	// A whole-file Put replaces the file atomically, so one that a
+	// connection broke under (it may have looked alive a moment after
+	// the server went) is made again for up to the call timeout (ctx
+	// may have none: see Server.ctx); each attempt waits for the
+	// connection to come back.
+	for off == ferry.Whole && ferry.IsKind(err, ferry.KindUnavailable) && ctx.Err() == nil && time.Now().Before(until) {
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+		if data != nil {
+			r = data()
+		}
+		s.log.Debug("storing again after a broken connection", "path", p, "err", err)
+		got, err = s.fsys.Put(ctx, p, d, off, r).Wait()
+	}
 	_, hasU := d[ferry.AttrUid]
 	_, hasG := d[ferry.AttrGid]
 	if ferry.IsKind(err, ferry.KindPermission) && (hasU || hasG) {

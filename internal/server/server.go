@@ -62,6 +62,11 @@ type Config struct {
 	// what the adaptive sizing is worth (bench/load): a fixed size pins
 	// as much memory for a 1 Mbit/s client as for a fast one.
 	ReadAheadFixed int64
+	// MaxStreams bounds the calls one connection has in progress at once
+	// (default DefaultMaxStreams); further calls wait for a slot, so that
+	// a client cannot pin the server's memory with streams it never
+	// ends.
+	MaxStreams uint32
 	// StagingDir holds resumable uploads until they are committed; it must
 	// be outside the served tree. If empty, the server makes a temporary
 	// one and removes it when Serve returns.
@@ -96,6 +101,7 @@ type Server struct {
 	// cancelledReads counts read-aheads stopped by a cancelled stream or
 	// a broken connection.
 	cancelledReads atomic.Int64
+	inFlight       atomic.Int64 // Calls begun and not ended.
 	bytesIn        atomic.Int64
 	bytesOut       atomic.Int64
 	// zip compresses and decompresses payloads for the clients that can.
@@ -154,6 +160,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ReadAheadBudget <= 0 {
 		cfg.ReadAheadBudget = DefaultReadAheadBudget
 	}
+	if cfg.MaxStreams == 0 {
+		cfg.MaxStreams = DefaultMaxStreams
+	}
 	s := &Server{cfg: cfg, start: time.Now(), authLimit: newAuthLimit(time.Now), conns: map[*conn]struct{}{}, raw: map[string]net.Conn{}, budget: newBudget(cfg.ReadAheadBudget, cfg.ReadAheadFixed),
 		zip: zwire.New(proto.MaxData), zstd: !cfg.NoZstd}
 	if cfg.StagingDir == "" {
@@ -177,6 +186,7 @@ func New(cfg Config) (*Server, error) {
 		grpc.UnaryInterceptor(s.unaryAuth),
 		grpc.StreamInterceptor(s.streamAuth),
 		grpc.MaxRecvMsgSize(proto.MaxData+(64<<10)),
+		grpc.MaxConcurrentStreams(cfg.MaxStreams),
 		// Static flow-control windows far above gRPC's 64 KiB start: see
 		// transport.StreamWindow.
 		grpc.InitialWindowSize(transport.StreamWindow),
@@ -196,6 +206,11 @@ func New(cfg Config) (*Server, error) {
 	proto.RegisterFerryServer(s.grpc, &handler{s: s})
 	return s, nil
 }
+
+// DefaultMaxStreams is the default of Config.MaxStreams: twice what a
+// mount has in flight at most (the kernel's 128 background requests, its
+// watch, prefetches and read-ahead), while 20,000 streams had pinned 5 GB.
+const DefaultMaxStreams = 256
 
 // Serve accepts connections on l until ctx is done, then stops gracefully:
 // calls in flight get grace to finish before they are cut. Listeners from
@@ -288,9 +303,14 @@ func (s *Server) HandleConn(ctx context.Context, st stats.ConnStats) {
 // TagRPC implements stats.Handler.
 func (s *Server) TagRPC(ctx context.Context, _ *stats.RPCTagInfo) context.Context { return ctx }
 
-// HandleRPC implements stats.Handler and counts the bytes of each call.
+// HandleRPC implements stats.Handler and counts the calls in flight and
+// the bytes of each call.
 func (s *Server) HandleRPC(_ context.Context, st stats.RPCStats) {
 	switch st := st.(type) {
+	case *stats.Begin:
+		s.inFlight.Add(1)
+	case *stats.End:
+		s.inFlight.Add(-1)
 	case *stats.InPayload:
 		s.bytesIn.Add(int64(st.WireLength))
 	case *stats.OutPayload:
@@ -431,6 +451,9 @@ func (s *Server) Status(context.Context) string {
 	}
 	return b.String()
 }
+
+// InFlight returns how many calls the server has begun and not ended.
+func (s *Server) InFlight() int64 { return s.inFlight.Load() }
 
 // Calls returns how many calls of each kind the server has answered, by the
 // names the control file uses ("find", "put", ...).

@@ -22,6 +22,7 @@ import (
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/auth"
 	"github.com/ferryfs/ferry/internal/remote"
+	"github.com/ferryfs/ferry/internal/server"
 	"github.com/ferryfs/ferry/internal/servertest"
 	"github.com/ferryfs/ferry/internal/transport"
 )
@@ -497,5 +498,52 @@ func TestTokenGuessingLimited(t *testing.T) {
 	_, err = dialWith(t, s, nil, "secret-token", "").Stat(ctx(t), "/").Wait()
 	if err == nil || !strings.Contains(err.Error(), "too many failed attempts") {
 		t.Errorf("the right token right after 30 wrong ones: %v, want refused until the address is forgiven", err)
+	}
+}
+
+// TestStreamsPerConnectionBounded: a connection holding as many streams
+// as the server allows it (watches it never ends) gets no more until one
+// ends, so that a client cannot pin the server's memory with streams.
+func TestStreamsPerConnectionBounded(t *testing.T) {
+	const limit = 8
+	s := servertest.StartWith(t, "", func(cfg *server.Config) { cfg.MaxStreams = limit })
+	c := s.Client(t, "tester")
+	if _, err := c.Stat(ctx(t), "/").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	var watches []*ferry.Stream[ferry.Event]
+	for range limit {
+		w := c.Watch(context.Background(), "/")
+		watches = append(watches, w)
+	}
+	defer func() {
+		for _, w := range watches {
+			w.Close()
+		}
+	}()
+	// Every slot is taken once the server has begun them all: a Stat on
+	// the same connection waits for one.
+	short, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	waitInFlight(t, s, limit)
+	if _, err := c.Stat(short, "/").Wait(); ferry.KindOf(err) != ferry.KindCanceled {
+		t.Fatalf("a Stat with %d watches open on its connection: %v, want it to wait past its deadline", limit, err)
+	}
+	watches[0].Close()
+	watches = watches[1:]
+	if _, err := c.Stat(ctx(t), "/").Wait(); err != nil {
+		t.Errorf("a Stat once a watch ended: %v", err)
+	}
+}
+
+// waitInFlight waits until the server has n calls in flight.
+func waitInFlight(t *testing.T, s *servertest.Server, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.Srv.InFlight() < n {
+		if time.Now().After(deadline) {
+			t.Fatalf("the server has %d calls in flight, want %d", s.Srv.InFlight(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -46,7 +46,14 @@ func StartChunked(t testing.TB, dir string) *Server {
 	return start(t, dir, true)
 }
 
-func start(t testing.TB, dir string, chunks bool) *Server {
+// StartWith is Start with the server's configuration changed by tune
+// first.
+func StartWith(t testing.TB, dir string, tune func(*server.Config)) *Server {
+	t.Helper()
+	return start(t, dir, false, tune)
+}
+
+func start(t testing.TB, dir string, chunks bool, tune ...func(*server.Config)) *Server {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
@@ -76,10 +83,14 @@ func start(t testing.TB, dir string, chunks bool) *Server {
 		KeysFile:   filepath.Join(home, auth.AuthorizedKeysFile),
 		TokensFile: filepath.Join(home, auth.TokensFile),
 	}
-	srv, err := server.New(server.Config{
+	cfg := server.Config{
 		FS: tree, Key: key, Auth: az, Version: "test",
 		Log: slog.New(slog.DiscardHandler),
-	})
+	}
+	for _, f := range tune {
+		f(&cfg)
+	}
+	srv, err := server.New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
