@@ -75,6 +75,13 @@ func TestExerciser(t *testing.T) {
 				}
 			}
 			x := &exerciser{t: t, mnt: mnt, ref: ref, r: rand.New(rand.NewPCG(seed, 0))}
+			// A run that fails midway leaves descriptors open, which
+			// would keep the mount busy when the test unmounts it.
+			defer func() {
+				for _, f := range x.files {
+					closeBoth(f)
+				}
+			}()
 			for i := 0; i < *exerciseOps && !t.Failed(); i++ {
 				x.step()
 				x.compareNames()
