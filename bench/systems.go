@@ -10,13 +10,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ferryfs/ferry/internal/cli"
 )
 
 // A workload is one task timed for every system that can do it.
@@ -598,19 +599,10 @@ func (f *ferryMount) settle(ctx context.Context, e *env) error {
 }
 
 // peakRSS returns the most memory the mount's process has held since it
-// started (VmHWM), found by its command line.
+// started (VmHWM), found as ferry umount finds it.
 func (f *ferryMount) peakRSS(e *env) (int64, bool) {
-	dirs, _ := os.ReadDir("/proc")
-	for _, d := range dirs {
-		cmdline, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))
-		if err != nil {
-			continue
-		}
-		args := strings.Split(string(cmdline), "\x00")
-		if !slices.Contains(args, "mount") || !slices.Contains(args, "--foreground") || !slices.Contains(args, e.mnt) {
-			continue
-		}
-		status, err := os.ReadFile(filepath.Join("/proc", d.Name(), "status"))
+	for _, pid := range cli.MountProcesses(f.b.bin, e.mnt) {
+		status, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
 		if err != nil {
 			continue
 		}

@@ -129,11 +129,6 @@ Limitations:
 				PrefetchDepth: depth,
 				WriteBack:     writeBack,
 				CallTimeout:   timeout,
-				// A quarter for file contents fetched ahead of
-				// their reads, the rest for the metadata cache,
-				// the transport's buffers (a stream's window is
-				// 32 MiB), write buffers and the heap's slack.
-				Memory: int64(memory) / 4,
 			}, int64(memory))
 		},
 	}
@@ -263,6 +258,10 @@ func mountForeground(cmd *cobra.Command, target, mountpoint string, readyFd int,
 	// is resident besides (the program's text, about 26 MiB, stacks and
 	// the chunk cache's buffers).
 	debug.SetMemoryLimit(max(memory-mountNonHeap, memory/2))
+	// A quarter for file contents fetched ahead of their reads, the rest
+	// for the metadata cache, the transport's buffers (a stream's window
+	// is 32 MiB), write buffers and the heap's slack.
+	opt.Memory = memory / 4
 	c, err := dial(cmd, t.Addr)
 	if err != nil {
 		return fail(err)
@@ -337,7 +336,10 @@ func umount(mountpoint string, lazy bool) error {
 	if lazy {
 		flags = syscall.MNT_DETACH
 	}
-	pids := mountProcesses(mp)
+	var pids []int
+	if self, err := os.Executable(); err == nil {
+		pids = MountProcesses(self, mp)
+	}
 	err = syscall.Unmount(mp, flags)
 	if err == nil {
 		return awaitExit(op, mp, pids, lazy)
@@ -379,13 +381,10 @@ func running(pid int) bool {
 // it first stores what write-back holds, for up to a minute.
 const umountWait = 75 * time.Second
 
-// mountProcesses returns the pids of the ferry mount processes serving the
-// mount point mp, found by their command lines.
-func mountProcesses(mp string) []int {
-	self, err := os.Executable()
-	if err != nil {
-		return nil
-	}
+// MountProcesses returns the pids of the processes of the program exe
+// serving a ferry mount at the absolute path mp in the foreground (as
+// ferry mount's background process does), found by their command lines.
+func MountProcesses(exe, mp string) []int {
 	dirs, _ := os.ReadDir("/proc")
 	var pids []int
 	for _, d := range dirs {
@@ -393,8 +392,8 @@ func mountProcesses(mp string) []int {
 		if err != nil {
 			continue
 		}
-		exe, err := os.Readlink(filepath.Join("/proc", d.Name(), "exe"))
-		if err != nil || filepath.Base(exe) != filepath.Base(self) {
+		their, err := os.Readlink(filepath.Join("/proc", d.Name(), "exe"))
+		if err != nil || filepath.Base(their) != filepath.Base(exe) {
 			continue
 		}
 		cmdline, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))

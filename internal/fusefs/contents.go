@@ -440,7 +440,7 @@ func (c *contents) runWalk(ctx context.Context, w *walk, pred string) {
 	stop := context.AfterFunc(ctx, c.wake)
 	defer stop()
 	err := receive(st, func(d ferry.Dir) bool { return c.roomAhead(ctx, w) },
-		func(f *content) { f.w = w; c.add(f, w.began, w) })
+		func(f *content) { c.add(f, w.began, w) })
 	if err != nil && ctx.Err() == nil {
 		c.log.Debug("a walk's prefetch failed", "root", w.root, "from", w.from, "err", err)
 	}
@@ -559,6 +559,7 @@ func (c *contents) add(f *content, began uint64, w *walk) {
 	defer c.mu.Unlock()
 	if w != nil {
 		w.last = f.path
+		f.w = w
 	}
 	c.arrived = time.Now()
 	c.changed.Broadcast()

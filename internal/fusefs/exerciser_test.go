@@ -194,7 +194,7 @@ func (x *exerciser) step() {
 		x.do(fmt.Sprintf("pread %s %d at %d", f.name, count, off), func(side string, g *os.File) error {
 			b := make([]byte, count)
 			k, err := g.ReadAt(b, off)
-			got[sideIndex(x, side)] = b[:k]
+			got[x.side(side)] = b[:k]
 			if err == io.EOF {
 				err = nil
 			}
@@ -210,7 +210,7 @@ func (x *exerciser) step() {
 		x.do("fstat "+f.name, func(side string, g *os.File) error {
 			fi, err := g.Stat()
 			if err == nil {
-				st[sideIndex(x, side)] = fi.Size()
+				st[x.side(side)] = fi.Size()
 			}
 			return err
 		}, f)
@@ -230,7 +230,7 @@ func (x *exerciser) step() {
 		var got [2][]byte
 		x.do("read whole "+name, func(side string, _ *os.File) error {
 			b, err := os.ReadFile(filepath.Join(side, name))
-			got[sideIndex(x, side)] = b
+			got[x.side(side)] = b
 			return err
 		}, nil)
 		if !bytes.Equal(got[0], got[1]) {
@@ -239,7 +239,8 @@ func (x *exerciser) step() {
 	}
 }
 
-func sideIndex(x *exerciser, side string) int {
+// side returns 0 for the mount's directory and 1 for the reference's.
+func (x *exerciser) side(side string) int {
 	if side == x.mnt {
 		return 0
 	}

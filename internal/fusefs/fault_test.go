@@ -18,6 +18,18 @@ import (
 	"github.com/ferryfs/ferry/internal/servertest"
 )
 
+// mountSwitched serves dir through a real server behind a proxy the test
+// can take away (servertest.SwitchProxy) and mounts it, with the mount's
+// call timeout and the client's wait for a connection both timeout.
+func mountSwitched(t *testing.T, dir string, timeout time.Duration) (string, *servertest.Switch) {
+	t.Helper()
+	srv := servertest.Start(t, dir)
+	sw := servertest.SwitchProxy(t, srv.Addr)
+	c := srv.ClientVia(t, "root", sw.Addr, func(c *remote.Config) { c.ResumeFor = timeout })
+	mnt, _ := mountFS(t, c, Options{CallTimeout: timeout})
+	return mnt, sw
+}
+
 // TestServerGoneAndBack: with the server gone, a read in progress and a
 // close that must store fail with EIO within the call timeout rather than
 // hang; once it is back the mount reconnects by itself, and what close
@@ -31,11 +43,8 @@ func TestServerGoneAndBack(t *testing.T) {
 		big[i] = byte(rng.Uint32())
 	}
 	writeFile(t, filepath.Join(dir, "big"), string(big))
-	srv := servertest.Start(t, dir)
-	sw := servertest.SwitchProxy(t, srv.Addr)
 	const timeout = 2 * time.Second
-	c := srv.ClientVia(t, "root", sw.Addr, func(c *remote.Config) { c.ResumeFor = timeout })
-	mnt, _ := mountFS(t, c, Options{CallTimeout: timeout})
+	mnt, sw := mountSwitched(t, dir, timeout)
 
 	writeFile(t, filepath.Join(mnt, "a"), "acknowledged")
 	if got := readFile(t, filepath.Join(dir, "a")); got != "acknowledged" {
@@ -157,11 +166,7 @@ func TestReadFailureIsNotEnd(t *testing.T) {
 func TestServerBackWithinBound(t *testing.T) {
 	needFUSE(t)
 	dir := t.TempDir()
-	srv := servertest.Start(t, dir)
-	sw := servertest.SwitchProxy(t, srv.Addr)
-	const timeout = 30 * time.Second
-	c := srv.ClientVia(t, "root", sw.Addr, func(c *remote.Config) { c.ResumeFor = timeout })
-	mnt, _ := mountFS(t, c, Options{CallTimeout: timeout})
+	mnt, sw := mountSwitched(t, dir, 30*time.Second)
 	writeFile(t, filepath.Join(mnt, "a"), "before")
 	sw.Down()
 	up := time.AfterFunc(time.Second, sw.Up)

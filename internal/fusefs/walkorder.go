@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"path"
 	"strings"
 
 	"github.com/ferryfs/ferry/internal/pred"
@@ -49,7 +50,7 @@ func walkFrom(root, from, want string) string {
 		// "(prune | true)" holds and stops the descent; under the "!"
 		// the entry does not match either.
 		before = append(before, "path~"+pred.Quote(childrenOf(dir))+" & name<"+pred.Quote(name)+" & (prune | true)")
-		dir, rest = joinPath(dir, name), r
+		dir, rest = path.Join(dir, name), r
 	}
 	if len(before) == 0 {
 		return want
@@ -60,16 +61,5 @@ func walkFrom(root, from, want string) string {
 // childrenOf returns the glob of the entries directly in dir. A name is
 // never empty, and "/*" would match the root itself.
 func childrenOf(dir string) string {
-	if dir == "/" {
-		return "/?*"
-	}
-	return pred.EscapeGlob(dir) + "/?*"
-}
-
-// joinPath joins a rooted directory and a name.
-func joinPath(dir, name string) string {
-	if dir == "/" {
-		return "/" + name
-	}
-	return dir + "/" + name
+	return path.Join(pred.EscapeGlob(dir), "?*")
 }
