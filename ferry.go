@@ -117,6 +117,10 @@ type Event struct {
 	// watch that had to be rebuilt): everything at or below Path may have
 	// changed, and a cache must drop it.
 	Lost bool
+	// Ack, if not nil, must be called once the receiver no longer trusts
+	// what it holds for Path (or below it, if Lost): the change was made
+	// by another client, whose call waits for it (a callback break).
+	Ack func()
 }
 
 // Watcher reports changes to a subtree as they happen, so a cache can keep

@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -190,4 +191,65 @@ func listNames(t *testing.T, dir string) string {
 		out = append(out, e.Name())
 	}
 	return strings.Join(out, " ")
+}
+
+// TestCloseToOpen: a file closed in one mount is seen, at once and every
+// time, by an open in another mount whose link to the server is slower
+// than the writer's (so the server's watch event reaches it late): a new
+// file, a rewrite and an append, each read right after the writer's close
+// returned. The writer's close waits for the other mount's callback
+// acknowledgement.
+func TestCloseToOpen(t *testing.T) {
+	needFUSE(t)
+	srv := servertest.Start(t, "")
+	ca := srv.Client(t, "a")
+	cb := srv.ClientVia(t, "b", servertest.DelayProxy(t, srv.Addr, 5*time.Millisecond))
+	opt := Options{TTL: time.Hour}
+	a, sa := mountFS(t, ca, opt)
+	b, sb := mountFS(t, cb, opt)
+	if !waitFor(5*time.Second, func() bool { return sa.meta.leased() && sb.meta.leased() }) {
+		t.Fatal("the mounts got no watch")
+	}
+	const rounds = 40
+	stale := 0
+	for i := range rounds {
+		name := fmt.Sprintf("f%d", i)
+		// B looks first, so that it caches the name's absence.
+		if _, err := os.Stat(filepath.Join(b, name)); !os.IsNotExist(err) {
+			t.Fatalf("stat %s in b: %v", name, err)
+		}
+		want := ""
+		for step, write := range []func(p string) error{
+			func(p string) error { return os.WriteFile(p, []byte("new "+name), 0o644) },
+			func(p string) error { return os.WriteFile(p, []byte("rewritten "+name), 0o644) },
+			func(p string) error {
+				f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
+				if err != nil {
+					return err
+				}
+				f.WriteString(" appended")
+				return f.Close()
+			},
+		} {
+			if err := write(filepath.Join(a, name)); err != nil {
+				t.Fatal(err)
+			}
+			want, _ = readFileErr(filepath.Join(a, name))
+			got, err := readFileErr(filepath.Join(b, name))
+			if got != want {
+				stale++
+				t.Errorf("round %d step %d: b read %q (%v) right after a's close, want %q", i, step, got, err, want)
+			}
+			// B caches this version before the next step changes it.
+			readFileErr(filepath.Join(b, name))
+		}
+	}
+	if stale > 0 {
+		t.Errorf("%d of %d opens after another mount's close were stale", stale, 3*rounds)
+	}
+}
+
+func readFileErr(p string) (string, error) {
+	b, err := os.ReadFile(p)
+	return string(b), err
 }

@@ -12,8 +12,12 @@
 //     watch on the mounted path for the life of the mount. While it lasts
 //     the cache is trusted and the kernel is given long timeouts; each event
 //     drops the entry it names (and its parent's listing) here and in the
-//     kernel, through go-fuse's notify calls. Without a watch nothing is
-//     trusted for longer than Options.TTL, and an open asks the server.
+//     kernel, through go-fuse's notify calls. A change another client made
+//     through the server comes as a callback break, acknowledged once the
+//     drop is done: that client's call waits for it, so an open here after
+//     its close returned sees the change (see dropBroken). Without a watch
+//     nothing is trusted for longer than Options.TTL, and an open asks the
+//     server.
 //   - Writes. A file open for writing is buffered in a local temporary file
 //     shared by all its open descriptors and sent with one whole-file,
 //     atomic Put (ferry.Whole) when a descriptor is closed (flush) or

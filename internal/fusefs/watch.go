@@ -36,7 +36,18 @@ func (s *Server) watch(ctx context.Context, firstLease chan struct{}) {
 		leased := false
 		for ev := range st.All() {
 			p, err := ferry.CleanPath(ev.Path)
-			if err != nil || !ferry.HasPrefix(p, root) {
+			if err != nil || !ferry.HasPrefix(p, root) && !(ev.Lost && ferry.HasPrefix(root, p)) {
+				if ev.Ack != nil {
+					ev.Ack()
+				}
+				continue
+			}
+			if ev.Ack != nil {
+				if !ferry.HasPrefix(p, root) {
+					p = root // A change above the root: all of it is in doubt.
+				}
+				s.dropBroken(ctx, p, ev.Lost)
+				ev.Ack()
 				continue
 			}
 			if ev.Lost {
@@ -83,6 +94,43 @@ func (s *Server) watch(ctx context.Context, firstLease chan struct{}) {
 			return
 		}
 		backoff = min(2*backoff, time.Minute)
+	}
+}
+
+// notifyWait bounds how long a callback break waits for the kernel to drop
+// its entries before it is acknowledged. The kernel takes the directory's
+// lock for that, and this mount's own create or rename in that directory
+// may hold it while it waits on the server for the other client's
+// acknowledgement of a break of ours: each would wait out the other's
+// lease. After notifyWait the break is acknowledged with the drop still
+// under way; what this mount had not cached stays correct, and the
+// kernel's entry for the one path shows late.
+const notifyWait = time.Second
+
+// dropBroken drops p (with tree, everything below it too) here and in the
+// kernel, for a callback break: another client changed it through the
+// server, and that client's call waits until this returns.
+func (s *Server) dropBroken(ctx context.Context, p string, tree bool) {
+	if tree {
+		s.meta.invalidateAll(p)
+	} else {
+		s.meta.invalidate(p)
+	}
+	in := s.inode(p)
+	dir := in != nil && in.IsDir()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		// A directory's entry is kept until the server says it is gone.
+		s.notify(p, tree, !dir)
+	}()
+	select {
+	case <-done:
+	case <-time.After(notifyWait):
+		s.log.Debug("the kernel held a callback break's drop; acknowledged it meanwhile", "path", p)
+	}
+	if dir {
+		go s.check(ctx, p)
 	}
 }
 

@@ -27,6 +27,17 @@
 //   - Watch(PathReq) streams a WatchEvent for each change at or below the
 //     path, starting with a lost event once the watch is in place; the open
 //     stream is the client's lease on what it caches of that subtree.
+//   - Lease(stream LeaseMsg) is a Watch that keeps close-to-open between
+//     clients (internal/callback): the client names the path in its first
+//     LeaseMsg; the server's first WatchEvent gives lease_ms. The client
+//     renews every third of that (LeaseMsg.renew) and trusts its cache
+//     until lease_ms after sending the last renewal granted
+//     (WatchEvent.renewed). A change another client makes through the
+//     server reaches it as a WatchEvent with brk set, before the writer's
+//     call returns; the writer's call waits until the client's LeaseMsg
+//     with that ack arrives, or the lease runs out (renewals are not
+//     granted while a break waits). Calls carry the client's session in
+//     the ferry-session header, so a writer is not sent its own changes.
 //   - Chunks (internal/chunk: FastCDC, 2/8/64 KiB, BLAKE3) send only what
 //     the other side lacks. Both sides must cut alike, so requests carry
 //     chunk_version and a server of another scheme refuses with
@@ -132,3 +143,7 @@ const MaxRefs = 1024
 // KindInvalid errors of the chunk calls are about the request, not the
 // server.
 const NoChunksOp = "server.chunks"
+
+// SessionHeader carries a client's session in every call, so that the
+// changes it makes break only the other clients' leases (Lease).
+const SessionHeader = "ferry-session"

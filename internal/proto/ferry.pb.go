@@ -911,11 +911,23 @@ func (x *FindBatch) GetEntries() []*FindReply {
 	return nil
 }
 
-// WatchEvent is one ferry.Event.
+// WatchEvent is one ferry.Event, or on a Lease stream a message about the
+// lease itself.
 type WatchEvent struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Lost          bool                   `protobuf:"varint,2,opt,name=lost,proto3" json:"lost,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Lost  bool                   `protobuf:"varint,2,opt,name=lost,proto3" json:"lost,omitempty"`
+	// brk, if not 0, numbers a callback break: a change made through the
+	// server by another client, whose writer waits until the client sends
+	// a LeaseMsg with this ack.
+	Brk uint64 `protobuf:"varint,3,opt,name=brk,proto3" json:"brk,omitempty"`
+	// lease_ms, in a Lease stream's first message, is how long a renewal
+	// holds: the client trusts its cache until lease_ms after it sent the
+	// last renewal the server granted.
+	LeaseMs int64 `protobuf:"varint,4,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
+	// renewed grants the renewal LeaseMsg.renew of that number. A renewal
+	// is not granted while a break is unacknowledged.
+	Renewed       uint64 `protobuf:"varint,5,opt,name=renewed,proto3" json:"renewed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -964,6 +976,91 @@ func (x *WatchEvent) GetLost() bool {
 	return false
 }
 
+func (x *WatchEvent) GetBrk() uint64 {
+	if x != nil {
+		return x.Brk
+	}
+	return 0
+}
+
+func (x *WatchEvent) GetLeaseMs() int64 {
+	if x != nil {
+		return x.LeaseMs
+	}
+	return 0
+}
+
+func (x *WatchEvent) GetRenewed() uint64 {
+	if x != nil {
+		return x.Renewed
+	}
+	return 0
+}
+
+// LeaseMsg is a client's message on a Lease stream. The first names the
+// path watched; then acks and renewals follow. A client that half-closes
+// its side gives its lease up at once; a stream that breaks holds it until
+// it runs out.
+type LeaseMsg struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Ack           uint64                 `protobuf:"varint,2,opt,name=ack,proto3" json:"ack,omitempty"`
+	Renew         uint64                 `protobuf:"varint,3,opt,name=renew,proto3" json:"renew,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *LeaseMsg) Reset() {
+	*x = LeaseMsg{}
+	mi := &file_ferry_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *LeaseMsg) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*LeaseMsg) ProtoMessage() {}
+
+func (x *LeaseMsg) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use LeaseMsg.ProtoReflect.Descriptor instead.
+func (*LeaseMsg) Descriptor() ([]byte, []int) {
+	return file_ferry_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *LeaseMsg) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *LeaseMsg) GetAck() uint64 {
+	if x != nil {
+		return x.Ack
+	}
+	return 0
+}
+
+func (x *LeaseMsg) GetRenew() uint64 {
+	if x != nil {
+		return x.Renew
+	}
+	return 0
+}
+
 // ChunkListReq asks for the chunk list of the file at path, cut with the
 // chunking scheme chunk_version (internal/chunk.Version).
 type ChunkListReq struct {
@@ -982,7 +1079,7 @@ type ChunkListReq struct {
 
 func (x *ChunkListReq) Reset() {
 	*x = ChunkListReq{}
-	mi := &file_ferry_proto_msgTypes[16]
+	mi := &file_ferry_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -994,7 +1091,7 @@ func (x *ChunkListReq) String() string {
 func (*ChunkListReq) ProtoMessage() {}
 
 func (x *ChunkListReq) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[16]
+	mi := &file_ferry_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1007,7 +1104,7 @@ func (x *ChunkListReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkListReq.ProtoReflect.Descriptor instead.
 func (*ChunkListReq) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{16}
+	return file_ferry_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ChunkListReq) GetPath() string {
@@ -1050,7 +1147,7 @@ type ChunkRefs struct {
 
 func (x *ChunkRefs) Reset() {
 	*x = ChunkRefs{}
-	mi := &file_ferry_proto_msgTypes[17]
+	mi := &file_ferry_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1062,7 +1159,7 @@ func (x *ChunkRefs) String() string {
 func (*ChunkRefs) ProtoMessage() {}
 
 func (x *ChunkRefs) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[17]
+	mi := &file_ferry_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1075,7 +1172,7 @@ func (x *ChunkRefs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkRefs.ProtoReflect.Descriptor instead.
 func (*ChunkRefs) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{17}
+	return file_ferry_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ChunkRefs) GetHashes() []byte {
@@ -1111,7 +1208,7 @@ type ChunkListReply struct {
 
 func (x *ChunkListReply) Reset() {
 	*x = ChunkListReply{}
-	mi := &file_ferry_proto_msgTypes[18]
+	mi := &file_ferry_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1123,7 +1220,7 @@ func (x *ChunkListReply) String() string {
 func (*ChunkListReply) ProtoMessage() {}
 
 func (x *ChunkListReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[18]
+	mi := &file_ferry_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1136,7 +1233,7 @@ func (x *ChunkListReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkListReply.ProtoReflect.Descriptor instead.
 func (*ChunkListReply) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{18}
+	return file_ferry_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ChunkListReply) GetDir() *Dir {
@@ -1196,7 +1293,7 @@ type ChunkReq struct {
 
 func (x *ChunkReq) Reset() {
 	*x = ChunkReq{}
-	mi := &file_ferry_proto_msgTypes[19]
+	mi := &file_ferry_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1305,7 @@ func (x *ChunkReq) String() string {
 func (*ChunkReq) ProtoMessage() {}
 
 func (x *ChunkReq) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[19]
+	mi := &file_ferry_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1318,7 @@ func (x *ChunkReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkReq.ProtoReflect.Descriptor instead.
 func (*ChunkReq) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{19}
+	return file_ferry_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ChunkReq) GetPath() string {
@@ -1261,7 +1358,7 @@ type ChunkData struct {
 
 func (x *ChunkData) Reset() {
 	*x = ChunkData{}
-	mi := &file_ferry_proto_msgTypes[20]
+	mi := &file_ferry_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1273,7 +1370,7 @@ func (x *ChunkData) String() string {
 func (*ChunkData) ProtoMessage() {}
 
 func (x *ChunkData) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[20]
+	mi := &file_ferry_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1286,7 +1383,7 @@ func (x *ChunkData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkData.ProtoReflect.Descriptor instead.
 func (*ChunkData) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{20}
+	return file_ferry_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ChunkData) GetHash() []byte {
@@ -1362,7 +1459,7 @@ type ChunkPutMsg struct {
 
 func (x *ChunkPutMsg) Reset() {
 	*x = ChunkPutMsg{}
-	mi := &file_ferry_proto_msgTypes[21]
+	mi := &file_ferry_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1374,7 +1471,7 @@ func (x *ChunkPutMsg) String() string {
 func (*ChunkPutMsg) ProtoMessage() {}
 
 func (x *ChunkPutMsg) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[21]
+	mi := &file_ferry_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1387,7 +1484,7 @@ func (x *ChunkPutMsg) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkPutMsg.ProtoReflect.Descriptor instead.
 func (*ChunkPutMsg) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{21}
+	return file_ferry_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ChunkPutMsg) GetPath() string {
@@ -1519,7 +1616,7 @@ type ChunkPutReply struct {
 
 func (x *ChunkPutReply) Reset() {
 	*x = ChunkPutReply{}
-	mi := &file_ferry_proto_msgTypes[22]
+	mi := &file_ferry_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1531,7 +1628,7 @@ func (x *ChunkPutReply) String() string {
 func (*ChunkPutReply) ProtoMessage() {}
 
 func (x *ChunkPutReply) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[22]
+	mi := &file_ferry_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1544,7 +1641,7 @@ func (x *ChunkPutReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkPutReply.ProtoReflect.Descriptor instead.
 func (*ChunkPutReply) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{22}
+	return file_ferry_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ChunkPutReply) GetNeed() []uint32 {
@@ -1633,7 +1730,7 @@ type ChunkPutBatch struct {
 
 func (x *ChunkPutBatch) Reset() {
 	*x = ChunkPutBatch{}
-	mi := &file_ferry_proto_msgTypes[23]
+	mi := &file_ferry_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1645,7 +1742,7 @@ func (x *ChunkPutBatch) String() string {
 func (*ChunkPutBatch) ProtoMessage() {}
 
 func (x *ChunkPutBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[23]
+	mi := &file_ferry_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1658,7 +1755,7 @@ func (x *ChunkPutBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkPutBatch.ProtoReflect.Descriptor instead.
 func (*ChunkPutBatch) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{23}
+	return file_ferry_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ChunkPutBatch) GetBatch() []byte {
@@ -1705,7 +1802,7 @@ type ChunkPutMsgs struct {
 
 func (x *ChunkPutMsgs) Reset() {
 	*x = ChunkPutMsgs{}
-	mi := &file_ferry_proto_msgTypes[24]
+	mi := &file_ferry_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +1814,7 @@ func (x *ChunkPutMsgs) String() string {
 func (*ChunkPutMsgs) ProtoMessage() {}
 
 func (x *ChunkPutMsgs) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[24]
+	mi := &file_ferry_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +1827,7 @@ func (x *ChunkPutMsgs) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkPutMsgs.ProtoReflect.Descriptor instead.
 func (*ChunkPutMsgs) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{24}
+	return file_ferry_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ChunkPutMsgs) GetMsgs() []*ChunkPutMsg {
@@ -1749,7 +1846,7 @@ type ChunkPutReplies struct {
 
 func (x *ChunkPutReplies) Reset() {
 	*x = ChunkPutReplies{}
-	mi := &file_ferry_proto_msgTypes[25]
+	mi := &file_ferry_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1761,7 +1858,7 @@ func (x *ChunkPutReplies) String() string {
 func (*ChunkPutReplies) ProtoMessage() {}
 
 func (x *ChunkPutReplies) ProtoReflect() protoreflect.Message {
-	mi := &file_ferry_proto_msgTypes[25]
+	mi := &file_ferry_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1774,7 +1871,7 @@ func (x *ChunkPutReplies) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ChunkPutReplies.ProtoReflect.Descriptor instead.
 func (*ChunkPutReplies) Descriptor() ([]byte, []int) {
-	return file_ferry_proto_rawDescGZIP(), []int{25}
+	return file_ferry_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ChunkPutReplies) GetReplies() []*ChunkPutReply {
@@ -1847,11 +1944,18 @@ const file_ferry_proto_rawDesc = "" +
 	"\x05batch\x18\x04 \x01(\fR\x05batch\x12\x12\n" +
 	"\x04zstd\x18\x05 \x01(\bR\x04zstd\":\n" +
 	"\tFindBatch\x12-\n" +
-	"\aentries\x18\x01 \x03(\v2\x13.ferry.v1.FindReplyR\aentries\"4\n" +
+	"\aentries\x18\x01 \x03(\v2\x13.ferry.v1.FindReplyR\aentries\"{\n" +
 	"\n" +
 	"WatchEvent\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
-	"\x04lost\x18\x02 \x01(\bR\x04lost\"z\n" +
+	"\x04lost\x18\x02 \x01(\bR\x04lost\x12\x10\n" +
+	"\x03brk\x18\x03 \x01(\x04R\x03brk\x12\x19\n" +
+	"\blease_ms\x18\x04 \x01(\x03R\aleaseMs\x12\x18\n" +
+	"\arenewed\x18\x05 \x01(\x04R\arenewed\"F\n" +
+	"\bLeaseMsg\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x10\n" +
+	"\x03ack\x18\x02 \x01(\x04R\x03ack\x12\x14\n" +
+	"\x05renew\x18\x03 \x01(\x04R\x05renew\"z\n" +
 	"\fChunkListReq\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12#\n" +
 	"\rchunk_version\x18\x02 \x01(\x05R\fchunkVersion\x12\x1d\n" +
@@ -1912,7 +2016,7 @@ const file_ferry_proto_rawDesc = "" +
 	"\fChunkPutMsgs\x12)\n" +
 	"\x04msgs\x18\x01 \x03(\v2\x15.ferry.v1.ChunkPutMsgR\x04msgs\"D\n" +
 	"\x0fChunkPutReplies\x121\n" +
-	"\areplies\x18\x01 \x03(\v2\x17.ferry.v1.ChunkPutReplyR\areplies2\xd9\x06\n" +
+	"\areplies\x18\x01 \x03(\v2\x17.ferry.v1.ChunkPutReplyR\areplies2\x90\a\n" +
 	"\x05Ferry\x12-\n" +
 	"\x04Stat\x12\x11.ferry.v1.PathReq\x1a\x12.ferry.v1.DirReply\x12)\n" +
 	"\x03Get\x12\x10.ferry.v1.GetReq\x1a\x0e.ferry.v1.Data0\x01\x12-\n" +
@@ -1924,7 +2028,8 @@ const file_ferry_proto_rawDesc = "" +
 	"\x05Wstat\x12\x12.ferry.v1.WstatReq\x1a\x12.ferry.v1.DirReply\x120\n" +
 	"\x04Find\x12\x11.ferry.v1.FindReq\x1a\x13.ferry.v1.FindReply0\x01\x123\n" +
 	"\aFindGet\x12\x11.ferry.v1.FindReq\x1a\x13.ferry.v1.FindReply0\x01\x122\n" +
-	"\x05Watch\x12\x11.ferry.v1.PathReq\x1a\x14.ferry.v1.WatchEvent0\x01\x127\n" +
+	"\x05Watch\x12\x11.ferry.v1.PathReq\x1a\x14.ferry.v1.WatchEvent0\x01\x125\n" +
+	"\x05Lease\x12\x12.ferry.v1.LeaseMsg\x1a\x14.ferry.v1.WatchEvent(\x010\x01\x127\n" +
 	"\tPutStatus\x12\x13.ferry.v1.UploadReq\x1a\x15.ferry.v1.UploadReply\x12?\n" +
 	"\tChunkList\x12\x16.ferry.v1.ChunkListReq\x1a\x18.ferry.v1.ChunkListReply0\x01\x129\n" +
 	"\n" +
@@ -1945,7 +2050,7 @@ func file_ferry_proto_rawDescGZIP() []byte {
 	return file_ferry_proto_rawDescData
 }
 
-var file_ferry_proto_msgTypes = make([]protoimpl.MessageInfo, 27)
+var file_ferry_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_ferry_proto_goTypes = []any{
 	(*Dir)(nil),             // 0: ferry.v1.Dir
 	(*Error)(nil),           // 1: ferry.v1.Error
@@ -1963,20 +2068,21 @@ var file_ferry_proto_goTypes = []any{
 	(*FindReply)(nil),       // 13: ferry.v1.FindReply
 	(*FindBatch)(nil),       // 14: ferry.v1.FindBatch
 	(*WatchEvent)(nil),      // 15: ferry.v1.WatchEvent
-	(*ChunkListReq)(nil),    // 16: ferry.v1.ChunkListReq
-	(*ChunkRefs)(nil),       // 17: ferry.v1.ChunkRefs
-	(*ChunkListReply)(nil),  // 18: ferry.v1.ChunkListReply
-	(*ChunkReq)(nil),        // 19: ferry.v1.ChunkReq
-	(*ChunkData)(nil),       // 20: ferry.v1.ChunkData
-	(*ChunkPutMsg)(nil),     // 21: ferry.v1.ChunkPutMsg
-	(*ChunkPutReply)(nil),   // 22: ferry.v1.ChunkPutReply
-	(*ChunkPutBatch)(nil),   // 23: ferry.v1.ChunkPutBatch
-	(*ChunkPutMsgs)(nil),    // 24: ferry.v1.ChunkPutMsgs
-	(*ChunkPutReplies)(nil), // 25: ferry.v1.ChunkPutReplies
-	nil,                     // 26: ferry.v1.Dir.AttrsEntry
+	(*LeaseMsg)(nil),        // 16: ferry.v1.LeaseMsg
+	(*ChunkListReq)(nil),    // 17: ferry.v1.ChunkListReq
+	(*ChunkRefs)(nil),       // 18: ferry.v1.ChunkRefs
+	(*ChunkListReply)(nil),  // 19: ferry.v1.ChunkListReply
+	(*ChunkReq)(nil),        // 20: ferry.v1.ChunkReq
+	(*ChunkData)(nil),       // 21: ferry.v1.ChunkData
+	(*ChunkPutMsg)(nil),     // 22: ferry.v1.ChunkPutMsg
+	(*ChunkPutReply)(nil),   // 23: ferry.v1.ChunkPutReply
+	(*ChunkPutBatch)(nil),   // 24: ferry.v1.ChunkPutBatch
+	(*ChunkPutMsgs)(nil),    // 25: ferry.v1.ChunkPutMsgs
+	(*ChunkPutReplies)(nil), // 26: ferry.v1.ChunkPutReplies
+	nil,                     // 27: ferry.v1.Dir.AttrsEntry
 }
 var file_ferry_proto_depIdxs = []int32{
-	26, // 0: ferry.v1.Dir.attrs:type_name -> ferry.v1.Dir.AttrsEntry
+	27, // 0: ferry.v1.Dir.attrs:type_name -> ferry.v1.Dir.AttrsEntry
 	0,  // 1: ferry.v1.DirReply.dir:type_name -> ferry.v1.Dir
 	0,  // 2: ferry.v1.PutMsg.dir:type_name -> ferry.v1.Dir
 	0,  // 3: ferry.v1.UploadReply.committed:type_name -> ferry.v1.Dir
@@ -1985,14 +2091,14 @@ var file_ferry_proto_depIdxs = []int32{
 	1,  // 6: ferry.v1.FindReply.err:type_name -> ferry.v1.Error
 	13, // 7: ferry.v1.FindBatch.entries:type_name -> ferry.v1.FindReply
 	0,  // 8: ferry.v1.ChunkListReply.dir:type_name -> ferry.v1.Dir
-	17, // 9: ferry.v1.ChunkListReply.refs:type_name -> ferry.v1.ChunkRefs
+	18, // 9: ferry.v1.ChunkListReply.refs:type_name -> ferry.v1.ChunkRefs
 	0,  // 10: ferry.v1.ChunkPutMsg.dir:type_name -> ferry.v1.Dir
-	17, // 11: ferry.v1.ChunkPutMsg.refs:type_name -> ferry.v1.ChunkRefs
-	17, // 12: ferry.v1.ChunkPutMsg.fine:type_name -> ferry.v1.ChunkRefs
+	18, // 11: ferry.v1.ChunkPutMsg.refs:type_name -> ferry.v1.ChunkRefs
+	18, // 12: ferry.v1.ChunkPutMsg.fine:type_name -> ferry.v1.ChunkRefs
 	0,  // 13: ferry.v1.ChunkPutReply.dir:type_name -> ferry.v1.Dir
 	1,  // 14: ferry.v1.ChunkPutReply.err:type_name -> ferry.v1.Error
-	21, // 15: ferry.v1.ChunkPutMsgs.msgs:type_name -> ferry.v1.ChunkPutMsg
-	22, // 16: ferry.v1.ChunkPutReplies.replies:type_name -> ferry.v1.ChunkPutReply
+	22, // 15: ferry.v1.ChunkPutMsgs.msgs:type_name -> ferry.v1.ChunkPutMsg
+	23, // 16: ferry.v1.ChunkPutReplies.replies:type_name -> ferry.v1.ChunkPutReply
 	3,  // 17: ferry.v1.Ferry.Stat:input_type -> ferry.v1.PathReq
 	5,  // 18: ferry.v1.Ferry.Get:input_type -> ferry.v1.GetReq
 	7,  // 19: ferry.v1.Ferry.Put:input_type -> ferry.v1.PutMsg
@@ -2004,29 +2110,31 @@ var file_ferry_proto_depIdxs = []int32{
 	12, // 25: ferry.v1.Ferry.Find:input_type -> ferry.v1.FindReq
 	12, // 26: ferry.v1.Ferry.FindGet:input_type -> ferry.v1.FindReq
 	3,  // 27: ferry.v1.Ferry.Watch:input_type -> ferry.v1.PathReq
-	8,  // 28: ferry.v1.Ferry.PutStatus:input_type -> ferry.v1.UploadReq
-	16, // 29: ferry.v1.Ferry.ChunkList:input_type -> ferry.v1.ChunkListReq
-	19, // 30: ferry.v1.Ferry.ReadChunks:input_type -> ferry.v1.ChunkReq
-	21, // 31: ferry.v1.Ferry.PutChunked:input_type -> ferry.v1.ChunkPutMsg
-	23, // 32: ferry.v1.Ferry.PutChunkedBatch:input_type -> ferry.v1.ChunkPutBatch
-	4,  // 33: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
-	6,  // 34: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
-	4,  // 35: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
-	4,  // 36: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
-	4,  // 37: ferry.v1.Ferry.Link:output_type -> ferry.v1.DirReply
-	2,  // 38: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
-	2,  // 39: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
-	4,  // 40: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
-	13, // 41: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
-	13, // 42: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
-	15, // 43: ferry.v1.Ferry.Watch:output_type -> ferry.v1.WatchEvent
-	9,  // 44: ferry.v1.Ferry.PutStatus:output_type -> ferry.v1.UploadReply
-	18, // 45: ferry.v1.Ferry.ChunkList:output_type -> ferry.v1.ChunkListReply
-	20, // 46: ferry.v1.Ferry.ReadChunks:output_type -> ferry.v1.ChunkData
-	22, // 47: ferry.v1.Ferry.PutChunked:output_type -> ferry.v1.ChunkPutReply
-	23, // 48: ferry.v1.Ferry.PutChunkedBatch:output_type -> ferry.v1.ChunkPutBatch
-	33, // [33:49] is the sub-list for method output_type
-	17, // [17:33] is the sub-list for method input_type
+	16, // 28: ferry.v1.Ferry.Lease:input_type -> ferry.v1.LeaseMsg
+	8,  // 29: ferry.v1.Ferry.PutStatus:input_type -> ferry.v1.UploadReq
+	17, // 30: ferry.v1.Ferry.ChunkList:input_type -> ferry.v1.ChunkListReq
+	20, // 31: ferry.v1.Ferry.ReadChunks:input_type -> ferry.v1.ChunkReq
+	22, // 32: ferry.v1.Ferry.PutChunked:input_type -> ferry.v1.ChunkPutMsg
+	24, // 33: ferry.v1.Ferry.PutChunkedBatch:input_type -> ferry.v1.ChunkPutBatch
+	4,  // 34: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
+	6,  // 35: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
+	4,  // 36: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
+	4,  // 37: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
+	4,  // 38: ferry.v1.Ferry.Link:output_type -> ferry.v1.DirReply
+	2,  // 39: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
+	2,  // 40: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
+	4,  // 41: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
+	13, // 42: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
+	13, // 43: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
+	15, // 44: ferry.v1.Ferry.Watch:output_type -> ferry.v1.WatchEvent
+	15, // 45: ferry.v1.Ferry.Lease:output_type -> ferry.v1.WatchEvent
+	9,  // 46: ferry.v1.Ferry.PutStatus:output_type -> ferry.v1.UploadReply
+	19, // 47: ferry.v1.Ferry.ChunkList:output_type -> ferry.v1.ChunkListReply
+	21, // 48: ferry.v1.Ferry.ReadChunks:output_type -> ferry.v1.ChunkData
+	23, // 49: ferry.v1.Ferry.PutChunked:output_type -> ferry.v1.ChunkPutReply
+	24, // 50: ferry.v1.Ferry.PutChunkedBatch:output_type -> ferry.v1.ChunkPutBatch
+	34, // [34:51] is the sub-list for method output_type
+	17, // [17:34] is the sub-list for method input_type
 	17, // [17:17] is the sub-list for extension type_name
 	17, // [17:17] is the sub-list for extension extendee
 	0,  // [0:17] is the sub-list for field type_name
@@ -2043,7 +2151,7 @@ func file_ferry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_proto_rawDesc), len(file_ferry_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   27,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

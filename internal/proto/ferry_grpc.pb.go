@@ -32,6 +32,7 @@ const (
 	Ferry_Find_FullMethodName            = "/ferry.v1.Ferry/Find"
 	Ferry_FindGet_FullMethodName         = "/ferry.v1.Ferry/FindGet"
 	Ferry_Watch_FullMethodName           = "/ferry.v1.Ferry/Watch"
+	Ferry_Lease_FullMethodName           = "/ferry.v1.Ferry/Lease"
 	Ferry_PutStatus_FullMethodName       = "/ferry.v1.Ferry/PutStatus"
 	Ferry_ChunkList_FullMethodName       = "/ferry.v1.Ferry/ChunkList"
 	Ferry_ReadChunks_FullMethodName      = "/ferry.v1.Ferry/ReadChunks"
@@ -57,6 +58,11 @@ type FerryClient interface {
 	Find(ctx context.Context, in *FindReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FindReply], error)
 	FindGet(ctx context.Context, in *FindReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FindReply], error)
 	Watch(ctx context.Context, in *PathReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchEvent], error)
+	// Lease is a Watch that is also the client's lease on what it caches:
+	// see doc.go and LeaseMsg. A change made through the server is answered
+	// only once every other client holding a lease on its path has
+	// acknowledged the event (a callback break), or its lease has run out.
+	Lease(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[LeaseMsg, WatchEvent], error)
 	PutStatus(ctx context.Context, in *UploadReq, opts ...grpc.CallOption) (*UploadReply, error)
 	// Content-defined chunks: see doc.go.
 	ChunkList(ctx context.Context, in *ChunkListReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ChunkListReply], error)
@@ -224,6 +230,19 @@ func (c *ferryClient) Watch(ctx context.Context, in *PathReq, opts ...grpc.CallO
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Ferry_WatchClient = grpc.ServerStreamingClient[WatchEvent]
 
+func (c *ferryClient) Lease(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[LeaseMsg, WatchEvent], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Ferry_ServiceDesc.Streams[5], Ferry_Lease_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[LeaseMsg, WatchEvent]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Ferry_LeaseClient = grpc.BidiStreamingClient[LeaseMsg, WatchEvent]
+
 func (c *ferryClient) PutStatus(ctx context.Context, in *UploadReq, opts ...grpc.CallOption) (*UploadReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(UploadReply)
@@ -236,7 +255,7 @@ func (c *ferryClient) PutStatus(ctx context.Context, in *UploadReq, opts ...grpc
 
 func (c *ferryClient) ChunkList(ctx context.Context, in *ChunkListReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ChunkListReply], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Ferry_ServiceDesc.Streams[5], Ferry_ChunkList_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Ferry_ServiceDesc.Streams[6], Ferry_ChunkList_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -255,7 +274,7 @@ type Ferry_ChunkListClient = grpc.ServerStreamingClient[ChunkListReply]
 
 func (c *ferryClient) ReadChunks(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ChunkReq, ChunkData], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Ferry_ServiceDesc.Streams[6], Ferry_ReadChunks_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Ferry_ServiceDesc.Streams[7], Ferry_ReadChunks_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -268,7 +287,7 @@ type Ferry_ReadChunksClient = grpc.BidiStreamingClient[ChunkReq, ChunkData]
 
 func (c *ferryClient) PutChunked(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ChunkPutMsg, ChunkPutReply], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Ferry_ServiceDesc.Streams[7], Ferry_PutChunked_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Ferry_ServiceDesc.Streams[8], Ferry_PutChunked_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -281,7 +300,7 @@ type Ferry_PutChunkedClient = grpc.BidiStreamingClient[ChunkPutMsg, ChunkPutRepl
 
 func (c *ferryClient) PutChunkedBatch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ChunkPutBatch, ChunkPutBatch], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	stream, err := c.cc.NewStream(ctx, &Ferry_ServiceDesc.Streams[8], Ferry_PutChunkedBatch_FullMethodName, cOpts...)
+	stream, err := c.cc.NewStream(ctx, &Ferry_ServiceDesc.Streams[9], Ferry_PutChunkedBatch_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -310,6 +329,11 @@ type FerryServer interface {
 	Find(*FindReq, grpc.ServerStreamingServer[FindReply]) error
 	FindGet(*FindReq, grpc.ServerStreamingServer[FindReply]) error
 	Watch(*PathReq, grpc.ServerStreamingServer[WatchEvent]) error
+	// Lease is a Watch that is also the client's lease on what it caches:
+	// see doc.go and LeaseMsg. A change made through the server is answered
+	// only once every other client holding a lease on its path has
+	// acknowledged the event (a callback break), or its lease has run out.
+	Lease(grpc.BidiStreamingServer[LeaseMsg, WatchEvent]) error
 	PutStatus(context.Context, *UploadReq) (*UploadReply, error)
 	// Content-defined chunks: see doc.go.
 	ChunkList(*ChunkListReq, grpc.ServerStreamingServer[ChunkListReply]) error
@@ -360,6 +384,9 @@ func (UnimplementedFerryServer) FindGet(*FindReq, grpc.ServerStreamingServer[Fin
 }
 func (UnimplementedFerryServer) Watch(*PathReq, grpc.ServerStreamingServer[WatchEvent]) error {
 	return status.Error(codes.Unimplemented, "method Watch not implemented")
+}
+func (UnimplementedFerryServer) Lease(grpc.BidiStreamingServer[LeaseMsg, WatchEvent]) error {
+	return status.Error(codes.Unimplemented, "method Lease not implemented")
 }
 func (UnimplementedFerryServer) PutStatus(context.Context, *UploadReq) (*UploadReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method PutStatus not implemented")
@@ -556,6 +583,13 @@ func _Ferry_Watch_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Ferry_WatchServer = grpc.ServerStreamingServer[WatchEvent]
 
+func _Ferry_Lease_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(FerryServer).Lease(&grpc.GenericServerStream[LeaseMsg, WatchEvent]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Ferry_LeaseServer = grpc.BidiStreamingServer[LeaseMsg, WatchEvent]
+
 func _Ferry_PutStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(UploadReq)
 	if err := dec(in); err != nil {
@@ -667,6 +701,12 @@ var Ferry_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Watch",
 			Handler:       _Ferry_Watch_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Lease",
+			Handler:       _Ferry_Lease_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
 		},
 		{
 			StreamName:    "ChunkList",

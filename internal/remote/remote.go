@@ -204,6 +204,7 @@ func Dial(cfg Config) (*Client, error) {
 	if cfg.Token != "" {
 		opts = append(opts, grpc.WithPerRPCCredentials(token(cfg.Token)))
 	}
+	opts = append(opts, grpc.WithPerRPCCredentials(newSession()))
 	dial := cfg.Dial
 	if dial == nil {
 		dial = transport.Dial
@@ -678,30 +679,6 @@ func (c *Client) find(ctx context.Context, op, p, pred string, call findCall) *f
 				// them (with their entries) as their wire bytes.
 				c.traffic.getBytes.Add(data)
 				c.traffic.getWire.Add(int64(len(m.Batch) + len(m.Data)))
-			}
-		}
-	})
-}
-
-// Watch implements ferry.Watcher. The stream ends with an error when the
-// connection breaks (keepalives notice a dead link within about 30 s).
-func (c *Client) Watch(ctx context.Context, p string) *ferry.Stream[ferry.Event] {
-	const op = "remote.Watch"
-	return ferry.NewStream(ctx, func(ctx context.Context, send func(ferry.Event) error) error {
-		st, err := c.c.Watch(ctx, &proto.PathReq{Path: p})
-		if err != nil {
-			return c.fail(op, p, err)
-		}
-		for {
-			m, err := st.Recv()
-			if err == io.EOF {
-				return ferry.E(op, p, ferry.KindUnavailable, "the server ended the watch")
-			}
-			if err != nil {
-				return c.fail(op, p, err)
-			}
-			if err := send(ferry.Event{Path: m.Path, Lost: m.Lost}); err != nil {
-				return err
 			}
 		}
 	})

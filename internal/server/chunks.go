@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/callback"
 	"github.com/ferryfs/ferry/internal/chunk"
 	"github.com/ferryfs/ferry/internal/chunked"
 	"github.com/ferryfs/ferry/internal/proto"
@@ -309,7 +310,7 @@ func (h *handler) putChunked(st putStream) error {
 		}
 		if u.Complete() {
 			d, err := u.Commit()
-			if err != nil {
+			if err = h.changed(st.Context(), err, callback.Change{Path: first.Path}); err != nil {
 				return err
 			}
 			return st.Send(&proto.ChunkPutReply{Dir: proto.FromDir(d), NeedEnd: true, ZstdOk: h.s.zstd})

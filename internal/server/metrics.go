@@ -37,13 +37,17 @@ var (
 	descTrashFiles = prometheus.NewDesc("ferry_trash_files", "Replaced and removed files kept for their chunks.", nil, nil)
 	descTrashBytes = prometheus.NewDesc("ferry_trash_bytes", "Bytes of the files kept in the trash.", nil, nil)
 	descIxDone     = prometheus.NewDesc("ferry_chunk_index_indexed_total", "Files chunked and indexed.", nil, nil)
+	descLeases     = prometheus.NewDesc("ferry_leases", "Clients' leases held (watches that break).", nil, nil)
+	descBreaks     = prometheus.NewDesc("ferry_breaks_total", "Callback breaks sent to clients.", nil, nil)
+	descBreakWaits = prometheus.NewDesc("ferry_break_waits_total", "Changes answered only after other clients acknowledged breaks.", nil, nil)
+	descBreakTime  = prometheus.NewDesc("ferry_break_wait_seconds_total", "Time changes waited for other clients' acknowledgements.", nil, nil)
 	descIxLook     = prometheus.NewDesc("ferry_chunk_index_lookups_total", "Chunk reads through the index, by result (hit, miss, stale).", []string{"result"}, nil)
 )
 
 func (collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCalls, descErrors, descBytes, descRAHeld, descRACanc, descRAStreams, descRAOrphan,
 		descConnRA, descConnRAT, descConnRTT, descConnBW, descConnTx, descConnRx, descConnRe, descConnCC,
-		descZstd, descZSkip, descIxSize, descIxMax, descIxFiles, descIxDone, descIxLook, descTrashFiles, descTrashBytes} {
+		descZstd, descZSkip, descIxSize, descIxMax, descIxFiles, descIxDone, descIxLook, descTrashFiles, descTrashBytes, descLeases, descBreaks, descBreakWaits, descBreakTime} {
 		ch <- d
 	}
 }
@@ -61,6 +65,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRACanc, prometheus.CounterValue, float64(s.cancelledReads.Load()))
 	ch <- prometheus.MustNewConstMetric(descRAStreams, prometheus.GaugeValue, float64(ra.streams))
 	ch <- prometheus.MustNewConstMetric(descRAOrphan, prometheus.GaugeValue, float64(ra.orphaned))
+	waits, waitTime := s.leases.Waits()
+	ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(s.leases.Holders()))
+	ch <- prometheus.MustNewConstMetric(descBreaks, prometheus.CounterValue, float64(s.leases.Breaks()))
+	ch <- prometheus.MustNewConstMetric(descBreakWaits, prometheus.CounterValue, float64(waits))
+	ch <- prometheus.MustNewConstMetric(descBreakTime, prometheus.CounterValue, waitTime.Seconds())
 	z := s.zip.Stats()
 	ch <- prometheus.MustNewConstMetric(descZstd, prometheus.CounterValue, float64(z.In), "in")
 	ch <- prometheus.MustNewConstMetric(descZstd, prometheus.CounterValue, float64(z.Out), "out")

@@ -36,6 +36,7 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/auth"
+	"github.com/ferryfs/ferry/internal/callback"
 	"github.com/ferryfs/ferry/internal/ctl"
 	"github.com/ferryfs/ferry/internal/proto"
 	"github.com/ferryfs/ferry/internal/transport"
@@ -74,6 +75,10 @@ type Config struct {
 	// NoZstd turns compression on the wire off: the server then neither
 	// compresses nor accepts compressed data, as a server that predates it.
 	NoZstd bool
+	// Lease is how long a client's lease on its cache holds without a
+	// renewal (callback.DefaultLease if 0): the longest a change waits
+	// for a client that stopped answering.
+	Lease time.Duration
 }
 
 // DefaultReadAheadBudget is the server's read-ahead memory by default.
@@ -98,6 +103,9 @@ type Server struct {
 	// uploads are the resumable uploads in progress.
 	uploads    *uploads
 	ownStaging bool
+	// leases are the clients' leases, broken by every change made
+	// through the server.
+	leases *callback.Table
 	// cancelledReads counts read-aheads stopped by a cancelled stream or
 	// a broken connection.
 	cancelledReads atomic.Int64
@@ -147,10 +155,11 @@ const (
 	opPutChunked
 	opPutBatch
 	opLink
+	opLease
 	opCount
 )
 
-var opNames = [opCount]string{"stat", "get", "put", "move", "remove", "removeall", "wstat", "find", "findget", "watch", "putstatus", "chunklist", "readchunks", "putchunked", "putbatch", "link"}
+var opNames = [opCount]string{"stat", "get", "put", "move", "remove", "removeall", "wstat", "find", "findget", "watch", "putstatus", "chunklist", "readchunks", "putchunked", "putbatch", "link", "lease"}
 
 // New returns a server for cfg.
 func New(cfg Config) (*Server, error) {
@@ -175,6 +184,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, ferry.E("server.New", cfg.StagingDir, ferry.KindIO, err)
 	}
 	s.uploads = newUploads(s.cfg.StagingDir)
+	s.leases = callback.New(cfg.Lease)
 	s.fs = ctl.New("server", cfg.FS, s)
 	tlsCfg, err := auth.ServerTLS(cfg.Key)
 	if err != nil {
@@ -396,6 +406,9 @@ func (s *Server) Status(context.Context) string {
 	fmt.Fprintf(&b, "uptime: %s\n", time.Since(s.start).Round(time.Second))
 	debug := s.cfg.Level != nil && s.cfg.Level.Level() <= slog.LevelDebug
 	fmt.Fprintf(&b, "debug: %v\n", debug)
+	waits, waitTime := s.leases.Waits()
+	fmt.Fprintf(&b, "leases: held=%d lease=%s breaks=%d waits=%d wait_time=%s\n",
+		s.leases.Holders(), s.leases.Lease(), s.leases.Breaks(), waits, waitTime.Round(time.Millisecond))
 	cs := s.connections()
 	fmt.Fprintf(&b, "connections: %d\n", len(cs))
 	for _, c := range cs {
@@ -451,6 +464,9 @@ func (s *Server) Status(context.Context) string {
 	}
 	return b.String()
 }
+
+// Leases returns the leases the server has given its clients.
+func (s *Server) Leases() *callback.Table { return s.leases }
 
 // InFlight returns how many calls the server has begun and not ended.
 func (s *Server) InFlight() int64 { return s.inFlight.Load() }
@@ -660,7 +676,7 @@ func (h *handler) Put(st grpc.ClientStreamingServer[proto.PutMsg, proto.DirReply
 		}
 	}
 	d, err := fut.Wait()
-	if err != nil {
+	if err = h.changed(ctx, err, callback.Change{Path: first.Path}); err != nil {
 		return h.done(opPut, err)
 	}
 	return h.done(opPut, st.SendAndClose(proto.Reply(d, h.s.zstd)))
@@ -668,26 +684,31 @@ func (h *handler) Put(st grpc.ClientStreamingServer[proto.PutMsg, proto.DirReply
 
 func (h *handler) Move(ctx context.Context, r *proto.MoveReq) (*proto.DirReply, error) {
 	d, err := h.s.fs.Move(ctx, r.From, r.To).Wait()
+	err = h.changed(ctx, err, callback.Change{Path: r.From, Tree: true}, callback.Change{Path: r.To, Tree: true})
 	return proto.Reply(d, false), h.done(opMove, err)
 }
 
 func (h *handler) Link(ctx context.Context, r *proto.MoveReq) (*proto.DirReply, error) {
 	d, err := h.s.fs.Link(ctx, r.From, r.To).Wait()
+	err = h.changed(ctx, err, callback.Change{Path: r.From}, callback.Change{Path: r.To})
 	return proto.Reply(d, false), h.done(opLink, err)
 }
 
 func (h *handler) Remove(ctx context.Context, r *proto.PathReq) (*proto.Empty, error) {
 	_, err := h.s.fs.Remove(ctx, r.Path).Wait()
+	err = h.changed(ctx, err, callback.Change{Path: r.Path})
 	return &proto.Empty{}, h.done(opRemove, err)
 }
 
 func (h *handler) RemoveAll(ctx context.Context, r *proto.PathReq) (*proto.Empty, error) {
 	_, err := h.s.fs.RemoveAll(ctx, r.Path).Wait()
+	err = h.changed(ctx, err, callback.Change{Path: r.Path, Tree: true})
 	return &proto.Empty{}, h.done(opRemoveAll, err)
 }
 
 func (h *handler) Wstat(ctx context.Context, r *proto.WstatReq) (*proto.DirReply, error) {
 	d, err := h.s.fs.Wstat(ctx, r.Path, proto.ToDir(r.Dir)).Wait()
+	err = h.changed(ctx, err, callback.Change{Path: r.Path})
 	return proto.Reply(d, false), h.done(opWstat, err)
 }
 

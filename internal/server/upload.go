@@ -12,6 +12,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/callback"
 	"github.com/ferryfs/ferry/internal/proto"
 )
 
@@ -280,6 +281,9 @@ func (h *handler) putUpload(first *proto.PutMsg, st grpc.ClientStreamingServer[p
 		return h.done(opPut, err)
 	}
 	h.s.uploads.commit(key, up, d)
+	if err := h.changed(ctx, nil, callback.Change{Path: first.Path}); err != nil {
+		return h.done(opPut, err)
+	}
 	return h.done(opPut, st.SendAndClose(proto.Reply(d, h.s.zstd)))
 }
 

@@ -1,0 +1,277 @@
+// Package callback keeps close-to-open between the clients of one server:
+// a change is acknowledged to its writer only once every other client that
+// may cache the changed path has acknowledged that it dropped it (the
+// callback break of AFS and Coda), or that client's lease has run out.
+//
+// A client holds a lease over a subtree for as long as it renews it. The
+// server's view of a lease runs from when it received a renewal; the
+// client's from when it sent it, so the client stops trusting its cache no
+// later than the server stops waiting for it. While a break waits for its
+// acknowledgement, renewals are not granted: a client that cannot
+// acknowledge loses its lease, and the writer waits at most one lease.
+package callback
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/ferryfs/ferry"
+)
+
+// DefaultLease is how long a renewal holds unless the server says
+// otherwise: long enough that a renewal every third of it survives a few
+// lost packets, short enough that a writer waits only that long for a
+// client that vanished without a word.
+const DefaultLease = 10 * time.Second
+
+// Table records the leases a server has given.
+type Table struct {
+	lease time.Duration
+	now   func() time.Time
+
+	mu      sync.Mutex
+	holders map[*Holder]struct{}
+	seq     uint64 // The last break's number; also how many were sent.
+	// waited and waitTime count the changes that waited for breaks and
+	// the time they waited.
+	waited   uint64
+	waitTime time.Duration
+}
+
+// New returns a Table whose renewals hold for lease (DefaultLease if 0).
+func New(lease time.Duration) *Table {
+	if lease <= 0 {
+		lease = DefaultLease
+	}
+	return &Table{lease: lease, now: time.Now, holders: map[*Holder]struct{}{}}
+}
+
+// Lease is how long a renewal holds.
+func (t *Table) Lease() time.Duration { return t.lease }
+
+// Holder is one client's lease over a subtree.
+type Holder struct {
+	t       *Table
+	session string
+	root    string
+
+	// The fields below are guarded by t.mu.
+	expiry  time.Time
+	queue   []Break
+	pending map[uint64]chan struct{}
+	timer   *time.Timer // Set while a break waits: drops the holder at expiry.
+	dropped bool
+
+	wake chan struct{} // Signalled when queue grows or the holder is dropped.
+	gone chan struct{} // Closed when the holder is dropped.
+}
+
+// Break is one change a holder must acknowledge.
+type Break struct {
+	Seq  uint64
+	Path string
+	// Tree says everything at or below Path may have changed.
+	Tree bool
+}
+
+// Change names what a call changed: Path, and with Tree everything below
+// it (a rename or a removal of a directory).
+type Change struct {
+	Path string
+	Tree bool
+}
+
+// Hold gives the client of session a lease over root, beginning now.
+// The caller sends what Next returns, and calls Ack, Renew and Release or
+// Lost as the client's messages and the stream's end come.
+func (t *Table) Hold(session, root string) *Holder {
+	h := &Holder{t: t, session: session, root: root, pending: map[uint64]chan struct{}{},
+		wake: make(chan struct{}, 1), gone: make(chan struct{})}
+	t.mu.Lock()
+	h.expiry = t.now().Add(t.lease)
+	t.holders[h] = struct{}{}
+	t.mu.Unlock()
+	return h
+}
+
+// covers reports whether a change at c affects what a holder of root may
+// cache.
+func covers(root string, c Change) bool {
+	return ferry.HasPrefix(c.Path, root) || c.Tree && ferry.HasPrefix(root, c.Path)
+}
+
+// Holders returns how many leases are held.
+func (t *Table) Holders() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.holders)
+}
+
+// Breaks returns how many breaks were sent.
+func (t *Table) Breaks() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.seq
+}
+
+// Waits returns how many changes waited for breaks, and how long in all.
+func (t *Table) Waits() (uint64, time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.waited, t.waitTime
+}
+
+// Break tells every holder but those of session (the writer's own) about
+// the changes, and returns once each has acknowledged or lost its lease,
+// or ctx is done. A holder whose lease ran out before is dropped.
+func (t *Table) Break(ctx context.Context, session string, changes ...Change) error {
+	type wait struct {
+		h  *Holder
+		ch chan struct{}
+	}
+	var waits []wait
+	t.mu.Lock()
+	now := t.now()
+	for h := range t.holders {
+		if session != "" && h.session == session {
+			continue
+		}
+		if !now.Before(h.expiry) {
+			h.dropLocked()
+			continue
+		}
+		for _, c := range changes {
+			if !covers(h.root, c) {
+				continue
+			}
+			t.seq++
+			ch := make(chan struct{})
+			h.pending[t.seq] = ch
+			h.queue = append(h.queue, Break{Seq: t.seq, Path: c.Path, Tree: c.Tree})
+			if h.timer == nil {
+				// No renewal is granted from now until the break is
+				// acknowledged, so the lease ends at expiry.
+				h.timer = time.AfterFunc(h.expiry.Sub(now), h.drop)
+			}
+			waits = append(waits, wait{h, ch})
+		}
+		if len(h.queue) > 0 {
+			select {
+			case h.wake <- struct{}{}:
+			default:
+			}
+		}
+	}
+	t.mu.Unlock()
+	if len(waits) == 0 {
+		return nil
+	}
+	began := time.Now()
+	defer func() {
+		t.mu.Lock()
+		t.waited++
+		t.waitTime += time.Since(began)
+		t.mu.Unlock()
+	}()
+	for _, w := range waits {
+		select {
+		case <-w.ch:
+		case <-w.h.gone:
+		case <-ctx.Done():
+			return ferry.E("callback.Break", "", ferry.KindCanceled, ctx.Err())
+		}
+	}
+	return nil
+}
+
+// Next returns the breaks to send to the holder's client, waiting for one
+// if there are none. It fails once the holder is dropped or ctx is done.
+func (h *Holder) Next(ctx context.Context) ([]Break, error) {
+	for {
+		h.t.mu.Lock()
+		q, dropped := h.queue, h.dropped
+		h.queue = nil
+		h.t.mu.Unlock()
+		if dropped {
+			return nil, ferry.E("callback.Next", h.root, ferry.KindUnavailable, "the lease ran out")
+		}
+		if len(q) > 0 {
+			return q, nil
+		}
+		select {
+		case <-h.wake:
+		case <-h.gone:
+		case <-ctx.Done():
+			return nil, ferry.E("callback.Next", h.root, ferry.KindCanceled, ctx.Err())
+		}
+	}
+}
+
+// Ack records the client's acknowledgement of break seq.
+func (h *Holder) Ack(seq uint64) {
+	h.t.mu.Lock()
+	defer h.t.mu.Unlock()
+	ch, ok := h.pending[seq]
+	if !ok {
+		return
+	}
+	delete(h.pending, seq)
+	close(ch)
+	if len(h.pending) == 0 && h.timer != nil {
+		h.timer.Stop()
+		h.timer = nil
+	}
+}
+
+// Renew extends the lease by a full term from now, and reports whether it
+// did: not while a break waits for its acknowledgement, nor once the lease
+// is lost.
+func (h *Holder) Renew() bool {
+	h.t.mu.Lock()
+	defer h.t.mu.Unlock()
+	if h.dropped || len(h.pending) > 0 {
+		return false
+	}
+	h.expiry = h.t.now().Add(h.t.lease)
+	return true
+}
+
+// Release ends the lease at once: the client said it trusts nothing more.
+func (h *Holder) Release() { h.drop() }
+
+// Lost says the holder's stream broke: the client may still trust its
+// cache until its lease runs out, so breaks wait for that, and then the
+// holder is dropped.
+func (h *Holder) Lost() {
+	h.t.mu.Lock()
+	defer h.t.mu.Unlock()
+	if h.dropped {
+		return
+	}
+	if h.timer == nil {
+		h.timer = time.AfterFunc(h.expiry.Sub(h.t.now()), h.drop)
+	}
+}
+
+// Gone is closed when the lease has ended.
+func (h *Holder) Gone() <-chan struct{} { return h.gone }
+
+func (h *Holder) drop() {
+	h.t.mu.Lock()
+	defer h.t.mu.Unlock()
+	h.dropLocked()
+}
+
+func (h *Holder) dropLocked() {
+	if h.dropped {
+		return
+	}
+	h.dropped = true
+	delete(h.t.holders, h)
+	if h.timer != nil {
+		h.timer.Stop()
+		h.timer = nil
+	}
+	close(h.gone)
+}

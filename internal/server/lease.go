@@ -1,0 +1,142 @@
+package server
+
+import (
+	"context"
+	"io"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/callback"
+	"github.com/ferryfs/ferry/internal/proto"
+)
+
+// session returns the caller's session, tied to its user so that one user
+// cannot pass for another's session and keep its breaks from it.
+func (h *handler) session(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	v := md.Get(proto.SessionHeader)
+	if len(v) == 0 || v[0] == "" {
+		return ""
+	}
+	user := ""
+	if c, _ := ctx.Value(connKey{}).(*conn); c != nil {
+		c.mu.Lock()
+		user = c.user
+		c.mu.Unlock()
+	}
+	return user + "\x00" + v[0]
+}
+
+// changed, after a call that changed the tree returned err, breaks the
+// other clients' leases over what it changed when it succeeded: the call
+// is answered once they dropped it. A change the tree refused breaks
+// nothing.
+func (h *handler) changed(ctx context.Context, err error, cs ...callback.Change) error {
+	if err != nil {
+		return err
+	}
+	return h.s.leases.Break(ctx, h.session(ctx), cs...)
+}
+
+// Lease implements the Lease call: a watch of the path the first message
+// names, with the client's lease over it (see internal/callback).
+func (h *handler) Lease(st grpc.BidiStreamingServer[proto.LeaseMsg, proto.WatchEvent]) error {
+	const op = "server.Lease"
+	w, ok := h.s.cfg.FS.(ferry.Watcher)
+	if !ok {
+		return h.done(opLease, ferry.E(op, "", ferry.KindInvalid, "this server cannot watch"))
+	}
+	first, err := st.Recv()
+	if err != nil {
+		return h.done(opLease, err)
+	}
+	root, err := ferry.CleanPath(first.Path)
+	if err != nil {
+		return h.done(opLease, err)
+	}
+	ctx, cancel := context.WithCancel(st.Context())
+	defer cancel()
+	lease := h.s.leases.Hold(h.session(ctx), root)
+	if err := st.Send(&proto.WatchEvent{LeaseMs: h.s.leases.Lease().Milliseconds()}); err != nil {
+		lease.Lost()
+		return h.done(opLease, err)
+	}
+
+	// One goroutine sends: the watch's events, the breaks and the
+	// granted renewals all go through out.
+	out := make(chan *proto.WatchEvent, 64)
+	errc := make(chan error, 3)
+	go func() {
+		for {
+			m, err := st.Recv()
+			if err == io.EOF {
+				lease.Release()
+				errc <- nil
+				return
+			}
+			if err != nil {
+				lease.Lost()
+				errc <- err
+				return
+			}
+			if m.Ack != 0 {
+				lease.Ack(m.Ack)
+			}
+			if m.Renew != 0 && lease.Renew() {
+				select {
+				case out <- &proto.WatchEvent{Renewed: m.Renew}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	go func() {
+		for {
+			bs, err := lease.Next(ctx)
+			if err != nil {
+				errc <- err
+				return
+			}
+			for _, b := range bs {
+				select {
+				case out <- &proto.WatchEvent{Path: b.Path, Lost: b.Tree, Brk: b.Seq}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	events := w.Watch(ctx, root)
+	defer events.Close()
+	go func() {
+		for e := range events.All() {
+			select {
+			case out <- &proto.WatchEvent{Path: e.Path, Lost: e.Lost}:
+			case <-ctx.Done():
+				return
+			}
+		}
+		err := events.Err()
+		if err == nil {
+			err = ferry.E(op, root, ferry.KindUnavailable, "the watch ended")
+		}
+		errc <- err
+	}()
+	for {
+		select {
+		case m := <-out:
+			if err := st.Send(m); err != nil {
+				lease.Lost()
+				return h.done(opLease, err)
+			}
+		case err := <-errc:
+			// A lease given up, lost or run out ends the stream; the
+			// client then trusts nothing it holds.
+			lease.Lost()
+			return h.done(opLease, err)
+		}
+	}
+}

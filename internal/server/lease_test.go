@@ -1,0 +1,183 @@
+package server_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/server"
+	"github.com/ferryfs/ferry/internal/servertest"
+)
+
+// watcher records the events of one client's watch; ack says whether it
+// acknowledges breaks.
+type watcher struct {
+	mu     sync.Mutex
+	broken map[string]int // Breaks acknowledged, by path.
+	held   []ferry.Event  // Breaks not acknowledged.
+	ended  error          // Set when the watch ended.
+	done   chan struct{}
+}
+
+func watch(t *testing.T, w ferry.Watcher, ack bool) *watcher {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	r := &watcher{broken: map[string]int{}, done: make(chan struct{})}
+	st := w.Watch(ctx, "/")
+	in := make(chan struct{})
+	go func() {
+		defer close(r.done)
+		first := true
+		for ev := range st.All() {
+			if first {
+				close(in)
+				first = false
+			}
+			if ev.Ack == nil {
+				continue
+			}
+			r.mu.Lock()
+			if ack {
+				r.broken[ev.Path]++
+				ev.Ack()
+			} else {
+				r.held = append(r.held, ev)
+			}
+			r.mu.Unlock()
+		}
+		r.mu.Lock()
+		r.ended = st.Err()
+		if r.ended == nil {
+			r.ended = context.Canceled
+		}
+		r.mu.Unlock()
+	}()
+	select {
+	case <-in:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the watch did not begin")
+	}
+	return r
+}
+
+func (r *watcher) saw(p string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.broken[p]
+}
+
+// TestLeaseBreak: a change another client makes is answered only once a
+// watching client acknowledged it, even over a slower link; a client's own
+// change breaks nothing of its own; a watch that ends gives its lease up.
+func TestLeaseBreak(t *testing.T) {
+	srv := servertest.Start(t, "")
+	a := srv.Client(t, "a")
+	b := srv.ClientVia(t, "b", servertest.DelayProxy(t, srv.Addr, 20*time.Millisecond))
+	wb := watch(t, b, true)
+	c := ctx(t)
+	steps := []struct {
+		name  string
+		do    func() error
+		paths []string
+	}{
+		{"put", func() error { return put(c, a, "/f", "one") }, []string{"/f"}},
+		{"wstat", func() error { _, err := a.Wstat(c, "/f", ferry.Dir{"mode": "0600"}).Wait(); return err }, []string{"/f"}},
+		{"mkdir", func() error { _, err := a.Put(c, "/d", ferry.Dir{"type": "d"}, ferry.Whole, nil).Wait(); return err }, []string{"/d"}},
+		{"move", func() error { _, err := a.Move(c, "/f", "/d/g").Wait(); return err }, []string{"/f", "/d/g"}},
+		{"link", func() error { _, err := a.Link(c, "/d/g", "/h").Wait(); return err }, []string{"/d/g", "/h"}},
+		{"remove", func() error { _, err := a.Remove(c, "/h").Wait(); return err }, []string{"/h"}},
+		{"removeall", func() error { _, err := a.RemoveAll(c, "/d").Wait(); return err }, []string{"/d"}},
+	}
+	for _, s := range steps {
+		before := map[string]int{}
+		for _, p := range s.paths {
+			before[p] = wb.saw(p)
+		}
+		if err := s.do(); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		for _, p := range s.paths {
+			if wb.saw(p) == before[p] {
+				t.Errorf("%s returned before the other client acknowledged %s", s.name, p)
+			}
+		}
+	}
+	// b's own change: no break for anyone.
+	n := srv.Srv.Leases().Breaks()
+	if err := put(c, b, "/own", "b"); err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.Srv.Leases().Breaks(); got != n {
+		t.Errorf("a client's own change sent %d breaks", got-n)
+	}
+	// A refused change breaks nothing either.
+	if _, err := a.Remove(c, "/missing").Wait(); err == nil {
+		t.Fatal("removing a missing file succeeded")
+	}
+	if got := srv.Srv.Leases().Breaks(); got != n {
+		t.Errorf("a failed change sent %d breaks", got-n)
+	}
+	if srv.Srv.Leases().Holders() != 1 {
+		t.Fatalf("%d leases held, want 1", srv.Srv.Leases().Holders())
+	}
+}
+
+func put(ctx context.Context, c ferry.Tree, p, data string) error {
+	_, err := c.Put(ctx, p, ferry.Dir{}, ferry.Whole, strings.NewReader(data)).Wait()
+	return err
+}
+
+// TestLeaseRunsOut: a client that does not acknowledge a break holds the
+// writer up for at most its lease, and its own watch has ended (its cache
+// untrusted) by the time the writer is answered.
+func TestLeaseRunsOut(t *testing.T) {
+	srv := servertest.StartWith(t, "", func(c *server.Config) { c.Lease = 2 * time.Second })
+	a, b := srv.Client(t, "a"), srv.Client(t, "b")
+	wb := watch(t, b, false)
+	if err := put(ctx(t), a, "/f", "x"); err != nil {
+		t.Fatal(err)
+	}
+	wb.mu.Lock()
+	ended, held := wb.ended, len(wb.held)
+	wb.mu.Unlock()
+	if held != 1 {
+		t.Errorf("b holds %d breaks, want 1", held)
+	}
+	if ended == nil || !strings.Contains(ended.Error(), "lease ran out") {
+		t.Fatalf("b's watch had not ended when the writer was answered: %v", ended)
+	}
+	waitHolders(t, srv, 0)
+}
+
+// TestLeaseReleased: a watch that is closed gives its lease up, so the
+// next change does not wait for it.
+func TestLeaseReleased(t *testing.T) {
+	srv := servertest.StartWith(t, "", func(c *server.Config) { c.Lease = time.Hour })
+	a, b := srv.Client(t, "a"), srv.Client(t, "b")
+	ctx, cancel := context.WithCancel(ctx(t))
+	st := b.Watch(ctx, "/")
+	for range st.All() {
+		break
+	}
+	waitHolders(t, srv, 1)
+	cancel()
+	waitHolders(t, srv, 0)
+	if err := put(context.Background(), a, "/f", "x"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func waitHolders(t *testing.T, srv *servertest.Server, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for srv.Srv.Leases().Holders() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d leases held, want %d", srv.Srv.Leases().Holders(), n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
