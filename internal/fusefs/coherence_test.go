@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/remote"
 	"github.com/ferryfs/ferry/internal/servertest"
 )
 
@@ -193,59 +195,115 @@ func listNames(t *testing.T, dir string) string {
 	return strings.Join(out, " ")
 }
 
-// TestCloseToOpen: a file closed in one mount is seen, at once and every
-// time, by an open in another mount whose link to the server is slower
+// TestCloseToOpen: a file closed by another client is seen, at once and
+// every time, by an open in a mount whose link to the server is slower
 // than the writer's (so the server's watch event reaches it late): a new
-// file, a rewrite and an append, each read right after the writer's close
-// returned. The writer's close waits for the other mount's callback
-// acknowledgement.
+// file, a rewrite, an append and a removal, each read right after the
+// writer's call returned. The writer is another mount, or a native client
+// (ferry put, rm). The writer's call waits for the reading mount's
+// callback acknowledgement.
 func TestCloseToOpen(t *testing.T) {
 	needFUSE(t)
-	srv := servertest.Start(t, "")
-	ca := srv.Client(t, "a")
-	cb := srv.ClientVia(t, "b", servertest.DelayProxy(t, srv.Addr, 5*time.Millisecond))
-	opt := Options{TTL: time.Hour}
-	a, sa := mountFS(t, ca, opt)
-	b, sb := mountFS(t, cb, opt)
-	if !waitFor(5*time.Second, func() bool { return sa.meta.leased() && sb.meta.leased() }) {
-		t.Fatal("the mounts got no watch")
+	// writer makes the changes of one round: write (or append to) the
+	// file at the tree path p, or remove it.
+	type writer struct {
+		write  func(p, data string, appendTo bool) error
+		remove func(p string) error
 	}
-	const rounds = 40
-	stale := 0
-	for i := range rounds {
-		name := fmt.Sprintf("f%d", i)
-		// B looks first, so that it caches the name's absence.
-		if _, err := os.Stat(filepath.Join(b, name)); !os.IsNotExist(err) {
-			t.Fatalf("stat %s in b: %v", name, err)
-		}
-		want := ""
-		for step, write := range []func(p string) error{
-			func(p string) error { return os.WriteFile(p, []byte("new "+name), 0o644) },
-			func(p string) error { return os.WriteFile(p, []byte("rewritten "+name), 0o644) },
-			func(p string) error {
-				f, err := os.OpenFile(p, os.O_APPEND|os.O_WRONLY, 0)
-				if err != nil {
+	tests := []struct {
+		name   string
+		writer func(t *testing.T, c *remote.Client) writer
+	}{
+		{"another mount", func(t *testing.T, c *remote.Client) writer {
+			a, sa := mountFS(t, c, Options{TTL: time.Hour})
+			if !waitFor(5*time.Second, sa.meta.leased) {
+				t.Fatal("the writing mount got no watch")
+			}
+			return writer{
+				write: func(p, data string, appendTo bool) error {
+					flag := os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+					if appendTo {
+						flag = os.O_WRONLY | os.O_APPEND
+					}
+					f, err := os.OpenFile(filepath.Join(a, p), flag, 0o644)
+					if err != nil {
+						return err
+					}
+					f.WriteString(data)
+					return f.Close()
+				},
+				remove: func(p string) error { return os.Remove(filepath.Join(a, p)) },
+			}
+		}},
+		{"a native client", func(t *testing.T, c *remote.Client) writer {
+			ctx := context.Background()
+			return writer{
+				write: func(p, data string, appendTo bool) error {
+					off := ferry.Whole
+					if appendTo {
+						d, err := c.Stat(ctx, p).Wait()
+						if err != nil {
+							return err
+						}
+						off = d.Size()
+					}
+					_, err := c.Put(ctx, p, ferry.Dir{}, off, strings.NewReader(data)).Wait()
 					return err
-				}
-				f.WriteString(" appended")
-				return f.Close()
-			},
-		} {
-			if err := write(filepath.Join(a, name)); err != nil {
-				t.Fatal(err)
+				},
+				remove: func(p string) error { _, err := c.Remove(ctx, p).Wait(); return err },
 			}
-			want, _ = readFileErr(filepath.Join(a, name))
-			got, err := readFileErr(filepath.Join(b, name))
-			if got != want {
-				stale++
-				t.Errorf("round %d step %d: b read %q (%v) right after a's close, want %q", i, step, got, err, want)
-			}
-			// B caches this version before the next step changes it.
-			readFileErr(filepath.Join(b, name))
-		}
+		}},
 	}
-	if stale > 0 {
-		t.Errorf("%d of %d opens after another mount's close were stale", stale, 3*rounds)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := servertest.Start(t, "")
+			w := tt.writer(t, srv.Client(t, "a"))
+			cb := srv.ClientVia(t, "b", servertest.DelayProxy(t, srv.Addr, 5*time.Millisecond))
+			b, sb := mountFS(t, cb, Options{TTL: time.Hour})
+			if !waitFor(5*time.Second, sb.meta.leased) {
+				t.Fatal("the reading mount got no watch")
+			}
+			const rounds = 30
+			stale := 0
+			check := func(i, step int, name, want string) {
+				got, err := readFileErr(filepath.Join(b, name))
+				if want == "" && !os.IsNotExist(err) || want != "" && got != want {
+					stale++
+					t.Errorf("round %d step %d: b read %q (%v) right after the other client's change, want %q", i, step, got, err, want)
+				}
+				// B caches this version before the next step changes it.
+				readFileErr(filepath.Join(b, name))
+			}
+			for i := range rounds {
+				name := fmt.Sprintf("f%d", i)
+				// B looks first, so that it caches the name's absence.
+				check(i, 0, name, "")
+				steps := []struct {
+					data     string
+					appendTo bool
+					want     string
+				}{
+					{"new " + name, false, "new " + name},
+					{"rewritten " + name, false, "rewritten " + name},
+					{" appended", true, "rewritten " + name + " appended"},
+				}
+				for step, s := range steps {
+					if err := w.write("/"+name, s.data, s.appendTo); err != nil {
+						t.Fatal(err)
+					}
+					check(i, step+1, name, s.want)
+				}
+				if i%2 == 1 {
+					if err := w.remove("/" + name); err != nil {
+						t.Fatal(err)
+					}
+					check(i, len(steps)+1, name, "")
+				}
+			}
+			if stale > 0 {
+				t.Errorf("%d opens after another client's change were stale", stale)
+			}
+		})
 	}
 }
 

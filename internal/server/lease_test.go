@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -179,5 +180,53 @@ func waitHolders(t *testing.T, srv *servertest.Server, n int) {
 			t.Fatalf("%d leases held, want %d", srv.Srv.Leases().Holders(), n)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// BenchmarkCloseBreak measures what callback breaks cost a close: a small
+// whole-file put from a client 100 ms from the server (DelayProxy, no
+// bandwidth limit), with 0, 1 and 10 other clients watching, each also
+// 100 ms away. Run it with a fixed count, such as
+//
+//	go test -run '^$' -bench CloseBreak -benchtime 20x ./internal/server
+func BenchmarkCloseBreak(b *testing.B) {
+	const oneWay = 50 * time.Millisecond
+	for _, n := range []int{0, 1, 10} {
+		b.Run(fmt.Sprintf("watchers=%d", n), func(b *testing.B) {
+			srv := servertest.Start(b, "")
+			a := srv.ClientVia(b, "a", servertest.DelayProxy(b, srv.Addr, oneWay))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			for i := range n {
+				c := srv.ClientVia(b, fmt.Sprintf("w%d", i), servertest.DelayProxy(b, srv.Addr, oneWay))
+				st := c.Watch(ctx, "/")
+				in := make(chan struct{})
+				go func() {
+					first := true
+					for ev := range st.All() {
+						if first {
+							close(in)
+							first = false
+						}
+						if ev.Ack != nil {
+							ev.Ack()
+						}
+					}
+				}()
+				<-in
+			}
+			// The first put sets up the connection.
+			if err := put(ctx, a, "/warm", "x"); err != nil {
+				b.Fatal(err)
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				if err := put(ctx, a, fmt.Sprintf("/f%d", i), "data"); err != nil {
+					b.Fatal(err)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Milliseconds())/float64(b.N), "ms/close")
+		})
 	}
 }
