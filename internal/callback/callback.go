@@ -9,10 +9,18 @@
 // later than the server stops waiting for it. While a break waits for its
 // acknowledgement, renewals are not granted: a client that cannot
 // acknowledge loses its lease, and the writer waits at most one lease.
+//
+// Only clients that may cache what changed are broken. The server records,
+// for each session holding a lease, the entries and the directory listings
+// it was sent (its promises, in AFS's terms), before it reads them; a
+// change at a path breaks only the sessions promised that entry or its
+// directory's listing. A stream of a whole tree promises all of it while it
+// runs, and afterwards what it sent.
 package callback
 
 import (
 	"context"
+	"path"
 	"sync"
 	"time"
 
@@ -32,7 +40,9 @@ type Table struct {
 
 	mu      sync.Mutex
 	holders map[*Holder]struct{}
-	seq     uint64 // The last break's number; also how many were sent.
+	// sessions holds the promises of each session that holds a lease.
+	sessions map[string]*promises
+	seq      uint64 // The last break's number; also how many were sent.
 	// waited and waitTime count the changes that waited for breaks and
 	// the time they waited.
 	waited   uint64
@@ -44,7 +54,7 @@ func New(lease time.Duration) *Table {
 	if lease <= 0 {
 		lease = DefaultLease
 	}
-	return &Table{lease: lease, now: time.Now, holders: map[*Holder]struct{}{}}
+	return &Table{lease: lease, now: time.Now, holders: map[*Holder]struct{}{}, sessions: map[string]*promises{}}
 }
 
 // Lease is how long a renewal holds.
@@ -91,8 +101,103 @@ func (t *Table) Hold(session, root string) *Holder {
 	t.mu.Lock()
 	h.expiry = t.now().Add(t.lease)
 	t.holders[h] = struct{}{}
+	if t.sessions[session] == nil {
+		t.sessions[session] = &promises{paths: map[string]Cache{}, trees: map[string]int{}}
+	}
+	t.sessions[session].holders++
 	t.mu.Unlock()
 	return h
+}
+
+// promises are what a session may cache.
+type promises struct {
+	holders int              // Its holders; the promises go with the last.
+	paths   map[string]Cache // What it was sent, by path.
+	trees   map[string]int   // Trees being streamed to it, counted.
+	all     bool             // Too many paths to list: everything.
+}
+
+// Cache says what a client may cache of a path.
+type Cache uint8
+
+const (
+	// Entry is the path's entry (or that there is none): a change at the
+	// path breaks it.
+	Entry Cache = 1 << iota
+	// Listing is the names in the directory at the path: a change at any
+	// of them breaks it.
+	Listing
+)
+
+// maxPromised bounds the paths recorded for one session; beyond it every
+// change breaks the session.
+const maxPromised = 1 << 18
+
+// Promise records that session is about to be sent what c says of each of
+// paths (clean paths), so that later changes to it break its lease. A
+// session without a lease is not recorded: its client trusts nothing.
+func (t *Table) Promise(session string, c Cache, paths ...string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ps := t.sessions[session]
+	if ps == nil || ps.all {
+		return
+	}
+	for _, p := range paths {
+		ps.paths[p] |= c
+	}
+	if len(ps.paths) > maxPromised {
+		ps.all = true
+		clear(ps.paths)
+	}
+}
+
+// PromiseTree records that session is about to be streamed the tree at
+// root: every change below it breaks the session until the returned func
+// is called, by when what was sent must have been promised.
+func (t *Table) PromiseTree(session, root string) (done func()) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	ps := t.sessions[session]
+	if ps == nil {
+		return func() {}
+	}
+	ps.trees[root]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			t.mu.Lock()
+			defer t.mu.Unlock()
+			if ps.trees[root]--; ps.trees[root] <= 0 {
+				delete(ps.trees, root)
+			}
+		})
+	}
+}
+
+// promised reports whether a change c may break what ps promised. t.mu is
+// held.
+func (ps *promises) promised(c Change) bool {
+	if ps.all {
+		return true
+	}
+	dir := path.Dir(c.Path)
+	for root := range ps.trees {
+		if ferry.HasPrefix(dir, root) || c.Tree && ferry.HasPrefix(root, c.Path) {
+			return true
+		}
+	}
+	if ps.paths[c.Path]&Entry != 0 || ps.paths[dir]&Listing != 0 {
+		return true
+	}
+	if c.Tree {
+		for p := range ps.paths {
+			if ferry.HasPrefix(p, c.Path) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // covers reports whether a change at c affects what a holder of root may
@@ -141,8 +246,9 @@ func (t *Table) Break(ctx context.Context, session string, changes ...Change) er
 			h.dropLocked()
 			continue
 		}
+		ps := t.sessions[h.session]
 		for _, c := range changes {
-			if !covers(h.root, c) {
+			if !covers(h.root, c) || !ps.promised(c) {
 				continue
 			}
 			t.seq++
@@ -269,6 +375,11 @@ func (h *Holder) dropLocked() {
 	}
 	h.dropped = true
 	delete(h.t.holders, h)
+	if ps := h.t.sessions[h.session]; ps != nil {
+		if ps.holders--; ps.holders <= 0 {
+			delete(h.t.sessions, h.session)
+		}
+	}
 	if h.timer != nil {
 		h.timer.Stop()
 		h.timer = nil

@@ -25,6 +25,13 @@ func next(t *testing.T, h *Holder) []Break {
 	return bs
 }
 
+// hold is Hold with every directory promised.
+func hold(t *Table, session, root string) *Holder {
+	h := t.Hold(session, root)
+	t.PromiseTree(session, "/")
+	return h
+}
+
 func pending(done <-chan error) bool {
 	select {
 	case <-done:
@@ -36,7 +43,7 @@ func pending(done <-chan error) bool {
 
 func TestBreakWaitsForAck(t *testing.T) {
 	tb := New(time.Minute)
-	b := tb.Hold("b", "/")
+	b := hold(tb, "b", "/")
 	done := breakDone(tb, "a", Change{Path: "/d/f"})
 	bs := next(t, b)
 	if len(bs) != 1 || bs[0].Path != "/d/f" || bs[0].Tree {
@@ -72,7 +79,7 @@ func TestBreakSkips(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			tb := New(time.Minute)
-			tb.Hold(tt.session, tt.root)
+			hold(tb, tt.session, tt.root)
 			if err := <-breakDone(tb, "a", tt.change); err != nil {
 				t.Fatal(err)
 			}
@@ -82,7 +89,7 @@ func TestBreakSkips(t *testing.T) {
 
 func TestTreeChangeAboveRoot(t *testing.T) {
 	tb := New(time.Minute)
-	b := tb.Hold("b", "/x/y")
+	b := hold(tb, "b", "/x/y")
 	done := breakDone(tb, "a", Change{Path: "/x", Tree: true})
 	bs := next(t, b)
 	if !pending(done) {
@@ -96,7 +103,7 @@ func TestTreeChangeAboveRoot(t *testing.T) {
 // most until its lease ends, and is then dropped.
 func TestLeaseRunsOut(t *testing.T) {
 	tb := New(300 * time.Millisecond)
-	b := tb.Hold("b", "/")
+	b := hold(tb, "b", "/")
 	done := breakDone(tb, "a", Change{Path: "/f"})
 	next(t, b)
 	select {
@@ -126,7 +133,7 @@ func TestLeaseRunsOut(t *testing.T) {
 // a released lease ends at once.
 func TestLostStreamHoldsUntilExpiry(t *testing.T) {
 	tb := New(400 * time.Millisecond)
-	b := tb.Hold("b", "/")
+	b := hold(tb, "b", "/")
 	b.Lost()
 	done := breakDone(tb, "a", Change{Path: "/f"})
 	if !pending(done) {
@@ -135,7 +142,7 @@ func TestLostStreamHoldsUntilExpiry(t *testing.T) {
 	<-done
 	<-b.Gone()
 
-	c := tb.Hold("c", "/")
+	c := hold(tb, "c", "/")
 	c.Release()
 	if err := <-breakDone(tb, "a", Change{Path: "/f"}); err != nil {
 		t.Fatal(err)
@@ -147,7 +154,7 @@ func TestLostStreamHoldsUntilExpiry(t *testing.T) {
 
 func TestBreakCancelled(t *testing.T) {
 	tb := New(time.Minute)
-	tb.Hold("b", "/")
+	hold(tb, "b", "/")
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- tb.Break(ctx, "a", Change{Path: "/f"}) }()
@@ -163,7 +170,7 @@ func TestExpiredDropped(t *testing.T) {
 	tb := New(time.Minute)
 	now := time.Now()
 	tb.now = func() time.Time { return now }
-	b := tb.Hold("b", "/")
+	b := hold(tb, "b", "/")
 	now = now.Add(2 * time.Minute)
 	if err := <-breakDone(tb, "a", Change{Path: "/f"}); err != nil {
 		t.Fatal(err)
@@ -172,5 +179,68 @@ func TestExpiredDropped(t *testing.T) {
 	case <-b.Gone():
 	default:
 		t.Fatal("an expired holder is still held")
+	}
+}
+
+// TestPromises: a change breaks only the sessions that were sent entries
+// of its directory, or are being streamed a tree holding it.
+func TestPromises(t *testing.T) {
+	tests := []struct {
+		name    string
+		promise func(tb *Table)
+		change  Change
+		breaks  bool
+	}{
+		{"nothing sent", func(tb *Table) {}, Change{Path: "/d/f"}, false},
+		{"its directory listed", func(tb *Table) { tb.Promise("b", Listing, "/d") }, Change{Path: "/d/f"}, true},
+		{"its entry sent", func(tb *Table) { tb.Promise("b", Entry, "/d/f") }, Change{Path: "/d/f"}, true},
+		{"its directory's entry sent", func(tb *Table) { tb.Promise("b", Entry, "/d") }, Change{Path: "/d/f"}, false},
+		{"another directory listed", func(tb *Table) { tb.Promise("b", Listing, "/e") }, Change{Path: "/d/f"}, false},
+		{"the directory's listing, for the directory", func(tb *Table) { tb.Promise("b", Listing, "/d") }, Change{Path: "/d"}, false},
+		{"an entry below a moved tree", func(tb *Table) { tb.Promise("b", Entry, "/d/e/f") }, Change{Path: "/d", Tree: true}, true},
+		{"an entry below, not a tree change", func(tb *Table) { tb.Promise("b", Entry|Listing, "/d/e/f") }, Change{Path: "/d"}, false},
+		{"a tree streaming", func(tb *Table) { tb.PromiseTree("b", "/d") }, Change{Path: "/d/e/f"}, true},
+		{"a tree streamed", func(tb *Table) { tb.PromiseTree("b", "/d")() }, Change{Path: "/d/e/f"}, false},
+		{"a tree streaming below a moved one", func(tb *Table) { tb.PromiseTree("b", "/d/e") }, Change{Path: "/d", Tree: true}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tb := New(time.Minute)
+			b := tb.Hold("b", "/")
+			tt.promise(tb)
+			done := breakDone(tb, "a", tt.change)
+			if !tt.breaks {
+				if err := <-done; err != nil {
+					t.Fatal(err)
+				}
+				if tb.Breaks() != 0 {
+					t.Fatal("a break was sent")
+				}
+				return
+			}
+			bs := next(t, b)
+			if !pending(done) {
+				t.Fatal("Break returned before its acknowledgement")
+			}
+			b.Ack(bs[0].Seq)
+			<-done
+		})
+	}
+}
+
+// TestPromisesNeedLease: a session without a lease is promised nothing, and
+// its promises go with its last lease.
+func TestPromisesNeedLease(t *testing.T) {
+	tb := New(time.Minute)
+	tb.Promise("b", Listing, "/d")
+	b := tb.Hold("b", "/")
+	if err := <-breakDone(tb, "a", Change{Path: "/d/f"}); err != nil || tb.Breaks() != 0 {
+		t.Fatalf("a promise made before the lease broke it: %v", err)
+	}
+	tb.Promise("b", Listing, "/d")
+	b.Release()
+	b = tb.Hold("b", "/")
+	if err := <-breakDone(tb, "a", Change{Path: "/d/f"}); err != nil || tb.Breaks() != 0 {
+		t.Fatalf("a promise outlived its lease: %v", err)
 	}
 }

@@ -85,6 +85,7 @@ func (h *handler) ChunkList(r *proto.ChunkListReq, st grpc.ServerStreamingServer
 	if err != nil {
 		return h.done(opChunkList, err)
 	}
+	h.promise(st.Context(), r.Path)
 	var d ferry.Dir
 	var batch []chunk.Ref
 	flush := func() error {
@@ -209,6 +210,7 @@ func (h *handler) putChunked(st putStream) error {
 	if d == nil {
 		d = ferry.Dir{}
 	}
+	h.promise(st.Context(), first.Path)
 	u, err := cfs.BeginPut(st.Context(), first.Path, d, first.Size)
 	if err != nil {
 		return err

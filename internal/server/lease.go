@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"io"
+	"path"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -27,6 +28,63 @@ func (h *handler) session(ctx context.Context) string {
 		c.mu.Unlock()
 	}
 	return user + "\x00" + v[0]
+}
+
+// promise records, before a call reads or changes the paths ps, that its
+// client may cache their entries (see callback.Table.Promise).
+func (h *handler) promise(ctx context.Context, ps ...string) {
+	clean := make([]string, 0, len(ps))
+	for _, p := range ps {
+		if p, err := ferry.CleanPath(p); err == nil {
+			clean = append(clean, p)
+		}
+	}
+	h.s.leases.Promise(h.session(ctx), callback.Entry, clean...)
+}
+
+// promiseFind wraps the entries of a Find or FindGet of root so that what
+// they show is promised before it is sent: the whole tree while the stream
+// runs, then each entry sent, and the listing of its directory and of each
+// directory sent (a walk may stop at one, but the client may count an empty
+// directory as listed).
+func (h *handler) promiseFind(ctx context.Context, root string, s *ferry.Stream[ferry.Entry]) *ferry.Stream[ferry.Entry] {
+	session := h.session(ctx)
+	root, err := ferry.CleanPath(root)
+	if err != nil {
+		return s
+	}
+	done := h.s.leases.PromiseTree(session, root)
+	return ferry.NewStream(ctx, func(ctx context.Context, send func(ferry.Entry) error) error {
+		defer done()
+		defer s.Close()
+		var ents, lists []string
+		flush := func() {
+			h.s.leases.Promise(session, callback.Entry, ents...)
+			h.s.leases.Promise(session, callback.Listing, lists...)
+			ents, lists = ents[:0], lists[:0]
+		}
+		last := ""
+		for e := range s.All() {
+			if p, err := ferry.CleanPath(e.Dir.Path()); err == nil && e.Data == nil {
+				ents = append(ents, p)
+				// Entries come directory by directory: each listing once.
+				if d := path.Dir(p); p != root && d != last {
+					lists, last = append(lists, d), d
+				}
+				if e.Dir.IsDir() {
+					lists = append(lists, p)
+				}
+				if len(ents) >= 256 {
+					flush()
+				}
+			}
+			if err := send(e); err != nil {
+				return err
+			}
+		}
+		flush()
+		return s.Err()
+	})
 }
 
 // changed, after a call that changed the tree returned err, breaks the

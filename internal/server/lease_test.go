@@ -3,6 +3,8 @@ package server_test
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -94,6 +96,8 @@ func TestLeaseBreak(t *testing.T) {
 		{"removeall", func() error { _, err := a.RemoveAll(c, "/d").Wait(); return err }, []string{"/d"}},
 	}
 	for _, s := range steps {
+		// b caches the whole tree: every change breaks it.
+		list(t, b, "/")
 		before := map[string]int{}
 		for _, p := range s.paths {
 			before[p] = wb.saw(p)
@@ -107,8 +111,24 @@ func TestLeaseBreak(t *testing.T) {
 			}
 		}
 	}
-	// b's own change: no break for anyone.
+	// A change in a directory b was never sent breaks nothing.
 	n := srv.Srv.Leases().Breaks()
+	if _, err := a.Put(c, "/new", ferry.Dir{"type": "d"}, ferry.Whole, nil).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if wb.saw("/new") == 0 {
+		t.Error("a new directory in one b listed was not broken")
+	}
+	n = srv.Srv.Leases().Breaks()
+	if err := put(c, a, "/new/f", "x"); err != nil {
+		t.Fatal(err)
+	}
+	if got := srv.Srv.Leases().Breaks(); got != n {
+		t.Errorf("a change in a directory b never read sent %d breaks", got-n)
+	}
+	// b's own change: no break for anyone.
+	list(t, b, "/")
+	n = srv.Srv.Leases().Breaks()
 	if err := put(c, b, "/own", "b"); err != nil {
 		t.Fatal(err)
 	}
@@ -127,6 +147,17 @@ func TestLeaseBreak(t *testing.T) {
 	}
 }
 
+// list reads the whole tree through c, as a cache filling itself would.
+func list(t testing.TB, c ferry.Finder, root string) {
+	t.Helper()
+	st := c.Find(context.Background(), root, "")
+	for range st.All() {
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func put(ctx context.Context, c ferry.Tree, p, data string) error {
 	_, err := c.Put(ctx, p, ferry.Dir{}, ferry.Whole, strings.NewReader(data)).Wait()
 	return err
@@ -139,6 +170,7 @@ func TestLeaseRunsOut(t *testing.T) {
 	srv := servertest.StartWith(t, "", func(c *server.Config) { c.Lease = 2 * time.Second })
 	a, b := srv.Client(t, "a"), srv.Client(t, "b")
 	wb := watch(t, b, false)
+	list(t, b, "/")
 	if err := put(ctx(t), a, "/f", "x"); err != nil {
 		t.Fatal(err)
 	}
@@ -186,14 +218,26 @@ func waitHolders(t *testing.T, srv *servertest.Server, n int) {
 // BenchmarkCloseBreak measures what callback breaks cost a close: a small
 // whole-file put from a client 100 ms from the server (DelayProxy, no
 // bandwidth limit), with 0, 1 and 10 other clients watching, each also
-// 100 ms away. Run it with a fixed count, such as
+// 100 ms away, having read the directory written to or (elsewhere) only
+// another one. Run it with a fixed count, such as
 //
 //	go test -run '^$' -bench CloseBreak -benchtime 20x ./internal/server
 func BenchmarkCloseBreak(b *testing.B) {
 	const oneWay = 50 * time.Millisecond
-	for _, n := range []int{0, 1, 10} {
-		b.Run(fmt.Sprintf("watchers=%d", n), func(b *testing.B) {
+	for _, tt := range []struct {
+		n         int
+		elsewhere bool // The watchers read only another directory.
+	}{{0, false}, {1, false}, {10, false}, {10, true}} {
+		name := fmt.Sprintf("watchers=%d", tt.n)
+		if tt.elsewhere {
+			name += ",elsewhere"
+		}
+		n := tt.n
+		b.Run(name, func(b *testing.B) {
 			srv := servertest.Start(b, "")
+			if err := os.Mkdir(filepath.Join(srv.Dir, "elsewhere"), 0o755); err != nil {
+				b.Fatal(err)
+			}
 			a := srv.ClientVia(b, "a", servertest.DelayProxy(b, srv.Addr, oneWay))
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
@@ -214,6 +258,11 @@ func BenchmarkCloseBreak(b *testing.B) {
 					}
 				}()
 				<-in
+				if tt.elsewhere {
+					list(b, c, "/elsewhere")
+				} else {
+					list(b, c, "/")
+				}
 			}
 			// The first put sets up the connection.
 			if err := put(ctx, a, "/warm", "x"); err != nil {

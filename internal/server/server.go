@@ -561,6 +561,7 @@ func (h *handler) done(op int, err error) error {
 }
 
 func (h *handler) Stat(ctx context.Context, r *proto.PathReq) (*proto.DirReply, error) {
+	h.promise(ctx, r.Path)
 	d, err := h.s.fs.Stat(ctx, r.Path).Wait()
 	return proto.Reply(d, h.s.zstd), h.done(opStat, err)
 }
@@ -568,6 +569,7 @@ func (h *handler) Stat(ctx context.Context, r *proto.PathReq) (*proto.DirReply, 
 func (h *handler) Get(r *proto.GetReq, st grpc.ServerStreamingServer[proto.Data]) error {
 	ctx, cancel := context.WithCancel(st.Context())
 	defer cancel()
+	h.promise(ctx, r.Path)
 	rd := h.s.fs.Get(ctx, r.Path, r.Offset, r.Count)
 	defer rd.Close()
 	var zbuf []byte
@@ -640,6 +642,7 @@ func (h *handler) Put(st grpc.ClientStreamingServer[proto.PutMsg, proto.DirReply
 	// whole-file put then leaves the old content.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	h.promise(ctx, first.Path)
 	pr, pw := io.Pipe()
 	fut := h.s.fs.Put(ctx, first.Path, proto.ToDir(first.Dir), first.Offset, pr)
 	go func() {
@@ -683,41 +686,48 @@ func (h *handler) Put(st grpc.ClientStreamingServer[proto.PutMsg, proto.DirReply
 }
 
 func (h *handler) Move(ctx context.Context, r *proto.MoveReq) (*proto.DirReply, error) {
+	h.promise(ctx, r.From, r.To)
 	d, err := h.s.fs.Move(ctx, r.From, r.To).Wait()
 	err = h.changed(ctx, err, callback.Change{Path: r.From, Tree: true}, callback.Change{Path: r.To, Tree: true})
 	return proto.Reply(d, false), h.done(opMove, err)
 }
 
 func (h *handler) Link(ctx context.Context, r *proto.MoveReq) (*proto.DirReply, error) {
+	h.promise(ctx, r.From, r.To)
 	d, err := h.s.fs.Link(ctx, r.From, r.To).Wait()
 	err = h.changed(ctx, err, callback.Change{Path: r.From}, callback.Change{Path: r.To})
 	return proto.Reply(d, false), h.done(opLink, err)
 }
 
 func (h *handler) Remove(ctx context.Context, r *proto.PathReq) (*proto.Empty, error) {
+	h.promise(ctx, r.Path)
 	_, err := h.s.fs.Remove(ctx, r.Path).Wait()
 	err = h.changed(ctx, err, callback.Change{Path: r.Path})
 	return &proto.Empty{}, h.done(opRemove, err)
 }
 
 func (h *handler) RemoveAll(ctx context.Context, r *proto.PathReq) (*proto.Empty, error) {
+	h.promise(ctx, r.Path)
 	_, err := h.s.fs.RemoveAll(ctx, r.Path).Wait()
 	err = h.changed(ctx, err, callback.Change{Path: r.Path, Tree: true})
 	return &proto.Empty{}, h.done(opRemoveAll, err)
 }
 
 func (h *handler) Wstat(ctx context.Context, r *proto.WstatReq) (*proto.DirReply, error) {
+	h.promise(ctx, r.Path)
 	d, err := h.s.fs.Wstat(ctx, r.Path, proto.ToDir(r.Dir)).Wait()
 	err = h.changed(ctx, err, callback.Change{Path: r.Path})
 	return proto.Reply(d, false), h.done(opWstat, err)
 }
 
 func (h *handler) Find(r *proto.FindReq, st grpc.ServerStreamingServer[proto.FindReply]) error {
-	return h.find(opFind, r, h.s.fs.Find(st.Context(), r.Path, r.Pred), st)
+	ctx := st.Context()
+	return h.find(opFind, r, h.promiseFind(ctx, r.Path, h.s.fs.Find(ctx, r.Path, r.Pred)), st)
 }
 
 func (h *handler) FindGet(r *proto.FindReq, st grpc.ServerStreamingServer[proto.FindReply]) error {
-	return h.find(opFindGet, r, h.s.fs.FindGet(st.Context(), r.Path, r.Pred), st)
+	ctx := st.Context()
+	return h.find(opFindGet, r, h.promiseFind(ctx, r.Path, h.s.fs.FindGet(ctx, r.Path, r.Pred)), st)
 }
 
 // find sends compressed batches to a client that takes them.

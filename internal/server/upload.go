@@ -223,6 +223,7 @@ func (h *handler) putUpload(first *proto.PutMsg, st grpc.ClientStreamingServer[p
 	}
 	ctx, cancel := context.WithCancel(st.Context())
 	defer cancel()
+	h.promise(ctx, first.Path)
 	up, f, err := h.s.uploads.take(ctx, key, first.ResumeAt, cancel)
 	if err != nil {
 		return h.done(opPut, err)
