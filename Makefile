@@ -1,7 +1,7 @@
 # Ferry's entry points. See README.md.
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: demo test setup build bench bench-quick fuzz exercise
+.PHONY: demo test setup build bench bench-quick fuzz exercise killloop
 
 build:
 	go build -o bin/ferry ./cmd/ferry
@@ -25,6 +25,12 @@ test: setup
 # disk (make test runs 300 of them). SEED=N repeats a run.
 exercise: setup
 	go test -race -timeout 60m -run '^TestExerciser$$' ./internal/fusefs -v -exercise.ops $${OPS:-50000} -exercise.seed $${SEED:-0}
+
+# killloop kills the server during one upload LOOPS times (make test
+# kills it 3 times): the upload completes, nothing is torn, no temporary
+# file is left, and the restarted servers resume it.
+killloop: setup
+	go test -race -timeout 60m -run '^TestKillDuringUpload$$' ./cmd/ferry -v -kill.loops $${LOOPS:-50}
 
 # fuzz runs each fuzz target for a short while.
 fuzz:

@@ -35,6 +35,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/chunk"
@@ -51,6 +52,8 @@ type Tree struct {
 	// Allowed, if not nil, says which files chunks may be read from on
 	// behalf of a caller; nil allows the whole tree.
 	Allowed func(path string) bool
+	// swept is closed when a Sweep in progress is done; nil if none is.
+	swept atomic.Pointer[chan struct{}]
 }
 
 var (
@@ -328,6 +331,7 @@ func (u *Put) EndList() ([]int, error) {
 func (u *Put) Need() ([]int, error) {
 	const op = "chunked.Put"
 	u.old.Wait()
+	u.t.awaitSweep(u.ctx)
 	var need []int
 	for ; u.examined < len(u.refs); u.examined++ {
 		i := u.examined

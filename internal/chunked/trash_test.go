@@ -321,3 +321,47 @@ func TestPutResumes(t *testing.T) {
 		})
 	}
 }
+
+// TestSalvage: the temporary file of a put whose server was killed (no
+// Abort ran) holds the chunks that had arrived, in place, with holes for
+// the rest; once a restarted server salvages it, the put tried again sends
+// only what had not arrived, give or take the chunk cut across the edge of
+// what arrived.
+func TestSalvage(t *testing.T) {
+	e := start(t, 0)
+	nw := randomDoc(1 << 20)
+	refs, _ := chunk.List(bytes.NewReader(nw), chunk.Default)
+	arrived := len(refs) / 2
+	tmp := local.TempName("/f")
+	f, err := os.OpenFile(filepath.Join(e.dir, tmp[1:]), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(int64(len(nw))); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range refs[:arrived] {
+		if _, err := f.WriteAt(nw[r.Off:r.Off+int64(r.Len)], r.Off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	files, _, err := e.tree.Sweep(ctxT(t), time.Now().Add(time.Minute))
+	if err != nil || files != 1 {
+		t.Fatalf("swept %d files (%v), want 1", files, err)
+	}
+	if temps := e.temps(); len(temps) != 0 {
+		t.Fatalf("temporary files left: %v", temps)
+	}
+	_, stats, err := e.c.PutChunked(ctxT(t), "/f", nil, bytes.NewReader(nw), int64(len(nw)), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(e.read(t, "f"), nw) {
+		t.Fatal("the put tried again did not store the file")
+	}
+	if max := len(refs) - arrived + 1; stats.SentChunks > max {
+		t.Errorf("the put tried again sent %d chunks, want at most %d (%d of %d had arrived)", stats.SentChunks, max, arrived, len(refs))
+	}
+	t.Logf("sent %d of %d chunks; %d had arrived", stats.SentChunks, len(refs), arrived)
+}

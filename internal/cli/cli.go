@@ -250,18 +250,19 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 	fmt.Fprintf(stderr, "ferry: serving %s on %s (chunk index in %s)\nferry: %s %s\n", dir, l.Addr(), ix.dir, what, auth.Fingerprint(key.Public().(ed25519.PublicKey)))
 	sctx, stopSweep := context.WithCancel(ctx)
 	defer stopSweep()
-	go sweep(sctx, lt, time.Now(), log)
+	go sweep(sctx, tree, time.Now(), log)
 	err = srv.Serve(ctx, l, grace)
 	fmt.Fprintln(stderr, "ferry: stopped")
 	return err
 }
 
 // sweep removes, in the background, the temporary files that Puts of an
-// earlier server left in the tree when it was killed.
-func sweep(ctx context.Context, lt *local.Tree, start time.Time, log *slog.Logger) {
-	n, bytes, err := lt.SweepTemp(ctx, start)
+// earlier server left in the tree when it was killed, keeping the chunks
+// that arrived for the Puts tried again.
+func sweep(ctx context.Context, tree *chunked.Tree, start time.Time, log *slog.Logger) {
+	n, bytes, err := tree.Sweep(ctx, start)
 	if n > 0 || err != nil {
-		log.Info("removed the temporary files of interrupted uploads", "files", n, "bytes", bytes, "err", err)
+		log.Info("removed the temporary files of interrupted uploads, keeping what arrived", "files", n, "bytes", bytes, "err", err)
 	}
 }
 

@@ -40,7 +40,7 @@ func TestSweepTemp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tree.Close()
-	n, bytes, err := tree.SweepTemp(context.Background(), time.Now().Add(-time.Minute))
+	n, bytes, err := tree.SweepTemp(context.Background(), time.Now().Add(-time.Minute), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
