@@ -5,19 +5,18 @@ import (
 	"bytes"
 	"crypto/rand"
 	"flag"
-	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ferryfs/ferry/internal/local"
+	"github.com/ferryfs/ferry/internal/servertest"
 )
 
 var killLoops = flag.Int("kill.loops", 3, "server kills during TestKillDuringUpload (make killloop runs more)")
@@ -38,7 +37,8 @@ func TestKillDuringUpload(t *testing.T) {
 		t.Fatal(err)
 	}
 	addr := freeAddr(t)
-	proxy, sent := countingProxy(t, addr)
+	proxy, count := servertest.CountProxy(t, addr)
+	sent := &count.Up
 	env := append(os.Environ(), "FERRY_HOME="+home, "GORACE=atexit_sleep_ms=0")
 
 	// serve starts a server on addr and returns it once it listens.
@@ -193,65 +193,4 @@ func freeAddr(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
-}
-
-// countingProxy forwards connections to target and counts the bytes sent
-// towards it, over every connection, while the test runs.
-func countingProxy(t *testing.T, target string) (string, *atomic.Int64) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var n atomic.Int64
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var conns []net.Conn
-	t.Cleanup(func() {
-		l.Close()
-		mu.Lock()
-		for _, c := range conns {
-			c.Close()
-		}
-		mu.Unlock()
-		wg.Wait()
-	})
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			s, err := net.Dial("tcp", target)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c, s)
-			mu.Unlock()
-			wg.Add(2)
-			go func() {
-				defer wg.Done()
-				io.Copy(countingWriter{s, &n}, c)
-				s.Close()
-			}()
-			go func() {
-				defer wg.Done()
-				io.Copy(c, s)
-				c.Close()
-			}()
-		}
-	}()
-	return l.Addr().String(), &n
-}
-
-type countingWriter struct {
-	w io.Writer
-	n *atomic.Int64
-}
-
-func (c countingWriter) Write(b []byte) (int, error) {
-	n, err := c.w.Write(b)
-	c.n.Add(int64(n))
-	return n, err
 }
