@@ -178,3 +178,51 @@ func TestServerBackWithinBound(t *testing.T) {
 		t.Errorf("the server has b = %q", got)
 	}
 }
+
+// TestSilentLink: with the link gone silent (nothing reset: the proxy holds
+// every byte), a read in progress fails with EIO within the call timeout,
+// though the connection's keepalive would notice only after half a minute;
+// once the link carries again, the file reads whole.
+func TestSilentLink(t *testing.T) {
+	needFUSE(t)
+	dir := t.TempDir()
+	big := make([]byte, 48<<20)
+	rng := rand.New(rand.NewPCG(3, 4))
+	for i := range big {
+		big[i] = byte(rng.Uint32())
+	}
+	writeFile(t, filepath.Join(dir, "big"), string(big))
+	const timeout = 2 * time.Second
+	mnt, sw := mountSwitched(t, dir, timeout)
+	f, err := os.Open(filepath.Join(mnt, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := io.ReadFull(f, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	sw.Freeze()
+	done := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, f); done <- err }()
+	select {
+	case err := <-done:
+		if !errors.Is(err, syscall.EIO) {
+			t.Errorf("reading on over a silent link: %v, want EIO", err)
+		}
+	case <-time.After(10 * timeout):
+		sw.Thaw()
+		t.Fatalf("a read still waits %v after the link went silent", 10*timeout)
+	}
+	sw.Thaw()
+	var got []byte
+	if !waitFor(20*time.Second, func() bool {
+		got, err = os.ReadFile(filepath.Join(mnt, "big"))
+		return err == nil
+	}) {
+		t.Fatalf("20 s after the link came back the mount still fails: %v", err)
+	}
+	if !bytes.Equal(got, big) {
+		t.Errorf("big read after the link came back: %d bytes, equal=%v", len(got), bytes.Equal(got, big))
+	}
+}

@@ -61,13 +61,55 @@ type Switch struct {
 	mu    sync.Mutex
 	down  bool
 	conns []net.Conn
+	gate  *gate // Holds the bytes of a frozen link.
 }
 
 // SwitchProxy listens on loopback and forwards each connection to target
 // until the test ends or Down is called.
 func SwitchProxy(t testing.TB, target string) *Switch {
 	t.Helper()
-	return proxy(t, target, func(dst, src net.Conn, _ bool) { io.Copy(dst, src); dst.Close() })
+	g := &gate{}
+	g.cond = sync.NewCond(&g.mu)
+	sw := proxy(t, target, func(dst, src net.Conn, _ bool) { io.Copy(gatedWriter{dst, g}, src); dst.Close() })
+	sw.gate = g
+	t.Cleanup(sw.Thaw)
+	return sw
+}
+
+// Freeze holds every byte in flight either way, on the connections open
+// and on new ones, without closing anything: a link gone silent (a cable
+// pulled, a route lost) rather than a server gone, which resets.
+func (sw *Switch) Freeze() { sw.gate.set(true) }
+
+// Thaw lets the bytes a Freeze held go on.
+func (sw *Switch) Thaw() { sw.gate.set(false) }
+
+type gate struct {
+	mu     sync.Mutex
+	cond   *sync.Cond
+	frozen bool
+}
+
+func (g *gate) set(frozen bool) {
+	g.mu.Lock()
+	g.frozen = frozen
+	g.mu.Unlock()
+	g.cond.Broadcast()
+}
+
+// gatedWriter writes to w once its gate is open.
+type gatedWriter struct {
+	w io.Writer
+	g *gate
+}
+
+func (w gatedWriter) Write(b []byte) (int, error) {
+	w.g.mu.Lock()
+	for w.g.frozen {
+		w.g.cond.Wait()
+	}
+	w.g.mu.Unlock()
+	return w.w.Write(b)
 }
 
 // proxy listens on loopback and connects each client to target, copying
