@@ -14,6 +14,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/servertest"
 )
 
 // The exerciser runs random sequences of file operations on a mount and on
@@ -35,6 +38,7 @@ type exFile struct {
 type exerciser struct {
 	t        *testing.T
 	mnt, ref string
+	other    string // Another client's mount of the same tree, if any.
 	r        *rand.Rand
 	files    []*exFile
 	log      []string // The operations so far, for a failure's report.
@@ -64,17 +68,32 @@ func TestExerciser(t *testing.T) {
 		seed = uint64(time.Now().UnixNano())
 	}
 	t.Logf("seed %d (go test -run TestExerciser -exercise.seed %d to repeat)", seed, seed)
-	for _, wb := range []bool{false, true} {
-		t.Run(fmt.Sprintf("writeback=%v", wb), func(t *testing.T) {
-			dir, tree := localTree(t)
-			mnt, _ := mountFS(t, &slowPuts{FS: tree, delay: 2 * time.Millisecond}, Options{WriteBack: wb})
+	for _, mode := range []string{"default", "writeback", "two clients"} {
+		t.Run(mode, func(t *testing.T) {
+			var dir, mnt, other string
+			if mode == "two clients" {
+				// A second mount, further from the server, must see
+				// every change once the first has closed its files.
+				srv := servertest.Start(t, "")
+				dir = srv.Dir
+				var sa, sb *Server
+				mnt, sa = mountFS(t, srv.Client(t, "a"), Options{TTL: time.Hour})
+				other, sb = mountFS(t, srv.ClientVia(t, "b", servertest.DelayProxy(t, srv.Addr, 5*time.Millisecond)), Options{TTL: time.Hour})
+				if !waitFor(5*time.Second, func() bool { return sa.meta.leased() && sb.meta.leased() }) {
+					t.Fatal("the mounts got no watch")
+				}
+			} else {
+				var tree ferry.FS
+				dir, tree = localTree(t)
+				mnt, _ = mountFS(t, &slowPuts{FS: tree, delay: 2 * time.Millisecond}, Options{WriteBack: mode == "writeback"})
+			}
 			ref := t.TempDir()
 			for _, side := range []string{mnt, ref} {
 				if err := os.Mkdir(filepath.Join(side, "d"), 0o755); err != nil {
 					t.Fatal(err)
 				}
 			}
-			x := &exerciser{t: t, mnt: mnt, ref: ref, r: rand.New(rand.NewPCG(seed, 0))}
+			x := &exerciser{t: t, mnt: mnt, ref: ref, other: other, r: rand.New(rand.NewPCG(seed, 0))}
 			// A run that fails midway leaves descriptors open, which
 			// would keep the mount busy when the test unmounts it.
 			defer func() {
@@ -85,6 +104,7 @@ func TestExerciser(t *testing.T) {
 			for i := 0; i < *exerciseOps && !t.Failed(); i++ {
 				x.step()
 				x.compareNames()
+				x.compareOther()
 			}
 			for len(x.files) > 0 && !t.Failed() {
 				x.close(0)
@@ -270,6 +290,23 @@ func (x *exerciser) compareNames() {
 		b, errB := os.Stat(filepath.Join(x.ref, name))
 		if (errA == nil) != (errB == nil) || (errA == nil && a.Size() != b.Size()) {
 			x.fail("stat %s: the mount says %v %v, a local disk %v %v", name, sizeOf(a), errA, sizeOf(b), errB)
+			return
+		}
+	}
+}
+
+// compareOther checks, while no descriptor is open, that another client's
+// mount reads every name as a local disk does: each change was closed, so
+// close-to-open says the other client sees it.
+func (x *exerciser) compareOther() {
+	if x.other == "" || len(x.files) > 0 || x.t.Failed() {
+		return
+	}
+	for _, name := range exNames {
+		a, errA := os.ReadFile(filepath.Join(x.other, name))
+		b, errB := os.ReadFile(filepath.Join(x.ref, name))
+		if (errA == nil) != (errB == nil) || !bytes.Equal(a, b) {
+			x.fail("read %s in the other client's mount: %d bytes (%v), on a local disk %d (%v)", name, len(a), errA, len(b), errB)
 			return
 		}
 	}
