@@ -127,6 +127,23 @@ func TestMountEndToEnd(t *testing.T) {
 	if string(out) != "a.c\nb.c\n" {
 		t.Errorf("ls of the mount: %q", out)
 	}
+	// The control file: the mount's state and every layer's below, and
+	// commands passed down to the server.
+	out, err = exec.Command("cat", filepath.Join(mnt, "Ctl")).CombinedOutput()
+	for _, want := range []string{"[mount]", "contents.bytes:", "[client]", "[server]", "debug: false"} {
+		if err != nil || !strings.Contains(string(out), want) {
+			t.Errorf("cat Ctl lacks %q (%v):\n%s", want, err, out)
+		}
+	}
+	if out, err := exec.Command("sh", "-c", "echo 'pass pass debug on' > "+filepath.Join(mnt, "Ctl")).CombinedOutput(); err != nil {
+		t.Errorf("echo 'pass pass debug on' > Ctl: %v %s", err, out)
+	}
+	if out, _ := os.ReadFile(filepath.Join(mnt, "Ctl")); !strings.Contains(string(out), "debug: true") {
+		t.Errorf("the server's debug is not on after a command through the mount:\n%s", out)
+	}
+	if out, err := exec.Command("sh", "-c", "echo bogus > "+filepath.Join(mnt, "Ctl")).CombinedOutput(); err == nil {
+		t.Errorf("echo bogus > Ctl succeeded: %s", out)
+	}
 
 	// ferry umount: the mount goes, and its process has exited when it
 	// returns.

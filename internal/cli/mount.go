@@ -20,6 +20,7 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/auth"
+	"github.com/ferryfs/ferry/internal/ctl"
 	"github.com/ferryfs/ferry/internal/fusefs"
 	"github.com/ferryfs/ferry/internal/pred"
 )
@@ -270,6 +271,9 @@ func mountForeground(cmd *cobra.Command, target, mountpoint string, readyFd int,
 	opt.Root = t.Path
 	opt.Log = log
 	opt.FsName = "ferry:" + target
+	// The mount's control file shows the client's layer and the server's
+	// below its own.
+	opt.CtlBelow = ctl.New("client", c, c)
 	srv, err := fusefs.Mount(mountpoint, c, opt)
 	if err != nil {
 		return fail(err)

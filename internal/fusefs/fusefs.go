@@ -37,6 +37,9 @@
 //   - Bytes. Whole-file Puts and Gets go through the Tree, which may send
 //     only the chunks the other side lacks (remote.Client does).
 //
+// With Options.CtlBelow the mount shows a control file, Ctl, at its top
+// (ctl.go): the mount's state over that of the layers below, and commands.
+//
 // Errnos are made only at this boundary, from one kind-to-errno table
 // (errno.go). Hard links are not supported (the Tree has no link call):
 // link(2) fails with ENOTSUP. The tree has no atime, ctime or inode
@@ -59,12 +62,18 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/ctl"
 )
 
 // Options configure a mount. The zero value is usable.
 type Options struct {
 	// Root is the path in the tree to mount; "/" if empty.
 	Root string
+	// CtlBelow, if not nil, serves the control files of the layers below
+	// the mount (the tree, or a ctl layer over it): the mount then shows
+	// a control file, Ctl, at its top, which reads as its own state and
+	// theirs and takes commands (see internal/ctl and Server.Command).
+	CtlBelow ferry.FS
 	// Log receives the adaptor's messages; nothing is logged if nil.
 	Log *slog.Logger
 	// PrefetchDepth bounds the Find issued on first use of a directory
@@ -149,6 +158,13 @@ type Server struct {
 	readdirs atomic.Int64
 	// kernel stands between the kernel and go-fuse's file system.
 	kernel *kernelFS
+
+	// ctl serves the control file over Options.CtlBelow, if set.
+	ctl      *ctl.Tree
+	ctlOnce  sync.Once
+	ctlInode *fs.Inode
+	// breaks counts the callback breaks acknowledged.
+	breaks atomic.Int64
 }
 
 // Mount mounts the tree fsys at mountpoint and serves it in the
@@ -211,6 +227,9 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 		done:    make(chan struct{}),
 		rootUid: d.Int(ferry.AttrUid), rootGid: d.Int(ferry.AttrGid),
 		inos: map[string]uint64{}, nextIno: 2,
+	}
+	if opt.CtlBelow != nil {
+		s.ctl = ctl.New("mount", opt.CtlBelow, s)
 	}
 	s.meta.data = s.data
 	s.meta.settle = func(ctx context.Context, p string) error { return s.wback.wait(ctx, p) }

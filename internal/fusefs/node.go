@@ -230,6 +230,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if e := checkName(name); e != 0 {
 		return nil, e
 	}
+	if n.isCtl(name) {
+		return n.ctlLookup(ctx, out), 0
+	}
 	dir, ok := n.path()
 	if !ok {
 		return nil, syscall.ENOENT
@@ -558,6 +561,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if e := checkName(name); e != 0 {
 		return nil, nil, 0, e
 	}
+	if n.isCtl(name) {
+		return nil, nil, 0, syscall.EEXIST
+	}
 	dir, ok := n.path()
 	if !ok {
 		return nil, nil, 0, syscall.ENOENT
@@ -619,6 +625,9 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 func (n *node) make(ctx context.Context, name string, mode uint32, d ferry.Dir, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if e := checkName(name); e != 0 {
 		return nil, e
+	}
+	if n.isCtl(name) {
+		return nil, syscall.EEXIST
 	}
 	dir, ok := n.path()
 	if !ok {
@@ -706,6 +715,9 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 
 // remove removes name; nlink is the change to n's link count.
 func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Errno {
+	if n.isCtl(name) {
+		return syscall.EPERM
+	}
 	dir, ok := n.path()
 	if !ok {
 		return syscall.ENOENT
@@ -807,6 +819,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if flags&renameExchange != 0 {
 		return syscall.EINVAL
 	}
+	if np, ok := newParent.(*node); n.isCtl(name) || ok && np.isCtl(newName) {
+		return syscall.EPERM
+	}
 	if e := checkName(newName); e != 0 {
 		return e
 	}
@@ -893,6 +908,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	if e := checkName(name); e != 0 {
 		return nil, e
+	}
+	if n.isCtl(name) {
+		return nil, syscall.EEXIST
 	}
 	dir, ok := n.path()
 	tn, isNode := target.EmbeddedInode().Operations().(*node)

@@ -111,6 +111,7 @@ const notifyWait = time.Second
 // kernel, for a callback break: another client changed it through the
 // server, and that client's call waits until this returns.
 func (s *Server) dropBroken(ctx context.Context, p string, tree bool) {
+	s.breaks.Add(1)
 	if tree {
 		s.meta.invalidateAll(p)
 	} else {

@@ -1,0 +1,200 @@
+package fusefs
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ferryfs/ferry"
+)
+
+// ctlName is the control file's name at the top of the mount (ferry.CtlPath
+// in the tree). A file of that name at the top of the mounted directory is
+// shadowed, as ctl's layers shadow it.
+const ctlName = "Ctl"
+
+// isCtl reports whether name in n is the mount's control file.
+func (n *node) isCtl(name string) bool {
+	return n.s.ctl != nil && n == n.s.root && name == ctlName
+}
+
+// Status implements ctl.Controller: the mount's layer of the control file.
+func (s *Server) Status(context.Context) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "root: %s\n", s.opt.Root)
+	fmt.Fprintf(&b, "lease: %v\n", s.meta.leased())
+	fmt.Fprintf(&b, "breaks: %d\n", s.breaks.Load())
+	fmt.Fprintf(&b, "timeout: %s\n", s.opt.CallTimeout)
+	fmt.Fprintf(&b, "writeback: %v\n", s.opt.WriteBack)
+	ops, bytes := s.wback.pending()
+	fmt.Fprintf(&b, "writeback.pending: %d calls, %d bytes\n", ops, bytes)
+	c := s.data
+	c.mu.Lock()
+	size, files, st := c.size, len(c.ents), c.stats
+	c.mu.Unlock()
+	fmt.Fprintf(&b, "contents.bytes: %d of %d\ncontents.files: %d\ncontents.peak: %d\n", size, c.max, files, st.peak)
+	fmt.Fprintf(&b, "contents.fetched: %d files, %d bytes\ncontents.evicted: %d\ncontents.walks: %d\n", st.files, st.bytes, st.evicted, st.walks)
+	finds, stats := s.meta.counts()
+	fmt.Fprintf(&b, "meta.finds: %d\nmeta.stats: %d\n", finds, stats)
+	return b.String()
+}
+
+// Command implements ctl.Controller. "sync" waits for every change still
+// in the background; "drop" forgets every cached entry and file here and
+// in the kernel.
+func (s *Server) Command(ctx context.Context, args []string) error {
+	const op = "fusefs.Command"
+	switch args[0] {
+	case "sync":
+		ctx, cancel := context.WithTimeout(ctx, s.opt.CallTimeout)
+		defer cancel()
+		return s.wback.wait(ctx, s.opt.Root)
+	case "drop":
+		s.meta.dropAll()
+		s.notifyTree(s.opt.Root)
+		return nil
+	}
+	return ferry.E(op, ferry.CtlPath, ferry.KindInvalid, "the mount knows no command "+args[0]+" (sync, drop; \"pass CMD\" for the layers below)")
+}
+
+// ctlNode is the mount's control file: reading it shows the state of the
+// mount and of every layer below; lines written to it and closed are run as
+// commands (see internal/ctl), each as it is written.
+type ctlNode struct {
+	fs.Inode
+	s *Server
+}
+
+var (
+	_ fs.NodeGetattrer = (*ctlNode)(nil)
+	_ fs.NodeSetattrer = (*ctlNode)(nil)
+	_ fs.NodeOpener    = (*ctlNode)(nil)
+)
+
+func (c *ctlNode) fill(out *fuse.Attr) {
+	out.Mode = syscall.S_IFREG | 0o644
+	out.Nlink = 1
+	out.Size = 0
+	t := uint64(time.Now().Unix())
+	out.Mtime, out.Ctime, out.Atime = t, t, t
+}
+
+// Getattr implements fs.NodeGetattrer. The size is 0: the text is made at
+// each open and read with direct I/O, as /proc's files are.
+func (c *ctlNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	c.fill(&out.Attr)
+	return 0
+}
+
+// Setattr implements fs.NodeSetattrer: a truncation (echo CMD > Ctl) is
+// taken and does nothing.
+func (c *ctlNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	c.fill(&out.Attr)
+	return 0
+}
+
+// Open implements fs.NodeOpener.
+func (c *ctlNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	return &ctlHandle{s: c.s}, fuse.FOPEN_DIRECT_IO, 0
+}
+
+// ctlHandle is one open of the control file.
+type ctlHandle struct {
+	s    *Server
+	mu   sync.Mutex
+	text []byte // The state, made at the first read.
+	made bool
+	cmds bytes.Buffer // What was written after the last newline.
+}
+
+var (
+	_ fs.FileReader  = (*ctlHandle)(nil)
+	_ fs.FileWriter  = (*ctlHandle)(nil)
+	_ fs.FileFlusher = (*ctlHandle)(nil)
+)
+
+// Read implements fs.FileReader.
+func (h *ctlHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if !h.made {
+		cctx, cancel := h.s.ctx(ctx)
+		text, err := h.s.ctl.Status(cctx)
+		cancel()
+		if err != nil {
+			return nil, errno(err)
+		}
+		h.text, h.made = []byte(text), true
+	}
+	if off >= int64(len(h.text)) {
+		return fuse.ReadResultData(nil), 0
+	}
+	return fuse.ReadResultData(h.text[off:min(off+int64(len(dest)), int64(len(h.text)))]), 0
+}
+
+// maxCommands bounds an unfinished line, as ctl bounds a Put.
+const maxCommands = 64 << 10
+
+// Write implements fs.FileWriter: each whole line is run as it is written,
+// so that a failing command fails the write(2) (a shell reports that; it
+// does not report a failed close). A last line without a newline runs at
+// close.
+func (h *ctlHandle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cmds.Len()+len(data) > maxCommands {
+		return 0, syscall.EFBIG
+	}
+	h.cmds.Write(data)
+	i := bytes.LastIndexByte(h.cmds.Bytes(), '\n')
+	if i < 0 {
+		return uint32(len(data)), 0
+	}
+	lines := string(h.cmds.Next(i + 1))
+	if e := h.run(ctx, lines); e != 0 {
+		return 0, e
+	}
+	return uint32(len(data)), 0
+}
+
+// Flush implements fs.FileFlusher: close(2) runs a last line left without
+// a newline.
+func (h *ctlHandle) Flush(ctx context.Context) syscall.Errno {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.cmds.Len() == 0 {
+		return 0
+	}
+	lines := h.cmds.String()
+	h.cmds.Reset()
+	return h.run(ctx, lines)
+}
+
+// run runs the command lines through the control layers. h.mu is held.
+func (h *ctlHandle) run(ctx context.Context, lines string) syscall.Errno {
+	cctx, cancel := h.s.ctx(ctx)
+	defer cancel()
+	if _, err := h.s.ctl.Put(cctx, ferry.CtlPath, nil, 0, strings.NewReader(lines)).Wait(); err != nil {
+		h.s.log.Warn("a command written to the control file failed", "commands", strings.TrimSpace(lines), "err", err)
+		return errno(err)
+	}
+	return 0
+}
+
+// ctlLookup returns the control file's node, made at the first lookup.
+func (n *node) ctlLookup(ctx context.Context, out *fuse.EntryOut) *fs.Inode {
+	s := n.s
+	s.ctlOnce.Do(func() {
+		s.ctlInode = n.NewPersistentInode(ctx, &ctlNode{s: s}, fs.StableAttr{Mode: syscall.S_IFREG, Ino: s.ino("\x00"+ctlName, false)})
+	})
+	(&ctlNode{s: s}).fill(&out.Attr)
+	out.Ino = s.ctlInode.StableAttr().Ino
+	return s.ctlInode
+}

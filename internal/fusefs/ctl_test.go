@@ -1,0 +1,63 @@
+package fusefs
+
+import (
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/ferryfs/ferry/internal/ctl"
+	"github.com/ferryfs/ferry/internal/server"
+	"github.com/ferryfs/ferry/internal/servertest"
+)
+
+// TestCtlFile: the mount's control file shows the mount's state and every
+// layer's below it, runs commands written to it (its own, and those passed
+// down to the server), fails a close whose command fails, and cannot be
+// removed, renamed or made anew; a file of that name on the server is
+// shadowed.
+func TestCtlFile(t *testing.T) {
+	needFUSE(t)
+	srv := servertest.StartWith(t, "", func(c *server.Config) { c.Level = new(slog.LevelVar) })
+	c := srv.Client(t, "a")
+	mnt, _ := mountFS(t, c, Options{CtlBelow: ctl.New("client", c, c)})
+	p := filepath.Join(mnt, "Ctl")
+	text := readFile(t, p)
+	for _, want := range []string{"[mount]\n", "contents.bytes: ", "lease: ", "[client]\n", "[server]\n", "debug: false"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("the control file lacks %q:\n%s", want, text)
+		}
+	}
+	for _, cmd := range []string{"drop\n", "sync\n", "pass pass debug on\n"} {
+		if err := os.WriteFile(p, []byte(cmd), 0o644); err != nil {
+			t.Errorf("writing %q: %v", cmd, err)
+		}
+	}
+	if text := readFile(t, p); !strings.Contains(text, "debug: true") {
+		t.Errorf("the server's debug was not turned on through the mount:\n%s", text)
+	}
+	for _, cmd := range []string{"bogus\n", "pass pass bogus\n"} {
+		if err := os.WriteFile(p, []byte(cmd), 0o644); !errors.Is(err, syscall.EINVAL) {
+			t.Errorf("writing %q: %v, want EINVAL", cmd, err)
+		}
+	}
+	if err := os.Remove(p); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("removing the control file: %v, want EPERM", err)
+	}
+	if err := os.Rename(p, filepath.Join(mnt, "x")); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("renaming the control file: %v, want EPERM", err)
+	}
+	writeFile(t, filepath.Join(mnt, "y"), "y")
+	if err := os.Rename(filepath.Join(mnt, "y"), p); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("renaming over the control file: %v, want EPERM", err)
+	}
+	if _, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); !errors.Is(err, syscall.EEXIST) {
+		t.Errorf("creating the control file anew: %v, want EEXIST", err)
+	}
+	if _, err := os.Stat(filepath.Join(srv.Dir, "Ctl")); !os.IsNotExist(err) {
+		t.Errorf("the server has a file named Ctl: %v", err)
+	}
+}
