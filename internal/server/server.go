@@ -68,6 +68,14 @@ type Config struct {
 	// a client cannot pin the server's memory with streams it never
 	// ends.
 	MaxStreams uint32
+	// MaxUserCalls bounds the calls one user has in progress at once
+	// over all its connections (default DefaultMaxUserCalls); further
+	// calls fail as unavailable, which clients wait out and try again.
+	MaxUserCalls int
+	// MaxHostConns bounds the connections open at once from one address
+	// (default DefaultMaxHostConns), authenticated or not; more are
+	// closed as they come.
+	MaxHostConns int
 	// StagingDir holds resumable uploads until they are committed; it must
 	// be outside the served tree. If empty, the server makes a temporary
 	// one and removes it when Serve returns.
@@ -96,6 +104,10 @@ type Server struct {
 	mu    sync.Mutex
 	conns map[*conn]struct{}
 	raw   map[string]net.Conn // Accepted TCP connections by remote address.
+	// hostConns counts the open connections of each remote host, and
+	// userCalls the calls in progress of each user.
+	hostConns map[string]int
+	userCalls map[string]int
 
 	calls  [opCount]atomic.Int64
 	errs   atomic.Int64
@@ -166,13 +178,19 @@ func New(cfg Config) (*Server, error) {
 	if cfg.Log == nil {
 		cfg.Log = slog.Default()
 	}
+	if cfg.MaxUserCalls <= 0 {
+		cfg.MaxUserCalls = DefaultMaxUserCalls
+	}
+	if cfg.MaxHostConns <= 0 {
+		cfg.MaxHostConns = DefaultMaxHostConns
+	}
 	if cfg.ReadAheadBudget <= 0 {
 		cfg.ReadAheadBudget = DefaultReadAheadBudget
 	}
 	if cfg.MaxStreams == 0 {
 		cfg.MaxStreams = DefaultMaxStreams
 	}
-	s := &Server{cfg: cfg, start: time.Now(), authLimit: newAuthLimit(time.Now), conns: map[*conn]struct{}{}, raw: map[string]net.Conn{}, budget: newBudget(cfg.ReadAheadBudget, cfg.ReadAheadFixed),
+	s := &Server{cfg: cfg, start: time.Now(), authLimit: newAuthLimit(time.Now), conns: map[*conn]struct{}{}, raw: map[string]net.Conn{}, hostConns: map[string]int{}, userCalls: map[string]int{}, budget: newBudget(cfg.ReadAheadBudget, cfg.ReadAheadFixed),
 		zip: zwire.New(proto.MaxData), zstd: !cfg.NoZstd}
 	if cfg.StagingDir == "" {
 		dir, err := os.MkdirTemp("", "ferry-uploads-")
@@ -216,6 +234,16 @@ func New(cfg Config) (*Server, error) {
 	proto.RegisterFerryServer(s.grpc, &handler{s: s})
 	return s, nil
 }
+
+// DefaultMaxUserCalls and DefaultMaxHostConns are the defaults of
+// Config.MaxUserCalls and Config.MaxHostConns: room for a few busy mounts
+// per user, and for a few hundred clients behind one address (bench/load
+// runs 200 from one, two connections each), while each connection costs
+// the server about half a MiB of buffers.
+const (
+	DefaultMaxUserCalls = 4 * DefaultMaxStreams
+	DefaultMaxHostConns = 512
+)
 
 // DefaultMaxStreams is the default of Config.MaxStreams: twice what a
 // mount has in flight at most (the kernel's 128 background requests, its
@@ -268,29 +296,46 @@ type trackListener struct {
 }
 
 func (l *trackListener) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		h := host(c.RemoteAddr().String())
+		l.s.mu.Lock()
+		if l.s.hostConns[h] >= l.s.cfg.MaxHostConns {
+			l.s.mu.Unlock()
+			l.s.cfg.Log.Debug("connection refused: too many from its address", "addr", c.RemoteAddr(), "max", l.s.cfg.MaxHostConns)
+			c.Close()
+			continue
+		}
+		l.s.hostConns[h]++
+		l.s.raw[c.RemoteAddr().String()] = c
+		l.s.mu.Unlock()
+		return &trackedConn{Conn: c, s: l.s, host: h}, nil
 	}
-	l.s.mu.Lock()
-	l.s.raw[c.RemoteAddr().String()] = c
-	l.s.mu.Unlock()
-	return &trackedConn{Conn: c, s: l.s}, nil
 }
 
 // trackedConn forgets its entry when it closes, so connections that never
 // got as far as TagConn (a failed handshake) leave nothing behind.
 type trackedConn struct {
 	net.Conn
-	s *Server
+	s      *Server
+	host   string
+	closed sync.Once
 }
 
 func (c *trackedConn) Close() error {
-	c.s.mu.Lock()
-	if c.s.raw[c.RemoteAddr().String()] == c.Conn {
-		delete(c.s.raw, c.RemoteAddr().String())
-	}
-	c.s.mu.Unlock()
+	c.closed.Do(func() {
+		c.s.mu.Lock()
+		if c.s.raw[c.RemoteAddr().String()] == c.Conn {
+			delete(c.s.raw, c.RemoteAddr().String())
+		}
+		if c.s.hostConns[c.host]--; c.s.hostConns[c.host] <= 0 {
+			delete(c.s.hostConns, c.host)
+		}
+		c.s.mu.Unlock()
+	})
 	return c.Conn.Close()
 }
 
@@ -374,17 +419,48 @@ func (s *Server) identify(ctx context.Context) (string, error) {
 }
 
 func (s *Server) unaryAuth(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
-	if _, err := s.identify(ctx); err != nil {
+	user, err := s.identify(ctx)
+	if err == nil {
+		err = s.beginCall(user)
+	}
+	if err != nil {
 		return nil, proto.Status(err)
 	}
+	defer s.endCall(user)
 	return h(ctx, req)
 }
 
 func (s *Server) streamAuth(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
-	if _, err := s.identify(ss.Context()); err != nil {
+	user, err := s.identify(ss.Context())
+	if err == nil {
+		err = s.beginCall(user)
+	}
+	if err != nil {
 		return proto.Status(err)
 	}
+	defer s.endCall(user)
 	return h(srv, ss)
+}
+
+// beginCall counts a call of user in, unless the user has
+// Config.MaxUserCalls in progress: a client that opens connection after
+// connection must not pin the server's memory with their streams.
+func (s *Server) beginCall(user string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.userCalls[user] >= s.cfg.MaxUserCalls {
+		return ferry.E("server", "", ferry.KindUnavailable, fmt.Sprintf("%d calls of this user are in progress already; try again", s.cfg.MaxUserCalls))
+	}
+	s.userCalls[user]++
+	return nil
+}
+
+func (s *Server) endCall(user string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.userCalls[user]--; s.userCalls[user] <= 0 {
+		delete(s.userCalls, user)
+	}
 }
 
 // connections returns the open connections, oldest first.

@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"crypto/rand"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -545,5 +546,91 @@ func waitInFlight(t *testing.T, s *servertest.Server, n int64) {
 			t.Fatalf("the server has %d calls in flight, want %d", s.Srv.InFlight(), n)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestCallsPerUserBounded: one user's calls in progress over all its
+// connections are bounded: beyond the bound a call fails as unavailable at
+// once, while another user's calls go on; once one ends, the user's next
+// call gets through.
+func TestCallsPerUserBounded(t *testing.T) {
+	const limit = 4
+	s := servertest.StartWith(t, "", func(cfg *server.Config) { cfg.MaxUserCalls = limit })
+	var watches []*ferry.Stream[ferry.Event]
+	defer func() {
+		for _, w := range watches {
+			w.Close()
+		}
+	}()
+	for range limit / 2 {
+		c := s.Client(t, "u")
+		for range 2 {
+			w := c.Watch(context.Background(), "/")
+			for range w.All() {
+				break // The watch is in place.
+			}
+			watches = append(watches, w)
+		}
+	}
+	waitInFlight(t, s, limit)
+	c := s.Client(t, "u")
+	if _, err := c.Stat(ctx(t), "/").Wait(); ferry.KindOf(err) != ferry.KindUnavailable || !strings.Contains(err.Error(), "in progress") {
+		t.Fatalf("a Stat beyond the user's %d calls: %v, want unavailable", limit, err)
+	}
+	if _, err := s.Client(t, "v").Stat(ctx(t), "/").Wait(); err != nil {
+		t.Errorf("another user's Stat: %v", err)
+	}
+	watches[0].Close()
+	watches = watches[1:]
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		_, err := c.Stat(ctx(t), "/").Wait()
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a Stat once a call ended: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestConnsPerHostBounded: connections from one address beyond the bound
+// are closed as they come, before any handshake; once one closes, a new
+// one is taken.
+func TestConnsPerHostBounded(t *testing.T) {
+	const limit = 2
+	s := servertest.StartWith(t, "", func(cfg *server.Config) { cfg.MaxHostConns = limit })
+	dial := func() net.Conn {
+		c, err := net.Dial("tcp", s.Addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// open reports whether the server keeps c open for a while.
+	open := func(c net.Conn) bool {
+		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		_, err := c.Read(make([]byte, 1))
+		var ne net.Error
+		return errors.As(err, &ne) && ne.Timeout()
+	}
+	first := dial()
+	second := dial()
+	if !open(first) || !open(second) {
+		t.Fatal("connections within the bound were closed")
+	}
+	if open(dial()) {
+		t.Fatalf("a connection beyond the bound of %d was kept", limit)
+	}
+	first.Close()
+	// The server notices the close when it next reads from it: the
+	// handshake's read fails at once.
+	deadline := time.Now().Add(5 * time.Second)
+	for !open(dial()) {
+		if time.Now().After(deadline) {
+			t.Fatal("no connection is taken after one closed")
+		}
 	}
 }
