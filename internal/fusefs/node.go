@@ -778,9 +778,15 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 		return errno(err)
 	}
 	// A file with other names lives on under them: its buffer, if open,
-	// is stored through those.
+	// is stored through those, and counts one name less (the kernel asks
+	// a node with a buffer for its attributes, and a descriptor's late
+	// release may keep the buffer past this).
 	if cn != nil && !linked(known) {
 		cn.orphan()
+	} else if cn != nil {
+		d := known.Clone()
+		d.SetInt(ferry.AttrNlink, known.Int(ferry.AttrNlink)-1)
+		cn.relinked(d)
 	}
 	n.s.meta.dropLinked(known)
 	n.s.meta.forget(p)
