@@ -107,6 +107,32 @@ type FS interface {
 	Finder
 }
 
+// Unwrapper is a layer over another FS: Unwrap returns the one below, so
+// that what the layers below can do is found through it (see As).
+type Unwrapper interface {
+	Unwrap() FS
+}
+
+// As returns the first layer of the stack from fs down that implements T,
+// following Unwrap: a layer finds the capabilities below it (chunks, the
+// index, watches) this way, never by asserting the type of the layer right
+// below, so any layer can be put in between. A layer that must see every
+// use of a capability implements it itself.
+func As[T any](fs FS) (T, bool) {
+	for fs != nil {
+		if t, ok := fs.(T); ok {
+			return t, true
+		}
+		u, ok := fs.(Unwrapper)
+		if !ok {
+			break
+		}
+		fs = u.Unwrap()
+	}
+	var zero T
+	return zero, false
+}
+
 // Event reports that the entry at Path changed: created, written, removed,
 // renamed or given new attributes, by anyone.
 type Event struct {

@@ -44,8 +44,9 @@ type Tree struct {
 }
 
 var (
-	_ ferry.FS = (*Tree)(nil)
-	_ Server   = (*Tree)(nil)
+	_ ferry.FS        = (*Tree)(nil)
+	_ ferry.Unwrapper = (*Tree)(nil)
+	_ Server          = (*Tree)(nil)
 )
 
 // New returns below with a control file for the layer name run by c.
@@ -55,6 +56,9 @@ func New(name string, below ferry.FS, c Controller) *Tree {
 
 // ServesCtl implements Server.
 func (t *Tree) ServesCtl() bool { return true }
+
+// Unwrap implements ferry.Unwrapper.
+func (t *Tree) Unwrap() ferry.FS { return t.FS }
 
 func (t *Tree) belowServes() bool {
 	s, ok := t.FS.(Server)

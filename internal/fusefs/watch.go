@@ -23,7 +23,7 @@ func (s *Server) watch(ctx context.Context, firstLease chan struct{}) {
 	var once sync.Once
 	first := func() { once.Do(func() { close(firstLease) }) }
 	defer first()
-	w, ok := s.fsys.(ferry.Watcher)
+	w, ok := ferry.As[ferry.Watcher](s.fsys)
 	if !ok {
 		s.log.Info("the tree offers no watch: metadata is trusted for a short time only", "ttl", s.opt.TTL)
 		return

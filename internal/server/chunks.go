@@ -33,7 +33,7 @@ var _ ChunkFS = (*chunked.Tree)(nil)
 // none or cuts chunks differently from the client. Both errors have the op
 // proto.NoChunksOp, which tells the client to stop asking.
 func (h *handler) chunkFS(version int32) (ChunkFS, error) {
-	cfs, ok := h.s.cfg.FS.(ChunkFS)
+	cfs, ok := ferry.As[ChunkFS](h.s.fs)
 	if !ok {
 		return nil, ferry.E(proto.NoChunksOp, "", ferry.KindInvalid, "this server does not serve chunks")
 	}

@@ -102,7 +102,7 @@ func (h *handler) changed(ctx context.Context, err error, cs ...callback.Change)
 // names, with the client's lease over it (see internal/callback).
 func (h *handler) Lease(st grpc.BidiStreamingServer[proto.LeaseMsg, proto.WatchEvent]) error {
 	const op = "server.Lease"
-	w, ok := h.s.cfg.FS.(ferry.Watcher)
+	w, ok := ferry.As[ferry.Watcher](h.s.fs)
 	if !ok {
 		return h.done(opLease, ferry.E(op, "", ferry.KindInvalid, "this server cannot watch"))
 	}

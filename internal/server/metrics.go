@@ -3,6 +3,7 @@ package server
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/transport"
 )
 
@@ -74,7 +75,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descZstd, prometheus.CounterValue, float64(z.In), "in")
 	ch <- prometheus.MustNewConstMetric(descZstd, prometheus.CounterValue, float64(z.Out), "out")
 	ch <- prometheus.MustNewConstMetric(descZSkip, prometheus.CounterValue, float64(z.Skipped))
-	if x, ok := s.cfg.FS.(Indexer); ok {
+	if x, ok := ferry.As[Indexer](s.fs); ok {
 		st := x.Index().Stats()
 		ch <- prometheus.MustNewConstMetric(descIxSize, prometheus.GaugeValue, float64(st.Chunks))
 		ch <- prometheus.MustNewConstMetric(descIxMax, prometheus.GaugeValue, float64(st.MaxChunks))
@@ -83,7 +84,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(descIxLook, prometheus.CounterValue, float64(st.Hits), "hit")
 		ch <- prometheus.MustNewConstMetric(descIxLook, prometheus.CounterValue, float64(st.Misses), "miss")
 		ch <- prometheus.MustNewConstMetric(descIxLook, prometheus.CounterValue, float64(st.Stale), "stale")
-		if t, ok := s.cfg.FS.(Trasher); ok {
+		if t, ok := ferry.As[Trasher](s.fs); ok {
 			ts := t.Trash()
 			ch <- prometheus.MustNewConstMetric(descTrashFiles, prometheus.GaugeValue, float64(ts.Files))
 			ch <- prometheus.MustNewConstMetric(descTrashBytes, prometheus.GaugeValue, float64(ts.Bytes))

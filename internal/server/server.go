@@ -524,11 +524,11 @@ func (s *Server) Status(context.Context) string {
 	fmt.Fprintf(&b, "bytes.in: %d\nbytes.out: %d\n", s.bytesIn.Load(), s.bytesOut.Load())
 	z := s.zip.Stats()
 	fmt.Fprintf(&b, "zstd.in: %d\nzstd.out: %d\nzstd.skipped: %d\nzstd.inflated: %d\n", z.In, z.Out, z.Skipped, z.Inflated)
-	if x, ok := s.cfg.FS.(Indexer); ok {
+	if x, ok := ferry.As[Indexer](s.fs); ok {
 		st := x.Index().Stats()
 		fmt.Fprintf(&b, "index.chunks: %d of %d\nindex.files: %d\nindex.indexed: %d\n", st.Chunks, st.MaxChunks, st.Files, st.Indexed)
 		fmt.Fprintf(&b, "index.hits: %d\nindex.misses: %d\nindex.stale: %d\n", st.Hits, st.Misses, st.Stale)
-		if t, ok := s.cfg.FS.(Trasher); ok {
+		if t, ok := ferry.As[Trasher](s.fs); ok {
 			ts := t.Trash()
 			fmt.Fprintf(&b, "trash.files: %d\ntrash.bytes: %d\n", ts.Files, ts.Bytes)
 		}
@@ -594,7 +594,7 @@ func (s *Server) Command(_ context.Context, args []string) error {
 // the bandwidth savings after the index was lost or damaged.
 func (s *Server) Reindex() error {
 	const op = "server.Reindex"
-	x, ok := s.cfg.FS.(Indexer)
+	x, ok := ferry.As[Indexer](s.fs)
 	if !ok {
 		return ferry.E(op, "", ferry.KindInvalid, "this server keeps no chunk index")
 	}
@@ -816,7 +816,7 @@ func (h *handler) find(op int, r *proto.FindReq, s *ferry.Stream[ferry.Entry], s
 }
 
 func (h *handler) Watch(r *proto.PathReq, st grpc.ServerStreamingServer[proto.WatchEvent]) error {
-	w, ok := h.s.cfg.FS.(ferry.Watcher)
+	w, ok := ferry.As[ferry.Watcher](h.s.fs)
 	if !ok {
 		return h.done(opWatch, ferry.E("server.Watch", r.Path, ferry.KindInvalid, "this server cannot watch"))
 	}

@@ -634,3 +634,44 @@ func TestConnsPerHostBounded(t *testing.T) {
 		}
 	}
 }
+
+// layer is a layer that adds nothing: what the tree below can do must be
+// found through it.
+type layer struct{ ferry.FS }
+
+func (l layer) Unwrap() ferry.FS { return l.FS }
+
+// TestCapabilitiesThroughLayers: with a layer between the server and the
+// chunked tree, puts still go by chunks, the index shows in the control
+// file, and clients can still hold leases: the server finds them by
+// unwrapping the stack, not by the type of the tree it is given.
+func TestCapabilitiesThroughLayers(t *testing.T) {
+	s := servertest.StartChunkedWith(t, "", func(cfg *server.Config) { cfg.FS = layer{cfg.FS} })
+	c := s.Client(t, "u")
+	before := s.Srv.Calls()
+	data := bytes.Repeat([]byte("chunks through a layer\n"), 64<<10)
+	if _, err := c.Put(ctx(t), "/f", ferry.Dir{}, ferry.Whole, bytes.NewReader(data)).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	// A server without chunks would refuse the chunked put, and the
+	// client would put the file plainly.
+	if got := servertest.CallsSince(s.Srv, before, "put", 1); got != 0 {
+		t.Errorf("%d plain puts through the layer, want none", got)
+	}
+	r := c.Get(ctx(t), ferry.CtlPath, 0, -1)
+	text, err := io.ReadAll(r)
+	r.Close()
+	if err != nil || !strings.Contains(string(text), "index.") {
+		t.Errorf("the control file shows no index (%v):\n%s", err, text)
+	}
+	w := c.Watch(ctx(t), "/")
+	defer w.Close()
+	began := false
+	for ev := range w.All() {
+		began = ev.Lost && ev.Path == "/"
+		break
+	}
+	if !began {
+		t.Errorf("no watch through the layer")
+	}
+}

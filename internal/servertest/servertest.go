@@ -46,6 +46,13 @@ func StartChunked(t testing.TB, dir string) *Server {
 	return start(t, dir, true)
 }
 
+// StartChunkedWith is StartChunked with the server's configuration changed
+// by tune first.
+func StartChunkedWith(t testing.TB, dir string, tune func(*server.Config)) *Server {
+	t.Helper()
+	return start(t, dir, true, tune)
+}
+
 // StartWith is Start with the server's configuration changed by tune
 // first.
 func StartWith(t testing.TB, dir string, tune func(*server.Config)) *Server {
