@@ -211,6 +211,16 @@ func TestEndToEnd(t *testing.T) {
 	if !strings.Contains(errOut, "column") {
 		t.Errorf("a malformed predicate's error does not give the position: %q", errOut)
 	}
+	// A typo is an error, not a search that finds nothing.
+	for pred, want := range map[string]string{"nmae~*.go": "did you mean name?", "type=file": `no type "file"`, "foo=bar": `no attribute "foo"`} {
+		if _, errOut = e.run(false, "find", e.at("/"), pred); !strings.Contains(errOut, want) {
+			t.Errorf("ferry find %q: %q, want it to say %q", pred, errOut, want)
+		}
+	}
+	// **/ is zero or more directories.
+	if out, _ := e.run(true, "find", e.at("/"), "path~/src/**/*.go"); !strings.Contains(out, "/src/main.go") {
+		t.Errorf("find path~/src/**/*.go = %q, want /src/main.go among them", out)
+	}
 
 	// ls and stat.
 	out, _ = e.run(true, "ls", e.at("/"))

@@ -22,7 +22,10 @@
 //	(a)                    grouping
 //	true, false            constants
 //	prune                  false, and tells the walk not to descend below the
-//	                       entry, like find's -prune
+//	                       entry, like find's -prune; being false, it leaves
+//	                       the pruned entry out of the results, unless the
+//	                       predicate says "prune | true": "name=.git &
+//	                       (prune | true)" lists .git itself, not below it
 //	ATTR OP VALUE          a comparison
 //
 // Evaluation is left to right with short circuit, so prune takes effect
@@ -35,7 +38,7 @@
 // the characters ( ) & | = ! < > ~ ' and ". A string is in single or double
 // quotes and may use the escapes \\ \" \' \n \t and \r. The keywords (and,
 // or, not, true, false, prune) are keywords only where no operator follows
-// them: "not=x" compares an attribute named not. The words and, or and not
+// them: "not=x" names an attribute not (and fails: there is none). The words and, or and not
 // and juxtaposition spare shell users most quoting; the symbols need it:
 //
 //	ferry find / 'type=f & size>1M'
@@ -55,9 +58,14 @@
 //	             find's root, which has depth 0: depth<=2
 //	type         f (file), d (directory), l (symbolic link), p (named pipe),
 //	             s (socket), c and b (character and block device), o (other)
-//	anything     any other attribute (name, path, target, hash, a layer's
-//	             decorations) compares as a string, byte by byte
+//	others       name, path, target, hash, atime, ctime, ino, rdev,
+//	             extended attributes (xattr.NAME) and a layer's decorations
+//	             (names that begin with a capital) compare as strings,
+//	             byte by byte
 //
+// Any other attribute name is an error, with the closest name if one is
+// near ("nmae~*.go": did you mean name?), and so is a type that is not one
+// of the letters above: a typo must not silently match nothing.
 // A comparison on an attribute the entry lacks is false, except != and !~,
 // which are true. A stored numeric attribute that does not parse counts as
 // missing.
@@ -65,7 +73,9 @@
 // The ~ and !~ operators match globs, in the syntax of path.Match: * matches
 // any run of characters but '/', ? any one character but '/', [...] a class of
 // characters, and \ escapes the next character; in addition ** matches any
-// run of characters, '/' included. As in the shell, a class never matches
+// run of characters, '/' included, and "**/" as a whole path element matches
+// zero or more directories, as in bash's globstar and gitignore:
+// "path~/src/**/*.go" matches /src/a.go and /src/x/y/a.go. As in the shell, a class never matches
 // '/' (path.Match lets a negated class match it). A glob must match the whole
 // value: on name the entry's last path element, on path its whole rooted path
 // ("path~/src/**.go"), on other attributes their stored text ("mode~07??"),

@@ -23,11 +23,13 @@ type globItem struct {
 
 // The kinds of globItem.
 const (
-	gLit   = iota // gLit matches the byte b.
-	gOne          // gOne (?) matches one rune but '/'.
-	gClass        // gClass ([...]) matches one rune but '/' in (or, if neg, not in) its ranges.
-	gStar         // gStar (*) matches any run of bytes but '/'.
-	gAny          // gAny (**) matches any run of bytes.
+	gLit     = iota // gLit matches the byte b.
+	gOne            // gOne (?) matches one rune but '/'.
+	gClass          // gClass ([...]) matches one rune but '/' in (or, if neg, not in) its ranges.
+	gStar           // gStar (*) matches any run of bytes but '/'.
+	gAny            // gAny (**) matches any run of bytes.
+	gDirs           // gDirs (**/ as a whole path element) matches nothing, or goes on to gDirsRun.
+	gDirsRun        // gDirsRun, after gDirs, matches a run of bytes ending in '/'.
 )
 
 // compileGlob compiles pattern. A pattern that path.Match rejects is
@@ -44,9 +46,15 @@ func compileGlob(pattern string) (glob, error) {
 			for j < len(pattern) && pattern[j] == '*' {
 				j++
 			}
-			if j-i == 1 {
+			switch {
+			case j-i == 1:
 				g = append(g, globItem{kind: gStar})
-			} else {
+			case j < len(pattern) && pattern[j] == '/' && (i == 0 || pattern[i-1] == '/'):
+				// "a/**/b" matches a/b too, as in bash's globstar and
+				// gitignore: zero or more directories.
+				g = append(g, globItem{kind: gDirs}, globItem{kind: gDirsRun})
+				j++
+			default:
 				g = append(g, globItem{kind: gAny})
 			}
 			i = j
@@ -149,8 +157,13 @@ func (g glob) match(s string) bool {
 				continue
 			}
 			it := g[i]
-			if it.kind == gStar || it.kind == gAny {
+			switch it.kind {
+			case gStar, gAny:
 				cur[i+1] = true
+			case gDirs:
+				// No byte of its own: skip the run, or begin it.
+				cur[i+1], cur[i+2] = true, true
+				continue
 			}
 			if pos == len(s) {
 				continue
@@ -171,6 +184,11 @@ func (g glob) match(s string) bool {
 				}
 			case gAny:
 				row(pos + 1)[i] = true
+			case gDirsRun:
+				row(pos + 1)[i] = true
+				if s[pos] == '/' {
+					row(pos + 1)[i+1] = true
+				}
 			}
 		}
 	}

@@ -43,7 +43,17 @@ func TestGlob(t *testing.T) {
 		{"/src/**.go", "/src/a/b.go", true},
 		{"/src/**.go", "/src/a/b.c", false},
 		{"/src/**/*.go", "/src/a/b/c.go", true},
-		{"/src/**/*.go", "/src/c.go", false},
+		{"/src/**/*.go", "/src/c.go", true}, // **/ is zero or more directories.
+		{"/src/**/*.go", "/srcc.go", false},
+		{"/a/**/b", "/a/b", true},
+		{"/a/**/b", "/a/x/y/b", true},
+		{"/a/**/b", "/a/xb", false},
+		{"**/b", "b", true},
+		{"**/b", "x/b", true},
+		{"**/b", "xb", false},
+		{"x**/b", "x/b", true}, // Not a whole element: ** as ever.
+		{"x**/b", "xb", false},
+		{`\**/b`, "*/b", true},
 		{"**/*_test.go", "/x/y_test.go", true},
 		{"**/*_test.go", "/x/y_test.go/z", false},
 		{"a**b", "a/x/b", true},

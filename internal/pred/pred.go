@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -46,6 +47,16 @@ func ParseAt(s string, now time.Time) (*Pred, error) {
 		var err error
 		if root, err = p.parseOr(); err == nil && p.peek().kind != tEOF {
 			err = p.errorf(p.peek(), "unexpected %s", describe(p.peek()))
+		}
+		// Names are checked once the syntax is: a syntax error says
+		// more about what went wrong.
+		for _, a := range p.attrs {
+			if err != nil {
+				break
+			}
+			if aerr := checkAttr(a.text); aerr != nil {
+				err = p.errorf(a, "%v", aerr)
+			}
 		}
 		if err != nil {
 			return nil, ferry.E("pred.Parse", "", ferry.KindInvalid, err)
@@ -308,10 +319,11 @@ func depthBound(t node) (int64, bool) {
 //	and   = unary { ["&" | "and"] unary }
 //	unary = ("!" | "not") unary | "(" or ")" | "true" | "false" | "prune" | WORD OP VALUE
 type parser struct {
-	toks []token
-	i    int
-	now  int64
-	nest int
+	toks  []token
+	i     int
+	now   int64
+	nest  int
+	attrs []token // The attributes compared, checked after the syntax.
 }
 
 func (p *parser) peek() token { return p.toks[p.i] }
@@ -456,9 +468,13 @@ func (p *parser) parseCmp() (node, error) {
 		return nil, p.errorf(val, "expected value after %q, found %s", op.text, describe(val))
 	}
 	p.next()
+	p.attrs = append(p.attrs, attr)
 	c := &cmpNode{attr: attr.text, op: op.text, val: val.text}
 	if num, ok := numeric[c.attr]; ok {
 		c.num = &num
+	}
+	if c.attr == ferry.AttrType && !c.isGlob() && !types[c.val] {
+		return nil, p.errorf(val, "no type %q: a type is f (file), d (directory), l (symbolic link), p (named pipe), s (socket), c, b (devices) or o (other)%s", c.val, suggest(c.val, typeWords))
 	}
 	var err error
 	switch {
@@ -474,4 +490,84 @@ func (p *parser) parseCmp() (node, error) {
 		}
 	}
 	return c, nil
+}
+
+// attrs are the attributes a predicate may name: the stored ones of
+// ferry.Dir and those the predicate derives. Extended attributes
+// (ferry.XattrPrefix) and a layer's decorations (ferry.IsDecoration) may
+// be named too.
+var attrs = []string{ferry.AttrName, ferry.AttrPath, ferry.AttrType, ferry.AttrSize, ferry.AttrMode,
+	ferry.AttrMtime, ferry.AttrUid, ferry.AttrGid, ferry.AttrTarget, ferry.AttrHash, ferry.AttrNlink,
+	ferry.AttrRdev, ferry.AttrAtime, ferry.AttrCtime, ferry.AttrIno, "age", "depth"}
+
+// checkAttr refuses an attribute no entry has: a typo would otherwise
+// match nothing (or, with != and !~, everything) without a word.
+func checkAttr(a string) error {
+	if slices.Contains(attrs, a) || strings.HasPrefix(a, ferry.XattrPrefix) || ferry.IsDecoration(a) {
+		return nil
+	}
+	if s := suggest(a, attrs); s != "" {
+		return fmt.Errorf("no attribute %q%s", a, s)
+	}
+	return fmt.Errorf("no attribute %q (known: %s, and %sNAME)", a, strings.Join(attrs, ", "), ferry.XattrPrefix)
+}
+
+// types are the values of ferry.AttrType; typeWords also the words people
+// type for them, for suggestions.
+var (
+	types     = map[string]bool{"f": true, "d": true, "l": true, "p": true, "s": true, "c": true, "b": true, "o": true}
+	typeWords = map[string]string{"file": "f", "dir": "d", "directory": "d", "link": "l", "symlink": "l", "pipe": "p", "fifo": "p", "socket": "s"}
+)
+
+// suggest returns "; did you mean X?" for the candidate closest to s, if
+// one is close (at most two edits, or a word that names it), else "".
+// candidates is a list of names, or a map from words to what they mean.
+func suggest(s string, candidates any) string {
+	switch c := candidates.(type) {
+	case map[string]string:
+		if v, ok := c[strings.ToLower(s)]; ok {
+			return fmt.Sprintf("; did you mean %s?", v)
+		}
+	case []string:
+		// One edit in a short word, two in a longer one.
+		best, bestD := "", 2
+		if len(s) > 4 {
+			bestD = 3
+		}
+		for _, w := range c {
+			if d := editDistance(s, w); d < bestD {
+				best, bestD = w, d
+			}
+		}
+		if best != "" {
+			return fmt.Sprintf("; did you mean %s?", best)
+		}
+	}
+	return ""
+}
+
+// editDistance is the edit distance of a and b in bytes, a swap of two
+// neighbours counting as one edit (optimal string alignment).
+func editDistance(a, b string) int {
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
+		}
+	}
+	return d[len(a)][len(b)]
 }
