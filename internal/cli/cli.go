@@ -72,13 +72,20 @@ Keys and lists live in $FERRY_HOME (default ~/.config/ferry).`,
 	root.PersistentFlags().Int("bulk-conns", remote.DefaultBulkConns, "`connections` that carry file data; a large download spreads its chunks over them; with BBR one was fastest on every link measured")
 	root.AddCommand(
 		serveCmd(),
-		findCmd(), lsCmd(), statCmd(), cacheFlags(catCmd()),
-		cacheFlags(getCmd()), cacheFlags(putCmd()), cacheFlags(syncCmd()), rmCmd(), mvCmd(), cacheFlags(ctlCmd()),
+		timeoutFlag(findCmd()), timeoutFlag(lsCmd()), timeoutFlag(statCmd()), timeoutFlag(cacheFlags(catCmd())),
+		timeoutFlag(cacheFlags(getCmd())), timeoutFlag(cacheFlags(putCmd())), timeoutFlag(cacheFlags(syncCmd())),
+		timeoutFlag(rmCmd()), timeoutFlag(mvCmd()), timeoutFlag(cacheFlags(ctlCmd())),
 		cacheFlags(mountCmd()), umountCmd(),
 		keyCmd(), authorizeCmd(), tokenCmd(),
 		netemcmd.Command(),
 	)
 	return root
+}
+
+// timeoutFlag gives a native command --timeout, as the mount has one.
+func timeoutFlag(c *cobra.Command) *cobra.Command {
+	c.Flags().Duration("timeout", remote.DefaultResumeFor, "how long the command waits for the server (a broken or silent connection, a restart) before it fails")
+	return c
 }
 
 func serveCmd() *cobra.Command {

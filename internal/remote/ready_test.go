@@ -2,7 +2,11 @@ package remote_test
 
 import (
 	"context"
+	"io"
 	"net"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -64,5 +68,37 @@ func TestNeverReachedFailsAtOnce(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("a call to an address nothing listens on still waits after 30 s")
+	}
+}
+
+// TestGetOverSilentLink: a Get whose link goes silent (nothing reset)
+// fails as unavailable within about ResumeFor, though keepalives would
+// notice only after half a minute.
+func TestGetOverSilentLink(t *testing.T) {
+	dir := t.TempDir()
+	data := make([]byte, 96<<20) // More than a stream window in flight.
+	if err := os.WriteFile(filepath.Join(dir, "big"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := servertest.Start(t, dir)
+	sw := servertest.SwitchProxy(t, srv.Addr)
+	const bound = 2 * time.Second
+	c := srv.ClientVia(t, "u", sw.Addr, func(c *remote.Config) { c.ResumeFor = bound })
+	r := c.Get(context.Background(), "/big", 0, -1)
+	defer r.Close()
+	if _, err := io.ReadFull(r, make([]byte, 1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	sw.Freeze()
+	defer sw.Thaw()
+	done := make(chan error, 1)
+	go func() { _, err := io.Copy(io.Discard, r); done <- err }()
+	select {
+	case err := <-done:
+		if ferry.KindOf(err) != ferry.KindUnavailable || !strings.Contains(err.Error(), "no data") {
+			t.Errorf("reading over a silent link: %v, want unavailable, no data", err)
+		}
+	case <-time.After(10 * bound):
+		t.Fatalf("a Get still waits %v after its link went silent", 10*bound)
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -358,6 +359,10 @@ type reader struct {
 	resume time.Time // When resuming gives up; zero until the first break.
 	// stopResume releases the deadline of the current resumed call.
 	stopResume context.CancelFunc
+	// stopCall cancels the current call; stalled says a watchdog did, the
+	// call having delivered nothing for ResumeFor.
+	stopCall context.CancelFunc
+	stalled  atomic.Bool
 }
 
 func (r *reader) start(ctx context.Context, opts ...grpc.CallOption) {
@@ -366,9 +371,27 @@ func (r *reader) start(ctx context.Context, opts ...grpc.CallOption) {
 	if r.left >= 0 && r.left <= SmallGet {
 		cc = r.c.c
 	}
+	ctx, r.stopCall = context.WithCancel(ctx)
 	r.st = ferry.Go(func() (grpc.ServerStreamingClient[proto.Data], error) {
 		return cc.Get(ctx, req, opts...)
 	})
+}
+
+// recv is st.Recv, cancelled if nothing comes for ResumeFor: over a link
+// gone silent the connection's keepalive notices only after half a minute,
+// and a read must not wait longer than the client waits for a server.
+func (r *reader) recv(st grpc.ServerStreamingClient[proto.Data]) (*proto.Data, error) {
+	stop := r.stopCall
+	t := time.AfterFunc(r.c.resumeFor, func() {
+		r.stalled.Store(true)
+		stop()
+	})
+	m, err := st.Recv()
+	t.Stop()
+	if err != nil && r.stalled.Load() && r.ctx.Err() == nil {
+		err = ferry.E("remote.Get", r.path, ferry.KindUnavailable, fmt.Sprintf("no data from the server for %v", r.c.resumeFor))
+	}
+	return m, err
 }
 
 // SmallGet is the most bytes a Get may ask for and still go on the call
@@ -396,7 +419,7 @@ func (r *reader) Read(b []byte) (int, error) {
 		st, err := r.st.Wait()
 		if err == nil {
 			var m *proto.Data
-			if m, err = st.Recv(); err == nil {
+			if m, err = r.recv(st); err == nil {
 				r.c.traffic.getWire.Add(int64(len(m.Data)))
 				r.buf = m.Data
 				if m.Zstd {
@@ -419,7 +442,8 @@ func (r *reader) Read(b []byte) (int, error) {
 			break
 		}
 		r.err = r.c.fail("remote.Get", r.path, err)
-		if ferry.KindOf(r.err) == ferry.KindUnavailable && r.c.handshakeErr.Load() == nil && r.ctx.Err() == nil {
+		// A stalled call has waited its bound already: no resume.
+		if ferry.KindOf(r.err) == ferry.KindUnavailable && !r.stalled.Load() && r.c.handshakeErr.Load() == nil && r.ctx.Err() == nil {
 			if r.resume.IsZero() {
 				r.resume = time.Now().Add(r.c.resumeFor)
 			}
@@ -448,6 +472,7 @@ func (r *reader) Read(b []byte) (int, error) {
 func (r *reader) Close() error {
 	r.cancel()
 	r.stopResume()
+	r.stopCall()
 	if r.err == nil {
 		r.err = ferry.E("remote.Get", r.path, ferry.KindInvalid, "reader closed")
 	}
