@@ -281,7 +281,7 @@ func userName() string {
 }
 
 // dial connects to the server of t as this user.
-func dial(cmd *cobra.Command, addr string) (*remote.Client, error) {
+func dial(cmd *cobra.Command, addr string, tune ...func(*remote.Config)) (*remote.Client, error) {
 	home := auth.Home()
 	tok, _ := cmd.Flags().GetString("token")
 	if tok == "" {
@@ -315,6 +315,9 @@ func dial(cmd *cobra.Command, addr string) (*remote.Client, error) {
 	}
 	cfg.Cache = openCache(cmd, addr)
 	cfg.CloseCache = true
+	for _, f := range tune {
+		f(&cfg)
+	}
 	c, err := remote.Dial(cfg)
 	if err != nil && cfg.Cache != nil {
 		cfg.Cache.Close()

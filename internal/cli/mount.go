@@ -23,6 +23,8 @@ import (
 	"github.com/ferryfs/ferry/internal/ctl"
 	"github.com/ferryfs/ferry/internal/fusefs"
 	"github.com/ferryfs/ferry/internal/pred"
+	"github.com/ferryfs/ferry/internal/remote"
+	"github.com/ferryfs/ferry/internal/transport"
 )
 
 // mountReadyTimeout bounds how long a background mount may take to come up.
@@ -260,10 +262,11 @@ func mountForeground(cmd *cobra.Command, target, mountpoint string, readyFd int,
 	// the chunk cache's buffers).
 	debug.SetMemoryLimit(max(memory-mountNonHeap, memory/2))
 	// A quarter for file contents fetched ahead of their reads, the rest
-	// for the metadata cache, the transport's buffers (a stream's window
-	// is 32 MiB), write buffers and the heap's slack.
+	// for the metadata cache, the transport's buffers (what a stream's
+	// window lets the server send ahead: a sixteenth, at most 32 MiB),
+	// write buffers and the heap's slack.
 	opt.Memory = memory / 4
-	c, err := dial(cmd, t.Addr)
+	c, err := dial(cmd, t.Addr, func(c *remote.Config) { c.Window = int32(min(max(memory/16, 2<<20), transport.StreamWindow)) })
 	if err != nil {
 		return fail(err)
 	}

@@ -77,6 +77,12 @@ type Config struct {
 	// NoZstd turns off compression on the wire, for tests and for links
 	// fast enough that the CPU is the bottleneck.
 	NoZstd bool
+	// Window is how many bytes a stream may have in flight towards the
+	// client (its flow-control window; the connection's is twice that),
+	// at most transport.StreamWindow, the default. What the server sends
+	// ahead of a reader sits in the client's memory, so a client with a
+	// small memory budget asks for less.
+	Window int32
 	// FindOmit names attributes that Find and FindGet results need not
 	// carry: the server leaves them out, which saves bytes on walks that
 	// do not look at them (BriefAttrs for a sync).
@@ -184,14 +190,18 @@ func Dial(cfg Config) (*Client, error) {
 		}
 		return err
 	}
+	window := int32(transport.StreamWindow)
+	if cfg.Window > 0 {
+		window = min(cfg.Window, window)
+	}
 	opts := []grpc.DialOption{
 		grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
 		// Keepalives notice a dead link within about 30 s instead of the
 		// kernel's many minutes.
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 20 * time.Second, Timeout: 10 * time.Second}),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(proto.MaxData+(64<<10)), grpc.ForceCodecV2(transport.Codec)),
-		grpc.WithInitialWindowSize(transport.StreamWindow),
-		grpc.WithInitialConnWindowSize(transport.ConnWindow),
+		grpc.WithInitialWindowSize(window),
+		grpc.WithInitialConnWindowSize(min(2*window, transport.ConnWindow)),
 		grpc.WithWriteBufferSize(transport.WriteBuffer),
 		grpc.WithReadBufferSize(transport.WriteBuffer),
 		experimental.WithBufferPool(transport.BufferPool),
