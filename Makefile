@@ -4,7 +4,7 @@ export PATH := /usr/local/go/bin:$(PATH)
 .PHONY: demo test setup build bench bench-quick fuzz exercise killloop
 
 build:
-	go build -o bin/ferry ./cmd/ferry
+	go build -ldflags "-X github.com/ferryfs/ferry/internal/cli.commit=$$(git rev-parse --short=12 HEAD 2>/dev/null)" -o bin/ferry ./cmd/ferry
 
 setup:
 	scripts/setup.sh

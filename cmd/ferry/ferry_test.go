@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -354,6 +355,83 @@ func TestMetricsEndpoint(t *testing.T) {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("metrics lack %q:\n%s", want, b)
 		}
+	}
+}
+
+// TestErrorsSayWhy: a refused connection and a port that is not a
+// Ferry server are reported in a person's words, with what to try.
+func TestErrorsSayWhy(t *testing.T) {
+	e := &env{t: t, home: t.TempDir()}
+	refused := freeAddr(t)
+	_, errOut := e.run(false, "ls", refused+":/")
+	if want := "cannot reach " + refused + ": connection refused (is ferry serve running there"; !strings.Contains(errOut, want) {
+		t.Errorf("ferry ls of a refused port says %q, want %q", errOut, want)
+	}
+	// A port that answers in plain text, as a web server would.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("HTTP/1.0 400 Bad Request\r\n\r\n"))
+			c.Close()
+		}
+	}()
+	_, errOut = e.run(false, "ls", l.Addr().String()+":/")
+	if want := l.Addr().String() + " does not speak Ferry"; !strings.Contains(errOut, want) {
+		t.Errorf("ferry ls of a web server says %q, want %q", errOut, want)
+	}
+	if strings.Contains(errOut, "desc =") || strings.Contains(errOut, "remote.") {
+		t.Errorf("the error shows gRPC's internals: %q", errOut)
+	}
+}
+
+// TestVersionAndInterrupt: ferry --version says the version; a command
+// stopped by Ctrl-C exits 130, as the shell expects.
+func TestVersionAndInterrupt(t *testing.T) {
+	e := &env{t: t, home: t.TempDir()}
+	out, _ := e.run(true, "--version")
+	if !strings.HasPrefix(out, "ferry version ") {
+		t.Errorf("ferry --version = %q", out)
+	}
+	// A put to a server that never answers waits; SIGINT stops it.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	src := filepath.Join(t.TempDir(), "f")
+	os.WriteFile(src, []byte("x"), 0o644)
+	cmd := exec.Command(ferryBin, "put", src, l.Addr().String()+":/f")
+	cmd.Env = e.environ()
+	var errOut bytes.Buffer
+	cmd.Stderr = &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := l.Accept() // The put is connecting: it waits for a handshake.
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	cmd.Process.Signal(os.Interrupt)
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatal("ferry put did not stop on SIGINT")
+	}
+	if code := cmd.ProcessState.ExitCode(); code != 130 {
+		t.Errorf("ferry put stopped by SIGINT exited %d, want 130 (stderr %q)", code, errOut.String())
 	}
 }
 

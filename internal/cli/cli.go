@@ -17,7 +17,9 @@ import (
 	"os/signal"
 	"os/user"
 	"path/filepath"
+	"runtime/debug"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -40,11 +42,29 @@ const Version = "0.1.0-dev"
 
 // Main runs the ferry command with args and returns the exit status.
 func Main(args []string) int {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	var got atomic.Value // The signal that stopped the command, if one did.
+	go func() {
+		select {
+		case s := <-sigs:
+			got.Store(s)
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	root := Command()
 	root.SetArgs(args)
 	if err := root.ExecuteContext(ctx); err != nil {
+		// A command cut short by a signal exits as the shell expects
+		// (130 for Ctrl-C), saying only that it was interrupted.
+		if s, ok := got.Load().(syscall.Signal); ok {
+			fmt.Fprintf(os.Stderr, "ferry: interrupted (%v)\n", s)
+			return 128 + int(s)
+		}
 		var rep errReported
 		if !errors.As(err, &rep) || rep.n > 1 {
 			fmt.Fprintf(os.Stderr, "ferry: %v\n", err)
@@ -52,6 +72,26 @@ func Main(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// commit is the commit the binary was built from, set by make build
+// (-ldflags -X), where the Go toolchain does not stamp it.
+var commit string
+
+// version is Version with the commit the binary was built from, if known.
+func version() string {
+	v := Version
+	if commit != "" {
+		return v + " (" + commit + ")"
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += " (" + s.Value[:12] + ")"
+			}
+		}
+	}
+	return v
 }
 
 // Command returns the root command with all subcommands wired.
@@ -67,6 +107,7 @@ Remote paths are written HOST[:PORT]:PATH (port ` + DefaultPort + ` by default).
 Keys and lists live in $FERRY_HOME (default ~/.config/ferry).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       version(),
 	}
 	root.PersistentFlags().String("token", "", "bearer token to present instead of the client key (or $FERRY_TOKEN)")
 	root.PersistentFlags().Int("bulk-conns", remote.DefaultBulkConns, "`connections` that carry file data; a large download spreads its chunks over them; with BBR one was fastest on every link measured")

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -268,8 +269,28 @@ func (c *Client) fail(op, p string, err error) error {
 		if herr := c.handshakeErr.Load(); herr != nil {
 			return *herr
 		}
+		if msg := unreachable(c.addr, err.Error()); msg != "" {
+			return ferry.E("", "", ferry.KindUnavailable, msg)
+		}
 	}
 	return err
+}
+
+// unreachable says in a person's words why gRPC's message msg says the
+// server at addr could not be reached, with what to try; "" if it does not
+// say so. The call's name and path are beside the point then.
+func unreachable(addr, msg string) string {
+	switch {
+	case strings.Contains(msg, "connection refused"):
+		return fmt.Sprintf("cannot reach %s: connection refused (is ferry serve running there, on that port?)", addr)
+	case strings.Contains(msg, "no such host"):
+		return fmt.Sprintf("cannot reach %s: no such host", addr)
+	case strings.Contains(msg, "no route to host"), strings.Contains(msg, "network is unreachable"):
+		return fmt.Sprintf("cannot reach %s: no route to it", addr)
+	case strings.Contains(msg, "does not look like a TLS handshake"), strings.Contains(msg, "first record"):
+		return fmt.Sprintf("%s does not speak Ferry: its answer is not a TLS handshake (is that the right port?)", addr)
+	}
+	return ""
 }
 
 // token sends a bearer token with each call.
