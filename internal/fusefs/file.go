@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path"
@@ -722,25 +721,7 @@ func (s *stream) close() {
 // interrupts: the pump is bounded by the connection's own timeouts.
 func (s *stream) next() {
 	for len(s.cur) == 0 && s.err == nil {
-		var c chunk
-		var ok bool
-		select {
-		case c, ok = <-s.ch:
-		default:
-			// The connection's keepalive notices a silent link only
-			// after half a minute, and the client then waits for it to
-			// come back: a read waits for data at most the mount's
-			// call timeout.
-			t := time.NewTimer(s.n.s.opt.CallTimeout)
-			select {
-			case c, ok = <-s.ch:
-				t.Stop()
-			case <-t.C:
-				p, _ := s.n.path()
-				c, ok = chunk{err: ferry.E("fusefs.read", p, ferry.KindUnavailable, fmt.Sprintf("no data from the server for %v", s.n.s.opt.CallTimeout))}, true
-				s.n.s.log.Warn("a read failed: the server sent nothing within the call timeout", "path", p, "timeout", s.n.s.opt.CallTimeout)
-			}
-		}
+		c, ok := <-s.ch
 		switch {
 		case !ok:
 			s.err = io.EOF

@@ -95,8 +95,8 @@ func TestGetOverSilentLink(t *testing.T) {
 	go func() { _, err := io.Copy(io.Discard, r); done <- err }()
 	select {
 	case err := <-done:
-		if ferry.KindOf(err) != ferry.KindUnavailable || !strings.Contains(err.Error(), "no data") {
-			t.Errorf("reading over a silent link: %v, want unavailable, no data", err)
+		if ferry.KindOf(err) != ferry.KindUnavailable || !strings.Contains(err.Error(), "nothing from the server") {
+			t.Errorf("reading over a silent link: %v, want unavailable, nothing from the server", err)
 		}
 	case <-time.After(10 * bound):
 		t.Fatalf("a Get still waits %v after its link went silent", 10*bound)

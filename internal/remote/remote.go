@@ -124,11 +124,14 @@ type Client struct {
 	c     proto.FerryClient
 	bulks []*grpc.ClientConn
 	// bulk is the first bulk connection's client, bulkc all of them.
-	bulk         proto.FerryClient
-	bulkc        []proto.FerryClient
-	addr         string
-	resumeFor    time.Duration
-	handshakeErr atomic.Pointer[error]
+	bulk  proto.FerryClient
+	bulkc []proto.FerryClient
+	// callAct and bulkAct record when the call connection and the first
+	// bulk connection last received bytes.
+	callAct, bulkAct *activity
+	addr             string
+	resumeFor        time.Duration
+	handshakeErr     atomic.Pointer[error]
 	// connected is set once a connection was ready: from then on a call
 	// waits for a broken one to come back (see awaitReady).
 	connected atomic.Bool
@@ -221,8 +224,7 @@ func Dial(cfg Config) (*Client, error) {
 	if dial == nil {
 		dial = transport.Dial
 	}
-	opts = append(opts, grpc.WithContextDialer(dial),
-		grpc.WithChainUnaryInterceptor(c.readyUnary), grpc.WithChainStreamInterceptor(c.readyStream))
+	opts = append(opts, grpc.WithChainUnaryInterceptor(c.readyUnary), grpc.WithChainStreamInterceptor(c.readyStream))
 	c.resumeFor = cfg.ResumeFor
 	if c.resumeFor <= 0 {
 		c.resumeFor = DefaultResumeFor
@@ -239,8 +241,10 @@ func Dial(cfg Config) (*Client, error) {
 		n = DefaultBulkConns
 	}
 	conns := make([]*grpc.ClientConn, 1+n)
+	acts := make([]*activity, 1+n)
 	for i := range conns {
-		if conns[i], err = grpc.NewClient("passthrough:///"+cfg.Addr, opts...); err != nil {
+		acts[i] = &activity{}
+		if conns[i], err = grpc.NewClient("passthrough:///"+cfg.Addr, append(opts, grpc.WithContextDialer(acts[i].dialer(dial)))...); err != nil {
 			for _, cc := range conns[:i] {
 				cc.Close()
 			}
@@ -253,6 +257,7 @@ func Dial(cfg Config) (*Client, error) {
 		conns[i].Connect()
 	}
 	c.conn, c.bulks = conns[0], conns[1:]
+	c.callAct, c.bulkAct = acts[0], acts[1]
 	c.c = proto.NewFerryClient(c.conn)
 	for _, cc := range c.bulks {
 		c.bulkc = append(c.bulkc, proto.NewFerryClient(cc))
@@ -394,13 +399,15 @@ type reader struct {
 	// call having delivered nothing for ResumeFor.
 	stopCall context.CancelFunc
 	stalled  atomic.Bool
+	act      *activity // The activity of the call's connection.
 }
 
 func (r *reader) start(ctx context.Context, opts ...grpc.CallOption) {
 	req := &proto.GetReq{Path: r.path, Offset: r.off, Count: r.left, Zstd: r.c.zip != nil}
-	cc := r.c.bulk
+	var cc proto.FerryClient
+	cc, r.act = r.c.bulk, r.c.bulkAct
 	if r.left >= 0 && r.left <= SmallGet {
-		cc = r.c.c
+		cc, r.act = r.c.c, r.c.callAct
 	}
 	ctx, r.stopCall = context.WithCancel(ctx)
 	r.st = ferry.Go(func() (grpc.ServerStreamingClient[proto.Data], error) {
@@ -408,19 +415,21 @@ func (r *reader) start(ctx context.Context, opts ...grpc.CallOption) {
 	})
 }
 
-// recv is st.Recv, cancelled if nothing comes for ResumeFor: over a link
-// gone silent the connection's keepalive notices only after half a minute,
-// and a read must not wait longer than the client waits for a server.
+// recv is st.Recv, cancelled if the call's connection receives nothing
+// for ResumeFor while it waits: over a link gone silent the connection's
+// keepalive notices only after half a minute, and a read must not wait
+// longer than the client waits for a server. A slow link that still
+// delivers bytes, however few, is not silent.
 func (r *reader) recv(st grpc.ServerStreamingClient[proto.Data]) (*proto.Data, error) {
-	stop := r.stopCall
-	t := time.AfterFunc(r.c.resumeFor, func() {
+	done := make(chan struct{})
+	defer close(done)
+	go r.act.watch(r.c.resumeFor, done, func() {
 		r.stalled.Store(true)
-		stop()
+		r.stopCall()
 	})
 	m, err := st.Recv()
-	t.Stop()
 	if err != nil && r.stalled.Load() && r.ctx.Err() == nil {
-		err = ferry.E("remote.Get", r.path, ferry.KindUnavailable, fmt.Sprintf("no data from the server for %v", r.c.resumeFor))
+		err = ferry.E("remote.Get", r.path, ferry.KindUnavailable, fmt.Sprintf("nothing from the server for %v", r.c.resumeFor))
 	}
 	return m, err
 }
@@ -472,7 +481,11 @@ func (r *reader) Read(b []byte) (int, error) {
 			r.err = io.EOF
 			break
 		}
-		r.err = r.c.fail("remote.Get", r.path, err)
+		if r.stalled.Load() && ferry.KindOf(err) == ferry.KindUnavailable {
+			r.err = err // recv's own, which says why.
+		} else {
+			r.err = r.c.fail("remote.Get", r.path, err)
+		}
 		// A stalled call has waited its bound already: no resume.
 		if ferry.KindOf(r.err) == ferry.KindUnavailable && !r.stalled.Load() && r.c.handshakeErr.Load() == nil && r.ctx.Err() == nil {
 			if r.resume.IsZero() {

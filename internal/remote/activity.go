@@ -1,0 +1,60 @@
+package remote
+
+import (
+	"context"
+	"net"
+	"sync/atomic"
+	"time"
+)
+
+// activity records when a connection last received bytes, so that a call
+// can tell a silent link from a slow one.
+type activity struct {
+	last atomic.Int64 // Unix nanoseconds.
+}
+
+// dialer returns dial with its connections' reads recorded in a.
+func (a *activity) dialer(dial func(context.Context, string) (net.Conn, error)) func(context.Context, string) (net.Conn, error) {
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		c, err := dial(ctx, addr)
+		if err != nil {
+			return nil, err
+		}
+		a.last.Store(time.Now().UnixNano())
+		return &activeConn{Conn: c, a: a}, nil
+	}
+}
+
+type activeConn struct {
+	net.Conn
+	a *activity
+}
+
+func (c *activeConn) Read(b []byte) (int, error) {
+	n, err := c.Conn.Read(b)
+	if n > 0 {
+		c.a.last.Store(time.Now().UnixNano())
+	}
+	return n, err
+}
+
+// watch calls stalled once the connection has received nothing for bound
+// since watch began, unless done is closed first.
+func (a *activity) watch(bound time.Duration, done <-chan struct{}, stalled func()) {
+	began := time.Now().UnixNano()
+	t := time.NewTimer(bound)
+	defer t.Stop()
+	for {
+		select {
+		case <-done:
+			return
+		case <-t.C:
+		}
+		idle := time.Duration(time.Now().UnixNano() - max(began, a.last.Load()))
+		if idle >= bound {
+			stalled()
+			return
+		}
+		t.Reset(bound - idle)
+	}
+}
