@@ -273,6 +273,20 @@ func TestEndToEnd(t *testing.T) {
 		t.Errorf("mv: %v", err)
 	}
 	e.run(true, "mv", e.at("/moved"), e.at("/moved2"))
+	// Into a directory, as mv(1): named by its path, or ending in /.
+	e.run(true, "mv", e.at("/moved2"), e.at("/src"))
+	e.run(true, "mv", e.at("/src/moved2"), "/src/deep/")
+	if _, err := os.Stat(filepath.Join(e.dir, "src/deep/moved2")); err != nil {
+		t.Errorf("mv into a directory: %v", err)
+	}
+	if _, errOut := e.run(false, "mv", e.at("/src/deep/moved2"), "/nodir/"); !strings.Contains(errOut, "no such directory") {
+		t.Errorf("mv into a missing directory: %q", errOut)
+	}
+	// A local-looking TO is refused, not taken as a server path.
+	if _, errOut := e.run(false, "mv", e.at("/src/deep/moved2"), "./local.txt"); !strings.Contains(errOut, "HOST:PATH or /PATH") {
+		t.Errorf("mv to a local path: %q", errOut)
+	}
+	e.run(true, "mv", e.at("/src/deep/moved2"), "/moved2")
 
 	// rm: a file, matching entries of a tree, a whole tree.
 	e.run(true, "rm", e.at("/moved2"))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path"
 	"sort"
 	"strings"
 	"time"
@@ -294,7 +295,11 @@ func mvCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "mv HOST:FROM [HOST:]TO",
 		Short: "Rename an entry on a server",
-		Args:  cobra.ExactArgs(2),
+		Long: `Mv renames FROM on the server, as mv(1) does: a TO that is an existing
+directory, or ends in /, receives FROM under its own name. TO is a path on
+the same server, written HOST:PATH or /PATH; mv never copies to or from
+this machine (ferry get and put do).`,
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withRemote(cmd, args[0], func(ctx context.Context, c *remote.Client, t Target) error {
 				to := args[1]
@@ -307,6 +312,17 @@ func mvCmd() *cobra.Command {
 						return ferry.E("mv", to, ferry.KindInvalid, "mv works within one server; use get and put between servers")
 					}
 					to = tt.Path
+				} else if !strings.HasPrefix(to, "/") {
+					return ferry.E("mv", to, ferry.KindInvalid, "mv renames on the server: write TO as HOST:PATH or /PATH (ferry get copies to this machine)")
+				}
+				into := strings.HasSuffix(to, "/")
+				if d, err := c.Stat(ctx, to).Wait(); err == nil && d.IsDir() {
+					into = true
+				} else if into {
+					return ferry.E("mv", to, ferry.KindNotDir, "no such directory to move into")
+				}
+				if into {
+					to = path.Join(to, path.Base(t.Path))
 				}
 				_, err := c.Move(ctx, t.Path, to).Wait()
 				return err

@@ -49,7 +49,7 @@ says how many bytes crossed the wire for how many bytes of files.`,
 				}
 				before := c.Traffic()
 				err := getSplit(ctx, c, t.Path, dst, split, newProgress(cmd.ErrOrStderr(), "get", -1), cmd.ErrOrStderr())
-				summary(cmd.ErrOrStderr(), "got", c.Traffic().Sub(before))
+				summary(cmd.ErrOrStderr(), "got", c.Traffic().Sub(before), err)
 				return err
 			})
 		},
@@ -270,14 +270,21 @@ func (w *treeWriter) fetch(ctx context.Context, t ferry.Tree, d ferry.Dir, prog 
 }
 
 // summary prints what a transfer moved: the files' bytes and what crossed
-// the wire for them, after chunking and compression.
-func summary(w io.Writer, verb string, tr remote.Traffic) {
+// the wire for them, after chunking and compression. A transfer that
+// failed (err) says so rather than what it did as if it were done; a
+// saving is shown only where there is one (a tiny file costs more on the
+// wire than its bytes).
+func summary(w io.Writer, verb string, tr remote.Traffic, err error) {
 	files, wire := tr.GetBytes+tr.PutBytes, tr.GetWire+tr.PutWire
-	saved := 0.0
-	if files > 0 {
-		saved = 100 * float64(files-wire) / float64(files)
+	saved := ""
+	if files > 0 && wire < files {
+		saved = fmt.Sprintf(" (%.1f%% saved)", 100*float64(files-wire)/float64(files))
 	}
-	fmt.Fprintf(w, "ferry: %s %s of files, %s on the wire (%.1f%% saved)\n", verb, sizeString(files), sizeString(wire), saved)
+	if err != nil {
+		fmt.Fprintf(w, "ferry: stopped after moving %s of files, %s on the wire\n", sizeString(files), sizeString(wire))
+		return
+	}
+	fmt.Fprintf(w, "ferry: %s %s of files, %s on the wire%s\n", verb, sizeString(files), sizeString(wire), saved)
 }
 
 // sizeString formats n bytes for people.
@@ -343,7 +350,7 @@ hard links are copied as separate files.`,
 				}
 				before := c.Traffic()
 				err := put(ctx, c, args[0], dst, cmd.ErrOrStderr())
-				summary(cmd.ErrOrStderr(), "put", c.Traffic().Sub(before))
+				summary(cmd.ErrOrStderr(), "put", c.Traffic().Sub(before), err)
 				return err
 			})
 		},

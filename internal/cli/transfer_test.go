@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferryfs/ferry/internal/remote"
 	"github.com/ferryfs/ferry/internal/servertest"
 )
 
@@ -40,5 +42,27 @@ func TestGetTreeTraffic(t *testing.T) {
 	}
 	if tr.GetWire <= 0 || tr.GetWire >= total {
 		t.Errorf("%d bytes on the wire for %d of repetitive text, want fewer but some", tr.GetWire, total)
+	}
+}
+
+func TestSummary(t *testing.T) {
+	tests := []struct {
+		name string
+		tr   remote.Traffic
+		err  error
+		want string
+	}{
+		{"saved", remote.Traffic{PutBytes: 1000, PutWire: 250}, nil, "ferry: put 1000 B of files, 250 B on the wire (75.0% saved)\n"},
+		{"a tiny file costs more than its bytes", remote.Traffic{PutBytes: 11, PutWire: 280}, nil, "ferry: put 11 B of files, 280 B on the wire\n"},
+		{"failed", remote.Traffic{PutBytes: 11, PutWire: 280}, errors.New("cut"), "ferry: stopped after moving 11 B of files, 280 B on the wire\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var b strings.Builder
+			summary(&b, "put", tt.tr, tt.err)
+			if b.String() != tt.want {
+				t.Errorf("summary = %q, want %q", b.String(), tt.want)
+			}
+		})
 	}
 }

@@ -2,7 +2,9 @@
 //
 // Reading the file returns the state of this layer followed by that of the
 // layers below it. Writing lines to it runs commands: "pass CMD" hands CMD to
-// the layer below; anything else goes to this layer's Controller. All other
+// the layer below; "sync" goes to this layer's Controller and then to every
+// layer below; anything else goes to this layer's Controller, which must
+// know "sync". All other
 // paths go to the layer below unchanged. The file is not listed by Find, so a
 // tree download never picks it up; a real file named Ctl at the top of the
 // tree below is shadowed.
@@ -170,6 +172,18 @@ func (t *Tree) Command(ctx context.Context, line string) error {
 	const op = "ctl.Command"
 	args := strings.Fields(line)
 	if len(args) == 0 {
+		return nil
+	}
+	if args[0] == "sync" && len(args) == 1 {
+		// sync reaches every layer, this one first: what a layer above
+		// holds back is written through the layers below it.
+		if err := t.c.Command(ctx, args); err != nil {
+			return err
+		}
+		if t.belowServes() {
+			_, err := t.FS.Put(ctx, ferry.CtlPath, nil, 0, strings.NewReader("sync")).Wait()
+			return err
+		}
 		return nil
 	}
 	if args[0] == "pass" {

@@ -582,8 +582,11 @@ func (s *Server) Command(_ context.Context, args []string) error {
 		return nil
 	case len(args) == 1 && args[0] == "reindex":
 		return s.Reindex()
+	case len(args) == 1 && args[0] == "sync":
+		// Nothing waits here: every put is synced before it commits.
+		return nil
 	}
-	return ferry.E(op, "", ferry.KindInvalid, fmt.Sprintf("unknown command %q (known: debug on|off, reindex, pass CMD)", strings.Join(args, " ")))
+	return ferry.E(op, "", ferry.KindInvalid, fmt.Sprintf("unknown command %q (known: debug on|off, reindex, sync, pass CMD)", strings.Join(args, " ")))
 }
 
 // Reindex starts rebuilding the served tree's chunk index in the
