@@ -107,6 +107,19 @@ type FS interface {
 	Finder
 }
 
+// Space is how much room the file system holding a tree has, as statfs(2)
+// reports it, in bytes and in files.
+type Space struct {
+	Total, Free, Avail int64 // Bytes; Avail is what an unprivileged writer may use.
+	Files, FilesFree   int64
+}
+
+// Spacer is a tree that can say how much room the file system holding it
+// has, so that df on a mount tells the truth.
+type Spacer interface {
+	Space(ctx context.Context, path string) *Future[Space]
+}
+
 // Unwrapper is a layer over another FS: Unwrap returns the one below, so
 // that what the layers below can do is found through it (see As).
 type Unwrapper interface {

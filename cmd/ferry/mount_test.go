@@ -160,6 +160,23 @@ func TestMountEndToEnd(t *testing.T) {
 	if !strings.Contains(errOut, "not a directory") {
 		t.Errorf("mounting a file: %q", errOut)
 	}
+	if _, errOut := e.run(false, "mount", "-o", "ro,bogus", e.at("/"), mnt); !strings.Contains(errOut, "unknown mount option") {
+		t.Errorf("mounting with -o bogus: %q", errOut)
+	}
+
+	// -o ro: reads work, writes fail; df tells the server's numbers.
+	e.run(true, "mount", "-o", "ro", e.at("/"), mnt)
+	if b, err := os.ReadFile(filepath.Join(mnt, "hello.txt")); err != nil || string(b) != "changed on the server\n" {
+		t.Errorf("read through a read-only mount: %q, %v", b, err)
+	}
+	if out, err := exec.Command("sh", "-c", "echo x > "+filepath.Join(mnt, "new")).CombinedOutput(); err == nil || !strings.Contains(string(out), "Read-only") {
+		t.Errorf("a write to a read-only mount: %v %s", err, out)
+	}
+	var sm, sd syscall.Statfs_t
+	if syscall.Statfs(mnt, &sm) != nil || syscall.Statfs(e.dir, &sd) != nil || sm.Files != sd.Files {
+		t.Errorf("statfs of the mount says %d files, the server's disk %d", sm.Files, sd.Files)
+	}
+	e.run(true, "umount", mnt)
 }
 
 func TestMountForegroundSIGTERM(t *testing.T) {

@@ -33,7 +33,8 @@ const mountReadyTimeout = time.Minute
 func mountCmd() *cobra.Command {
 	var (
 		foreground, allowOther, debug bool
-		writeBack                     bool
+		writeBack, readOnly           bool
+		options                       []string
 		logFile                       string
 		readyFd                       int
 		ttl, timeout                  time.Duration
@@ -122,10 +123,25 @@ Limitations:
 			if memory < minMountMemory {
 				return ferry.E("mount", "", ferry.KindInvalid, fmt.Sprintf("--memory %d is below the least a mount needs, %d MiB", memory, minMountMemory>>20))
 			}
+			for _, o := range options {
+				switch o {
+				case "ro":
+					readOnly = true
+				case "rw":
+					readOnly = false
+				case "allow_other":
+					allowOther = true
+				case "default_permissions":
+					// Always: the kernel checks the server's modes.
+				default:
+					return ferry.E("mount", o, ferry.KindInvalid, "unknown mount option (known: ro, rw, allow_other, default_permissions)")
+				}
+			}
 			if !foreground {
 				return mountBackground(cmd, logFile)
 			}
 			return mountForeground(cmd, args[0], args[1], readyFd, fusefs.Options{
+				ReadOnly:      readOnly,
 				AllowOther:    allowOther,
 				Debug:         debug,
 				TTL:           ttl,
@@ -137,6 +153,8 @@ Limitations:
 	}
 	c.Flags().BoolVarP(&foreground, "foreground", "f", false, "stay in the foreground and log to stderr")
 	c.Flags().BoolVar(&allowOther, "allow-other", os.Geteuid() == 0, "let other users use the mount (default when run by root)")
+	c.Flags().BoolVar(&readOnly, "read-only", false, "mount read-only: every change fails with EROFS")
+	c.Flags().StringSliceVarP(&options, "options", "o", nil, "mount options, as mount(8) takes them: ro, rw, allow_other, default_permissions")
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	c.Flags().StringVar(&logFile, "log", "", "log file of the background process (default $FERRY_HOME/mount.log)")
 	c.Flags().DurationVar(&ttl, "ttl", time.Second, "how long metadata is trusted without a watch from the server")

@@ -61,3 +61,53 @@ func TestCtlFile(t *testing.T) {
 		t.Errorf("the server has a file named Ctl: %v", err)
 	}
 }
+
+// TestStatfsFromServer: df on the mount shows the server's file system,
+// not a made-up terabyte.
+func TestStatfsFromServer(t *testing.T) {
+	needFUSE(t)
+	srv := servertest.Start(t, "")
+	mnt, _ := mountFS(t, srv.Client(t, "a"), Options{})
+	var m, d syscall.Statfs_t
+	if err := syscall.Statfs(mnt, &m); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Statfs(srv.Dir, &d); err != nil {
+		t.Fatal(err)
+	}
+	mount, disk := int64(m.Blocks)*m.Bsize, int64(d.Blocks)*d.Bsize
+	if diff := mount - disk; diff < -m.Bsize || diff > m.Bsize {
+		t.Errorf("the mount says %d bytes in all, the server's file system %d", mount, disk)
+	}
+	if m.Files != d.Files {
+		t.Errorf("the mount says %d files in all, the server's file system %d", m.Files, d.Files)
+	}
+}
+
+// TestReadOnly: a read-only mount reads, and refuses every change with
+// EROFS.
+func TestReadOnly(t *testing.T) {
+	needFUSE(t)
+	srv := servertest.Start(t, "")
+	writeFile(t, filepath.Join(srv.Dir, "f"), "server")
+	mnt, _ := mountFS(t, srv.Client(t, "a"), Options{ReadOnly: true})
+	if got := readFile(t, filepath.Join(mnt, "f")); got != "server" {
+		t.Errorf("read %q", got)
+	}
+	changes := map[string]func() error{
+		"write":  func() error { return os.WriteFile(filepath.Join(mnt, "f"), []byte("x"), 0o644) },
+		"create": func() error { return os.WriteFile(filepath.Join(mnt, "g"), []byte("x"), 0o644) },
+		"mkdir":  func() error { return os.Mkdir(filepath.Join(mnt, "d"), 0o755) },
+		"remove": func() error { return os.Remove(filepath.Join(mnt, "f")) },
+		"rename": func() error { return os.Rename(filepath.Join(mnt, "f"), filepath.Join(mnt, "h")) },
+		"chmod":  func() error { return os.Chmod(filepath.Join(mnt, "f"), 0o600) },
+	}
+	for name, change := range changes {
+		if err := change(); !errors.Is(err, syscall.EROFS) {
+			t.Errorf("%s on a read-only mount: %v, want EROFS", name, err)
+		}
+	}
+	if got := readFile(t, filepath.Join(srv.Dir, "f")); got != "server" {
+		t.Errorf("the server's f is %q after the refused changes", got)
+	}
+}

@@ -99,6 +99,9 @@ type Options struct {
 	TempDir string
 	// AllowOther lets users other than the one mounting use the mount.
 	AllowOther bool
+	// ReadOnly mounts read-only: the kernel refuses every change with
+	// EROFS before it reaches the mount.
+	ReadOnly bool
 	// Debug logs every FUSE request.
 	Debug bool
 	// FsName is shown as the file system's source by mount and df.
@@ -165,6 +168,12 @@ type Server struct {
 	ctlInode *fs.Inode
 	// breaks counts the callback breaks acknowledged.
 	breaks atomic.Int64
+
+	// The tree's last answer to Space (see space).
+	spaceMu  sync.Mutex
+	spaceVal ferry.Space
+	spaceOK  bool
+	spaceAt  time.Time
 }
 
 // Mount mounts the tree fsys at mountpoint and serves it in the
@@ -269,6 +278,9 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	}
 	if opt.Debug {
 		fopt.MountOptions.Logger = log.New(&slogWriter{opt.Log}, "", 0)
+	}
+	if opt.ReadOnly {
+		fopt.MountOptions.Options = append(fopt.MountOptions.Options, "ro")
 	}
 	mnt, err := filepath.Abs(mountpoint)
 	if err != nil {

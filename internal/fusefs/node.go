@@ -995,11 +995,46 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	const bsize = 4096
 	out.Bsize = bsize
 	out.Frsize = bsize
+	out.NameLen = ferry.MaxNameLen
+	if v, ok := n.s.space(ctx); ok {
+		out.Blocks = uint64(v.Total) / bsize
+		out.Bfree = uint64(v.Free) / bsize
+		out.Bavail = uint64(v.Avail) / bsize
+		out.Files = uint64(v.Files)
+		out.Ffree = uint64(v.FilesFree)
+		return 0
+	}
+	// A tree that cannot say: plenty, rather than a full disk.
 	out.Blocks = (1 << 40) / bsize
 	out.Bfree = out.Blocks
 	out.Bavail = out.Blocks
 	out.Files = 1 << 30
 	out.Ffree = out.Files
-	out.NameLen = ferry.MaxNameLen
 	return 0
+}
+
+// spaceFor is how long the tree's answer to Space is kept: df and file
+// managers ask often, and free space seldom matters to the second.
+const spaceFor = 2 * time.Second
+
+// space returns the room of the file system below, from the tree if it
+// can say (ferry.Spacer), kept for spaceFor.
+func (s *Server) space(ctx context.Context) (ferry.Space, bool) {
+	sp, ok := ferry.As[ferry.Spacer](s.fsys)
+	if !ok {
+		return ferry.Space{}, false
+	}
+	s.spaceMu.Lock()
+	defer s.spaceMu.Unlock()
+	if time.Since(s.spaceAt) < spaceFor {
+		return s.spaceVal, s.spaceOK
+	}
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	v, err := sp.Space(cctx, s.opt.Root).Wait()
+	if err != nil {
+		s.log.Debug("the tree did not say how much room it has", "err", err)
+	}
+	s.spaceVal, s.spaceOK, s.spaceAt = v, err == nil, time.Now()
+	return v, err == nil
 }

@@ -800,3 +800,28 @@ func (w *walker) sendData(p string) error {
 		}
 	}
 }
+
+var _ ferry.Spacer = (*Tree)(nil)
+
+// Space implements ferry.Spacer: the room of the file system holding the
+// root (the whole file system, whatever path is asked about in it).
+func (t *Tree) Space(ctx context.Context, p string) *ferry.Future[ferry.Space] {
+	const op = "local.Space"
+	return ferry.Go(func() (ferry.Space, error) {
+		if _, err := clean(ctx, op, p); err != nil {
+			return ferry.Space{}, err
+		}
+		f, err := t.root.Open(".")
+		if err != nil {
+			return ferry.Space{}, ferry.FromOS(op, p, err)
+		}
+		defer f.Close()
+		var st unix.Statfs_t
+		if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+			return ferry.Space{}, ferry.FromOS(op, p, err)
+		}
+		bs := st.Bsize
+		return ferry.Space{Total: int64(st.Blocks) * bs, Free: int64(st.Bfree) * bs, Avail: int64(st.Bavail) * bs,
+			Files: int64(st.Files), FilesFree: int64(st.Ffree)}, nil
+	})
+}

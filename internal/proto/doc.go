@@ -27,6 +27,8 @@
 //   - Watch(PathReq) streams a WatchEvent for each change at or below the
 //     path, starting with a lost event once the watch is in place; the open
 //     stream is the client's lease on what it caches of that subtree.
+//   - Space(PathReq) reports the room of the file system holding the tree
+//     (statfs), so that df on a mount tells the truth.
 //   - Lease(stream LeaseMsg) is a Watch that keeps close-to-open between
 //     clients (internal/callback): the client names the path in its first
 //     LeaseMsg; the server's first WatchEvent gives lease_ms. The client

@@ -1881,6 +1881,83 @@ func (x *ChunkPutReplies) GetReplies() []*ChunkPutReply {
 	return nil
 }
 
+// SpaceReply is a ferry.Space.
+type SpaceReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Total         int64                  `protobuf:"varint,1,opt,name=total,proto3" json:"total,omitempty"`
+	Free          int64                  `protobuf:"varint,2,opt,name=free,proto3" json:"free,omitempty"`
+	Avail         int64                  `protobuf:"varint,3,opt,name=avail,proto3" json:"avail,omitempty"`
+	Files         int64                  `protobuf:"varint,4,opt,name=files,proto3" json:"files,omitempty"`
+	FilesFree     int64                  `protobuf:"varint,5,opt,name=files_free,json=filesFree,proto3" json:"files_free,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SpaceReply) Reset() {
+	*x = SpaceReply{}
+	mi := &file_ferry_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SpaceReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SpaceReply) ProtoMessage() {}
+
+func (x *SpaceReply) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SpaceReply.ProtoReflect.Descriptor instead.
+func (*SpaceReply) Descriptor() ([]byte, []int) {
+	return file_ferry_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *SpaceReply) GetTotal() int64 {
+	if x != nil {
+		return x.Total
+	}
+	return 0
+}
+
+func (x *SpaceReply) GetFree() int64 {
+	if x != nil {
+		return x.Free
+	}
+	return 0
+}
+
+func (x *SpaceReply) GetAvail() int64 {
+	if x != nil {
+		return x.Avail
+	}
+	return 0
+}
+
+func (x *SpaceReply) GetFiles() int64 {
+	if x != nil {
+		return x.Files
+	}
+	return 0
+}
+
+func (x *SpaceReply) GetFilesFree() int64 {
+	if x != nil {
+		return x.FilesFree
+	}
+	return 0
+}
+
 var File_ferry_proto protoreflect.FileDescriptor
 
 const file_ferry_proto_rawDesc = "" +
@@ -2016,7 +2093,15 @@ const file_ferry_proto_rawDesc = "" +
 	"\fChunkPutMsgs\x12)\n" +
 	"\x04msgs\x18\x01 \x03(\v2\x15.ferry.v1.ChunkPutMsgR\x04msgs\"D\n" +
 	"\x0fChunkPutReplies\x121\n" +
-	"\areplies\x18\x01 \x03(\v2\x17.ferry.v1.ChunkPutReplyR\areplies2\x90\a\n" +
+	"\areplies\x18\x01 \x03(\v2\x17.ferry.v1.ChunkPutReplyR\areplies\"\x81\x01\n" +
+	"\n" +
+	"SpaceReply\x12\x14\n" +
+	"\x05total\x18\x01 \x01(\x03R\x05total\x12\x12\n" +
+	"\x04free\x18\x02 \x01(\x03R\x04free\x12\x14\n" +
+	"\x05avail\x18\x03 \x01(\x03R\x05avail\x12\x14\n" +
+	"\x05files\x18\x04 \x01(\x03R\x05files\x12\x1d\n" +
+	"\n" +
+	"files_free\x18\x05 \x01(\x03R\tfilesFree2\xc2\a\n" +
 	"\x05Ferry\x12-\n" +
 	"\x04Stat\x12\x11.ferry.v1.PathReq\x1a\x12.ferry.v1.DirReply\x12)\n" +
 	"\x03Get\x12\x10.ferry.v1.GetReq\x1a\x0e.ferry.v1.Data0\x01\x12-\n" +
@@ -2029,7 +2114,8 @@ const file_ferry_proto_rawDesc = "" +
 	"\x04Find\x12\x11.ferry.v1.FindReq\x1a\x13.ferry.v1.FindReply0\x01\x123\n" +
 	"\aFindGet\x12\x11.ferry.v1.FindReq\x1a\x13.ferry.v1.FindReply0\x01\x122\n" +
 	"\x05Watch\x12\x11.ferry.v1.PathReq\x1a\x14.ferry.v1.WatchEvent0\x01\x125\n" +
-	"\x05Lease\x12\x12.ferry.v1.LeaseMsg\x1a\x14.ferry.v1.WatchEvent(\x010\x01\x127\n" +
+	"\x05Lease\x12\x12.ferry.v1.LeaseMsg\x1a\x14.ferry.v1.WatchEvent(\x010\x01\x120\n" +
+	"\x05Space\x12\x11.ferry.v1.PathReq\x1a\x14.ferry.v1.SpaceReply\x127\n" +
 	"\tPutStatus\x12\x13.ferry.v1.UploadReq\x1a\x15.ferry.v1.UploadReply\x12?\n" +
 	"\tChunkList\x12\x16.ferry.v1.ChunkListReq\x1a\x18.ferry.v1.ChunkListReply0\x01\x129\n" +
 	"\n" +
@@ -2050,7 +2136,7 @@ func file_ferry_proto_rawDescGZIP() []byte {
 	return file_ferry_proto_rawDescData
 }
 
-var file_ferry_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_ferry_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_ferry_proto_goTypes = []any{
 	(*Dir)(nil),             // 0: ferry.v1.Dir
 	(*Error)(nil),           // 1: ferry.v1.Error
@@ -2079,10 +2165,11 @@ var file_ferry_proto_goTypes = []any{
 	(*ChunkPutBatch)(nil),   // 24: ferry.v1.ChunkPutBatch
 	(*ChunkPutMsgs)(nil),    // 25: ferry.v1.ChunkPutMsgs
 	(*ChunkPutReplies)(nil), // 26: ferry.v1.ChunkPutReplies
-	nil,                     // 27: ferry.v1.Dir.AttrsEntry
+	(*SpaceReply)(nil),      // 27: ferry.v1.SpaceReply
+	nil,                     // 28: ferry.v1.Dir.AttrsEntry
 }
 var file_ferry_proto_depIdxs = []int32{
-	27, // 0: ferry.v1.Dir.attrs:type_name -> ferry.v1.Dir.AttrsEntry
+	28, // 0: ferry.v1.Dir.attrs:type_name -> ferry.v1.Dir.AttrsEntry
 	0,  // 1: ferry.v1.DirReply.dir:type_name -> ferry.v1.Dir
 	0,  // 2: ferry.v1.PutMsg.dir:type_name -> ferry.v1.Dir
 	0,  // 3: ferry.v1.UploadReply.committed:type_name -> ferry.v1.Dir
@@ -2111,30 +2198,32 @@ var file_ferry_proto_depIdxs = []int32{
 	12, // 26: ferry.v1.Ferry.FindGet:input_type -> ferry.v1.FindReq
 	3,  // 27: ferry.v1.Ferry.Watch:input_type -> ferry.v1.PathReq
 	16, // 28: ferry.v1.Ferry.Lease:input_type -> ferry.v1.LeaseMsg
-	8,  // 29: ferry.v1.Ferry.PutStatus:input_type -> ferry.v1.UploadReq
-	17, // 30: ferry.v1.Ferry.ChunkList:input_type -> ferry.v1.ChunkListReq
-	20, // 31: ferry.v1.Ferry.ReadChunks:input_type -> ferry.v1.ChunkReq
-	22, // 32: ferry.v1.Ferry.PutChunked:input_type -> ferry.v1.ChunkPutMsg
-	24, // 33: ferry.v1.Ferry.PutChunkedBatch:input_type -> ferry.v1.ChunkPutBatch
-	4,  // 34: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
-	6,  // 35: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
-	4,  // 36: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
-	4,  // 37: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
-	4,  // 38: ferry.v1.Ferry.Link:output_type -> ferry.v1.DirReply
-	2,  // 39: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
-	2,  // 40: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
-	4,  // 41: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
-	13, // 42: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
-	13, // 43: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
-	15, // 44: ferry.v1.Ferry.Watch:output_type -> ferry.v1.WatchEvent
-	15, // 45: ferry.v1.Ferry.Lease:output_type -> ferry.v1.WatchEvent
-	9,  // 46: ferry.v1.Ferry.PutStatus:output_type -> ferry.v1.UploadReply
-	19, // 47: ferry.v1.Ferry.ChunkList:output_type -> ferry.v1.ChunkListReply
-	21, // 48: ferry.v1.Ferry.ReadChunks:output_type -> ferry.v1.ChunkData
-	23, // 49: ferry.v1.Ferry.PutChunked:output_type -> ferry.v1.ChunkPutReply
-	24, // 50: ferry.v1.Ferry.PutChunkedBatch:output_type -> ferry.v1.ChunkPutBatch
-	34, // [34:51] is the sub-list for method output_type
-	17, // [17:34] is the sub-list for method input_type
+	3,  // 29: ferry.v1.Ferry.Space:input_type -> ferry.v1.PathReq
+	8,  // 30: ferry.v1.Ferry.PutStatus:input_type -> ferry.v1.UploadReq
+	17, // 31: ferry.v1.Ferry.ChunkList:input_type -> ferry.v1.ChunkListReq
+	20, // 32: ferry.v1.Ferry.ReadChunks:input_type -> ferry.v1.ChunkReq
+	22, // 33: ferry.v1.Ferry.PutChunked:input_type -> ferry.v1.ChunkPutMsg
+	24, // 34: ferry.v1.Ferry.PutChunkedBatch:input_type -> ferry.v1.ChunkPutBatch
+	4,  // 35: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
+	6,  // 36: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
+	4,  // 37: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
+	4,  // 38: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
+	4,  // 39: ferry.v1.Ferry.Link:output_type -> ferry.v1.DirReply
+	2,  // 40: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
+	2,  // 41: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
+	4,  // 42: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
+	13, // 43: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
+	13, // 44: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
+	15, // 45: ferry.v1.Ferry.Watch:output_type -> ferry.v1.WatchEvent
+	15, // 46: ferry.v1.Ferry.Lease:output_type -> ferry.v1.WatchEvent
+	27, // 47: ferry.v1.Ferry.Space:output_type -> ferry.v1.SpaceReply
+	9,  // 48: ferry.v1.Ferry.PutStatus:output_type -> ferry.v1.UploadReply
+	19, // 49: ferry.v1.Ferry.ChunkList:output_type -> ferry.v1.ChunkListReply
+	21, // 50: ferry.v1.Ferry.ReadChunks:output_type -> ferry.v1.ChunkData
+	23, // 51: ferry.v1.Ferry.PutChunked:output_type -> ferry.v1.ChunkPutReply
+	24, // 52: ferry.v1.Ferry.PutChunkedBatch:output_type -> ferry.v1.ChunkPutBatch
+	35, // [35:53] is the sub-list for method output_type
+	17, // [17:35] is the sub-list for method input_type
 	17, // [17:17] is the sub-list for extension type_name
 	17, // [17:17] is the sub-list for extension extendee
 	0,  // [0:17] is the sub-list for field type_name
@@ -2151,7 +2240,7 @@ func file_ferry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_proto_rawDesc), len(file_ferry_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

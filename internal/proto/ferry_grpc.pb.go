@@ -33,6 +33,7 @@ const (
 	Ferry_FindGet_FullMethodName         = "/ferry.v1.Ferry/FindGet"
 	Ferry_Watch_FullMethodName           = "/ferry.v1.Ferry/Watch"
 	Ferry_Lease_FullMethodName           = "/ferry.v1.Ferry/Lease"
+	Ferry_Space_FullMethodName           = "/ferry.v1.Ferry/Space"
 	Ferry_PutStatus_FullMethodName       = "/ferry.v1.Ferry/PutStatus"
 	Ferry_ChunkList_FullMethodName       = "/ferry.v1.Ferry/ChunkList"
 	Ferry_ReadChunks_FullMethodName      = "/ferry.v1.Ferry/ReadChunks"
@@ -63,6 +64,8 @@ type FerryClient interface {
 	// only once every other client holding a lease on its path has
 	// acknowledged the event (a callback break), or its lease has run out.
 	Lease(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[LeaseMsg, WatchEvent], error)
+	// Space reports the room of the file system holding the tree (statfs).
+	Space(ctx context.Context, in *PathReq, opts ...grpc.CallOption) (*SpaceReply, error)
 	PutStatus(ctx context.Context, in *UploadReq, opts ...grpc.CallOption) (*UploadReply, error)
 	// Content-defined chunks: see doc.go.
 	ChunkList(ctx context.Context, in *ChunkListReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ChunkListReply], error)
@@ -243,6 +246,16 @@ func (c *ferryClient) Lease(ctx context.Context, opts ...grpc.CallOption) (grpc.
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Ferry_LeaseClient = grpc.BidiStreamingClient[LeaseMsg, WatchEvent]
 
+func (c *ferryClient) Space(ctx context.Context, in *PathReq, opts ...grpc.CallOption) (*SpaceReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SpaceReply)
+	err := c.cc.Invoke(ctx, Ferry_Space_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *ferryClient) PutStatus(ctx context.Context, in *UploadReq, opts ...grpc.CallOption) (*UploadReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(UploadReply)
@@ -334,6 +347,8 @@ type FerryServer interface {
 	// only once every other client holding a lease on its path has
 	// acknowledged the event (a callback break), or its lease has run out.
 	Lease(grpc.BidiStreamingServer[LeaseMsg, WatchEvent]) error
+	// Space reports the room of the file system holding the tree (statfs).
+	Space(context.Context, *PathReq) (*SpaceReply, error)
 	PutStatus(context.Context, *UploadReq) (*UploadReply, error)
 	// Content-defined chunks: see doc.go.
 	ChunkList(*ChunkListReq, grpc.ServerStreamingServer[ChunkListReply]) error
@@ -387,6 +402,9 @@ func (UnimplementedFerryServer) Watch(*PathReq, grpc.ServerStreamingServer[Watch
 }
 func (UnimplementedFerryServer) Lease(grpc.BidiStreamingServer[LeaseMsg, WatchEvent]) error {
 	return status.Error(codes.Unimplemented, "method Lease not implemented")
+}
+func (UnimplementedFerryServer) Space(context.Context, *PathReq) (*SpaceReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Space not implemented")
 }
 func (UnimplementedFerryServer) PutStatus(context.Context, *UploadReq) (*UploadReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method PutStatus not implemented")
@@ -590,6 +608,24 @@ func _Ferry_Lease_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Ferry_LeaseServer = grpc.BidiStreamingServer[LeaseMsg, WatchEvent]
 
+func _Ferry_Space_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(PathReq)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(FerryServer).Space(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Ferry_Space_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(FerryServer).Space(ctx, req.(*PathReq))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _Ferry_PutStatus_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(UploadReq)
 	if err := dec(in); err != nil {
@@ -670,6 +706,10 @@ var Ferry_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Wstat",
 			Handler:    _Ferry_Wstat_Handler,
+		},
+		{
+			MethodName: "Space",
+			Handler:    _Ferry_Space_Handler,
 		},
 		{
 			MethodName: "PutStatus",

@@ -284,3 +284,14 @@ func (c *Client) Command(ctx context.Context, args []string) error {
 // HasCache reports whether the Client has a chunk cache, so that whole-file
 // Gets move by chunks.
 func (c *Client) HasCache() bool { return c.cache != nil }
+
+// Space implements ferry.Spacer with one call.
+func (c *Client) Space(ctx context.Context, p string) *ferry.Future[ferry.Space] {
+	return ferry.Go(func() (ferry.Space, error) {
+		r, err := c.c.Space(ctx, &proto.PathReq{Path: p})
+		if err != nil {
+			return ferry.Space{}, c.fail("remote.Space", p, err)
+		}
+		return ferry.Space{Total: r.Total, Free: r.Free, Avail: r.Avail, Files: r.Files, FilesFree: r.FilesFree}, nil
+	})
+}

@@ -168,10 +168,11 @@ const (
 	opPutBatch
 	opLink
 	opLease
+	opSpace
 	opCount
 )
 
-var opNames = [opCount]string{"stat", "get", "put", "move", "remove", "removeall", "wstat", "find", "findget", "watch", "putstatus", "chunklist", "readchunks", "putchunked", "putbatch", "link", "lease"}
+var opNames = [opCount]string{"stat", "get", "put", "move", "remove", "removeall", "wstat", "find", "findget", "watch", "putstatus", "chunklist", "readchunks", "putchunked", "putbatch", "link", "lease", "space"}
 
 // New returns a server for cfg.
 func New(cfg Config) (*Server, error) {
@@ -797,6 +798,15 @@ func (h *handler) Wstat(ctx context.Context, r *proto.WstatReq) (*proto.DirReply
 	d, err := h.s.fs.Wstat(ctx, r.Path, proto.ToDir(r.Dir)).Wait()
 	err = h.changed(ctx, err, callback.Change{Path: r.Path})
 	return proto.Reply(d, false), h.done(opWstat, err)
+}
+
+func (h *handler) Space(ctx context.Context, r *proto.PathReq) (*proto.SpaceReply, error) {
+	sp, ok := ferry.As[ferry.Spacer](h.s.fs)
+	if !ok {
+		return nil, h.done(opSpace, ferry.E("server.Space", r.Path, ferry.KindInvalid, "this server cannot say how much room it has"))
+	}
+	v, err := sp.Space(ctx, r.Path).Wait()
+	return &proto.SpaceReply{Total: v.Total, Free: v.Free, Avail: v.Avail, Files: v.Files, FilesFree: v.FilesFree}, h.done(opSpace, err)
 }
 
 func (h *handler) Find(r *proto.FindReq, st grpc.ServerStreamingServer[proto.FindReply]) error {
