@@ -10,7 +10,8 @@ setup:
 	scripts/setup.sh
 
 # demo serves a directory on loopback and uses it from the native client.
-demo: setup
+demo:
+	scripts/setup.sh demo
 	scripts/demo.sh
 
 # test runs every test, with the race detector, after installing what the

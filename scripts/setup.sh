@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # setup.sh installs what Ferry's build, tests and demo need on a fresh
 # Debian machine: Go on the PATH and the system packages below. It installs
-# only what is missing, so it is cheap to run every time.
+# only what is missing, so it is cheap to run every time. "setup.sh demo"
+# leaves out what only the tests need (pjdfstest, built with cargo).
 set -euo pipefail
+for_demo=false
+[ "${1:-}" = demo ] && for_demo=true
 
 # Packages: iproute2 and util-linux (ip netns, nsenter) for the link
 # emulator's tests; kmod to load tcp_bbr; fuse3 for the FUSE mount; the
@@ -18,14 +21,15 @@ if ((${#missing[@]})); then
 	echo "setup: installing ${missing[*]}" >&2
 	sudo=""
 	[ "$(id -u)" = 0 ] || sudo=sudo
-	$sudo apt-get update -qq
-	DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+	# Another apt (an unattended upgrade) may hold the lock a while.
+	$sudo apt-get -o DPkg::Lock::Timeout=300 update -qq
+	DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=300 install -y -qq "${missing[@]}" >/dev/null
 fi
 
 # pjdfstest, the POSIX conformance suite the FUSE mount's tests run, comes
 # from crates.io and is built by cargo (a few minutes, once).
 export PATH="$HOME/.cargo/bin:$PATH"
-if ! command -v pjdfstest >/dev/null 2>&1; then
+if ! $for_demo && ! command -v pjdfstest >/dev/null 2>&1; then
 	if command -v cargo >/dev/null 2>&1; then
 		echo "setup: installing pjdfstest with cargo" >&2
 		cargo install --quiet --locked pjdfstest@0.2.2
