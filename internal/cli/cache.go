@@ -19,7 +19,7 @@ const defaultCacheMax = 1 << 30
 // cacheFlags gives a command that moves whole files the chunk cache flags
 // and returns it; dial opens the cache of commands that have them.
 func cacheFlags(c *cobra.Command) *cobra.Command {
-	c.Flags().String("cache", "", "directory of the chunk cache (default $FERRY_HOME/cache/HOST_PORT)")
+	c.Flags().String("cache", "", "directory of the chunk cache (default $XDG_CACHE_HOME/ferry/HOST_PORT, ~/.cache/ferry/HOST_PORT, or $FERRY_HOME/cache/HOST_PORT if FERRY_HOME is set)")
 	c.Flags().Bool("no-cache", false, "use no chunk cache: fetch whole files every time")
 	c.Flags().Int64("cache-max", defaultCacheMax, "the most bytes of chunks the cache holds")
 	c.Long += `
@@ -43,7 +43,24 @@ func cacheDir(addr string) string {
 		}
 		return r
 	}, addr)
-	return filepath.Join(auth.Home(), "cache", name)
+	return filepath.Join(cacheHome(), name)
+}
+
+// cacheHome is where the chunk caches live: a cache is not configuration,
+// so under $XDG_CACHE_HOME/ferry (~/.cache/ferry), where people and their
+// cleaners look for caches, unless $FERRY_HOME is set, which then holds all
+// of Ferry's state (a test's, or a user's who asked for one place).
+func cacheHome() string {
+	if os.Getenv("FERRY_HOME") != "" {
+		return filepath.Join(auth.Home(), "cache")
+	}
+	if x := os.Getenv("XDG_CACHE_HOME"); x != "" {
+		return filepath.Join(x, "ferry")
+	}
+	if h, err := os.UserHomeDir(); err == nil {
+		return filepath.Join(h, ".cache", "ferry")
+	}
+	return filepath.Join(auth.Home(), "cache")
 }
 
 // openCache opens the chunk cache cmd's flags name for the server at addr,
