@@ -127,6 +127,10 @@ func TestMountEndToEnd(t *testing.T) {
 	if string(out) != "a.c\nb.c\n" {
 		t.Errorf("ls of the mount: %q", out)
 	}
+	// A second mount on the same mount point is refused, not stacked.
+	if _, errOut := e.run(false, "mount", e.at("/src"), mnt); !strings.Contains(errOut, "mounted there already") {
+		t.Errorf("a second mount on %s: %q", mnt, errOut)
+	}
 	// The control file: the mount's state and every layer's below, and
 	// commands passed down to the server.
 	out, err = exec.Command("cat", filepath.Join(mnt, "Ctl")).CombinedOutput()

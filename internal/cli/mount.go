@@ -137,6 +137,9 @@ Limitations:
 					return ferry.E("mount", o, ferry.KindInvalid, "unknown mount option (known: ro, rw, allow_other, default_permissions)")
 				}
 			}
+			if err := notMounted(args[1]); err != nil {
+				return err
+			}
 			if !foreground {
 				return mountBackground(cmd, logFile)
 			}
@@ -469,4 +472,42 @@ func exitCode(err error) string {
 		return strconv.Itoa(ee.ExitCode())
 	}
 	return err.Error()
+}
+
+// notMounted refuses a mount point that something is mounted on already:
+// a second mount would stack on the first and hide it.
+func notMounted(mountpoint string) error {
+	abs, err := filepath.Abs(mountpoint)
+	if err != nil {
+		return ferry.E("mount", mountpoint, ferry.KindInvalid, err)
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil // Nothing to tell by; the kernel decides.
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		// The mount point is the fifth field, with spaces and the like
+		// escaped in octal.
+		if f := strings.Fields(l); len(f) > 4 && unescapeMountinfo(f[4]) == abs {
+			return ferry.E("mount", abs, ferry.KindExist, "something is mounted there already (ferry umount it first)")
+		}
+	}
+	return nil
+}
+
+// unescapeMountinfo undoes the octal escapes (\040 for a space) of a path
+// in /proc/self/mountinfo.
+func unescapeMountinfo(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

@@ -79,3 +79,11 @@ func TestProgressReaderSeeks(t *testing.T) {
 		t.Error("the progress reader of a plain reader claims to seek")
 	}
 }
+
+func TestUnescapeMountinfo(t *testing.T) {
+	for in, want := range map[string]string{`/a\040b`: "/a b", `/tab\011x`: "/tab\tx", `/plain`: "/plain", `/back\134slash`: `/back\slash`, `/short\04`: `/short\04`} {
+		if got := unescapeMountinfo(in); got != want {
+			t.Errorf("unescapeMountinfo(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
