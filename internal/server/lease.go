@@ -47,13 +47,17 @@ func (h *handler) promise(ctx context.Context, ps ...string) {
 // runs, then each entry sent, and the listing of its directory and of each
 // directory sent (a walk may stop at one, but the client may count an empty
 // directory as listed).
-func (h *handler) promiseFind(ctx context.Context, root string, s *ferry.Stream[ferry.Entry]) *ferry.Stream[ferry.Entry] {
+//
+// find starts the walk; it is called once the tree is promised, so that no
+// entry is read before a change to it would break this client.
+func (h *handler) promiseFind(ctx context.Context, root string, find func() *ferry.Stream[ferry.Entry]) *ferry.Stream[ferry.Entry] {
 	session := h.session(ctx)
 	root, err := ferry.CleanPath(root)
 	if err != nil {
-		return s
+		return find()
 	}
 	done := h.s.leases.PromiseTree(session, root)
+	s := find()
 	return ferry.NewStream(ctx, func(ctx context.Context, send func(ferry.Entry) error) error {
 		defer done()
 		defer s.Close()

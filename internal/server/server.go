@@ -811,12 +811,12 @@ func (h *handler) Space(ctx context.Context, r *proto.PathReq) (*proto.SpaceRepl
 
 func (h *handler) Find(r *proto.FindReq, st grpc.ServerStreamingServer[proto.FindReply]) error {
 	ctx := st.Context()
-	return h.find(opFind, r, h.promiseFind(ctx, r.Path, h.s.fs.Find(ctx, r.Path, r.Pred)), st)
+	return h.find(opFind, r, h.promiseFind(ctx, r.Path, func() *ferry.Stream[ferry.Entry] { return h.s.fs.Find(ctx, r.Path, r.Pred) }), st)
 }
 
 func (h *handler) FindGet(r *proto.FindReq, st grpc.ServerStreamingServer[proto.FindReply]) error {
 	ctx := st.Context()
-	return h.find(opFindGet, r, h.promiseFind(ctx, r.Path, h.s.fs.FindGet(ctx, r.Path, r.Pred)), st)
+	return h.find(opFindGet, r, h.promiseFind(ctx, r.Path, func() *ferry.Stream[ferry.Entry] { return h.s.fs.FindGet(ctx, r.Path, r.Pred) }), st)
 }
 
 // find sends compressed batches to a client that takes them.
