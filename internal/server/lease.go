@@ -120,6 +120,9 @@ func (h *handler) Lease(st grpc.BidiStreamingServer[proto.LeaseMsg, proto.WatchE
 	}
 	ctx, cancel := context.WithCancel(st.Context())
 	defer cancel()
+	// A stopping server ends the lease: the client then drops its cache
+	// and waits for the server to come back.
+	defer context.AfterFunc(h.s.stopping, cancel)()
 	lease := h.s.leases.Hold(h.session(ctx), root)
 	if err := st.Send(&proto.WatchEvent{LeaseMs: h.s.leases.Lease().Milliseconds()}); err != nil {
 		lease.Lost()
@@ -198,7 +201,7 @@ func (h *handler) Lease(st grpc.BidiStreamingServer[proto.LeaseMsg, proto.WatchE
 			// A lease given up, lost or run out ends the stream; the
 			// client then trusts nothing it holds.
 			lease.Lost()
-			return h.done(opLease, err)
+			return h.done(opLease, h.s.stoppingErr(op, root, err))
 		}
 	}
 }

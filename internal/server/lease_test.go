@@ -279,3 +279,27 @@ func BenchmarkCloseBreak(b *testing.B) {
 		})
 	}
 }
+
+// TestStopEndsLeases: a server that stops ends its clients' leases at
+// once, rather than waiting out its grace (a minute here) for streams that
+// last as long as their clients; the clients see their watch end.
+func TestStopEndsLeases(t *testing.T) {
+	srv := servertest.StartGrace(t, "", time.Minute)
+	c := srv.Client(t, "a")
+	st := c.Watch(context.Background(), "/")
+	for range st.All() {
+		break // The lease is held.
+	}
+	stopped := make(chan struct{})
+	go func() { srv.Stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the server still waits to stop 30 s later, with a lease held")
+	}
+	for range st.All() {
+	}
+	if err := st.Err(); ferry.KindOf(err) != ferry.KindUnavailable {
+		t.Errorf("the watch ended with %v, want unavailable", err)
+	}
+}

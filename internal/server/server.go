@@ -118,6 +118,11 @@ type Server struct {
 	// leases are the clients' leases, broken by every change made
 	// through the server.
 	leases *callback.Table
+	// stopping is done once Serve stops: the calls that would last as
+	// long as their clients (watches, leases) end then, rather than hold
+	// the stop for its whole grace.
+	stopping context.Context
+	stop     context.CancelFunc
 	// cancelledReads counts read-aheads stopped by a cancelled stream or
 	// a broken connection.
 	cancelledReads atomic.Int64
@@ -204,6 +209,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.uploads = newUploads(s.cfg.StagingDir)
 	s.leases = callback.New(cfg.Lease)
+	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.fs = ctl.New("server", cfg.FS, s)
 	tlsCfg, err := auth.ServerTLS(cfg.Key)
 	if err != nil {
@@ -262,6 +268,7 @@ func (s *Server) Serve(ctx context.Context, l net.Listener, grace time.Duration)
 		return err
 	case <-ctx.Done():
 	}
+	s.stop()
 	done := make(chan struct{})
 	go func() { s.grpc.GracefulStop(); close(done) }()
 	select {
@@ -833,12 +840,24 @@ func (h *handler) Watch(r *proto.PathReq, st grpc.ServerStreamingServer[proto.Wa
 	if !ok {
 		return h.done(opWatch, ferry.E("server.Watch", r.Path, ferry.KindInvalid, "this server cannot watch"))
 	}
-	s := w.Watch(st.Context(), r.Path)
+	ctx, cancel := context.WithCancel(st.Context())
+	defer cancel()
+	defer context.AfterFunc(h.s.stopping, cancel)()
+	s := w.Watch(ctx, r.Path)
 	for e := range s.All() {
 		if err := st.Send(&proto.WatchEvent{Path: e.Path, Lost: e.Lost}); err != nil {
 			s.Close()
 			return h.done(opWatch, err)
 		}
 	}
-	return h.done(opWatch, s.Err())
+	return h.done(opWatch, h.s.stoppingErr("server.Watch", r.Path, s.Err()))
+}
+
+// stoppingErr is err, unless the server is stopping: a call it ended for
+// that says so.
+func (s *Server) stoppingErr(op, p string, err error) error {
+	if s.stopping.Err() != nil {
+		return ferry.E(op, p, ferry.KindUnavailable, "the server is stopping")
+	}
+	return err
 }

@@ -60,7 +60,18 @@ func StartWith(t testing.TB, dir string, tune func(*server.Config)) *Server {
 	return start(t, dir, false, tune)
 }
 
+// StartGrace is Start with the server given grace to stop, instead of 1 s.
+func StartGrace(t testing.TB, dir string, grace time.Duration) *Server {
+	t.Helper()
+	return startGrace(t, dir, false, grace)
+}
+
 func start(t testing.TB, dir string, chunks bool, tune ...func(*server.Config)) *Server {
+	t.Helper()
+	return startGrace(t, dir, chunks, time.Second, tune...)
+}
+
+func startGrace(t testing.TB, dir string, chunks bool, grace time.Duration, tune ...func(*server.Config)) *Server {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
@@ -108,7 +119,7 @@ func start(t testing.TB, dir string, chunks bool, tune ...func(*server.Config)) 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
-		srv.Serve(ctx, l, time.Second)
+		srv.Serve(ctx, l, grace)
 		close(done)
 	}()
 	var once sync.Once
