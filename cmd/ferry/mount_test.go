@@ -151,9 +151,21 @@ func TestMountEndToEnd(t *testing.T) {
 
 	// ferry umount: the mount goes, and its process has exited when it
 	// returns.
+	// A busy mount says what to do; --lazy detaches it.
+	busy, err := os.Open(filepath.Join(mnt, "hello.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, errOut := e.run(false, "umount", mnt); !strings.Contains(errOut, "--lazy") {
+		t.Errorf("ferry umount of a busy mount: %q, want a hint", errOut)
+	}
+	busy.Close()
 	e.run(true, "umount", mnt)
 	if mounted(t, mnt) {
 		t.Errorf("still mounted after ferry umount")
+	}
+	if _, errOut := e.run(false, "umount", mnt); !strings.Contains(errOut, "nothing is mounted there") {
+		t.Errorf("ferry umount of nothing: %q", errOut)
 	}
 	if alive(pid) {
 		t.Errorf("the mount process %d is still running when ferry umount returns", pid)

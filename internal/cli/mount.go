@@ -372,7 +372,12 @@ func umount(mountpoint string, lazy bool) error {
 	if err == nil {
 		return awaitExit(op, mp, pids, lazy)
 	}
-	if !errors.Is(err, syscall.EPERM) {
+	switch {
+	case errors.Is(err, syscall.EBUSY):
+		return ferry.E(op, mp, ferry.KindIO, "busy: a program has a file open or works in a directory there (fuser -vm "+mp+" names them); close them, or ferry umount --lazy to detach now and finish once they are done")
+	case errors.Is(err, syscall.EINVAL):
+		return ferry.E(op, mp, ferry.KindInvalid, "nothing is mounted there")
+	case !errors.Is(err, syscall.EPERM):
 		return ferry.E(op, mp, err)
 	}
 	for _, prog := range []string{"fusermount3", "fusermount"} {
@@ -386,7 +391,11 @@ func umount(mountpoint string, lazy bool) error {
 		}
 		out, rerr := exec.Command(path, append(args, mp)...).CombinedOutput()
 		if rerr != nil {
-			return ferry.E(op, mp, ferry.KindIO, strings.TrimSpace(string(out))+" ("+prog+" exit "+exitCode(rerr)+")")
+			msg := strings.TrimSpace(string(out)) + " (" + prog + " exit " + exitCode(rerr) + ")"
+			if strings.Contains(msg, "busy") {
+				msg += "; close the programs using it, or ferry umount --lazy"
+			}
+			return ferry.E(op, mp, ferry.KindIO, msg)
 		}
 		return awaitExit(op, mp, pids, lazy)
 	}
