@@ -365,7 +365,8 @@ func TestMetricsEndpoint(t *testing.T) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	for _, want := range []string{`ferry_calls_total{op="find"} 1`, "ferry_readahead_bytes"} {
+	for _, want := range []string{`ferry_calls_total{op="find"} 1`, "ferry_readahead_bytes",
+		`ferry_call_seconds_count{method="Find"} 1`, "go_goroutines", "process_resident_memory_bytes", `ferry_build_info{version="`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("metrics lack %q:\n%s", want, b)
 		}

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
@@ -287,7 +288,12 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 			return ferry.E("serve", metrics, ferry.KindUnavailable, err)
 		}
 		reg := prometheus.NewRegistry()
-		reg.MustRegister(srv.Collector())
+		reg.MustRegister(srv.Collector(),
+			// The runtime's and the process's own: memory, threads,
+			// descriptors, CPU.
+			collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ferry_build_info", Help: "Always 1; the version is a label.",
+				ConstLabels: prometheus.Labels{"version": version()}}, func() float64 { return 1 }))
 		mux := http.NewServeMux()
 		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 		hs := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}

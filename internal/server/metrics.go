@@ -45,7 +45,8 @@ var (
 	descIxLook     = prometheus.NewDesc("ferry_chunk_index_lookups_total", "Chunk reads through the index, by result (hit, miss, stale).", []string{"result"}, nil)
 )
 
-func (collector) Describe(ch chan<- *prometheus.Desc) {
+func (c collector) Describe(ch chan<- *prometheus.Desc) {
+	c.s.latency.Describe(ch)
 	for _, d := range []*prometheus.Desc{descCalls, descErrors, descBytes, descRAHeld, descRACanc, descRAStreams, descRAOrphan,
 		descConnRA, descConnRAT, descConnRTT, descConnBW, descConnTx, descConnRx, descConnRe, descConnCC,
 		descZstd, descZSkip, descIxSize, descIxMax, descIxFiles, descIxDone, descIxLook, descTrashFiles, descTrashBytes, descLeases, descBreaks, descBreakWaits, descBreakTime} {
@@ -55,6 +56,7 @@ func (collector) Describe(ch chan<- *prometheus.Desc) {
 
 func (c collector) Collect(ch chan<- prometheus.Metric) {
 	s := c.s
+	s.latency.Collect(ch)
 	for i, n := range opNames {
 		ch <- prometheus.MustNewConstMetric(descCalls, prometheus.CounterValue, float64(s.calls[i].Load()), n)
 	}

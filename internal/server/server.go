@@ -26,6 +26,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/experimental"
@@ -123,6 +124,8 @@ type Server struct {
 	// the stop for its whole grace.
 	stopping context.Context
 	stop     context.CancelFunc
+	// latency is the time each call took, by method.
+	latency *prometheus.HistogramVec
 	// cancelledReads counts read-aheads stopped by a cancelled stream or
 	// a broken connection.
 	cancelledReads atomic.Int64
@@ -210,6 +213,10 @@ func New(cfg Config) (*Server, error) {
 	s.uploads = newUploads(s.cfg.StagingDir)
 	s.leases = callback.New(cfg.Lease)
 	s.stopping, s.stop = context.WithCancel(context.Background())
+	s.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "ferry_call_seconds", Help: "How long calls took, by method (streams: until they ended).",
+		Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+	}, []string{"method"})
 	s.fs = ctl.New("server", cfg.FS, s)
 	tlsCfg, err := auth.ServerTLS(cfg.Key)
 	if err != nil {
@@ -426,7 +433,7 @@ func (s *Server) identify(ctx context.Context) (string, error) {
 	return user, nil
 }
 
-func (s *Server) unaryAuth(ctx context.Context, req any, _ *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
 	user, err := s.identify(ctx)
 	if err == nil {
 		err = s.beginCall(user)
@@ -435,10 +442,13 @@ func (s *Server) unaryAuth(ctx context.Context, req any, _ *grpc.UnaryServerInfo
 		return nil, proto.Status(err)
 	}
 	defer s.endCall(user)
-	return h(ctx, req)
+	defer s.timed(ctx, info.FullMethod, user)(&err)
+	var reply any
+	reply, err = h(ctx, req)
+	return reply, err
 }
 
-func (s *Server) streamAuth(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, h grpc.StreamHandler) error {
+func (s *Server) streamAuth(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, h grpc.StreamHandler) (err error) {
 	user, err := s.identify(ss.Context())
 	if err == nil {
 		err = s.beginCall(user)
@@ -447,7 +457,23 @@ func (s *Server) streamAuth(srv any, ss grpc.ServerStream, _ *grpc.StreamServerI
 		return proto.Status(err)
 	}
 	defer s.endCall(user)
+	defer s.timed(ss.Context(), info.FullMethod, user)(&err)
 	return h(srv, ss)
+}
+
+// timed starts timing a call of method; the func it returns, given the
+// call's error, records its duration in the latency histogram and, with
+// debug on, logs it.
+func (s *Server) timed(ctx context.Context, method, user string) func(*error) {
+	began := time.Now()
+	return func(err *error) {
+		d := time.Since(began)
+		name := method[strings.LastIndexByte(method, '/')+1:]
+		s.latency.WithLabelValues(name).Observe(d.Seconds())
+		if s.cfg.Log.Enabled(ctx, slog.LevelDebug) {
+			s.cfg.Log.Debug("call", "method", name, "user", user, "took", d.Round(time.Microsecond), "err", *err)
+		}
+	}
 }
 
 // beginCall counts a call of user in, unless the user has

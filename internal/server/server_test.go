@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -674,4 +675,44 @@ func TestCapabilitiesThroughLayers(t *testing.T) {
 	if !began {
 		t.Errorf("no watch through the layer")
 	}
+}
+
+// TestDebugLogsEveryCall: with debug on, every call is logged with its
+// method and how long it took, not only the failed ones.
+func TestDebugLogsEveryCall(t *testing.T) {
+	var buf syncBuffer
+	s := servertest.StartWith(t, "", func(cfg *server.Config) {
+		cfg.Log = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	})
+	c := s.Client(t, "u")
+	if _, err := c.Stat(ctx(t), "/").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(buf.String(), "method=Stat") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no log line for the Stat:\n%s", buf.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(buf.String(), "took=") {
+		t.Errorf("the call's line says nothing of its duration:\n%s", buf.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
