@@ -84,7 +84,8 @@ func TestMountEndToEnd(t *testing.T) {
 	if !mounted(t, mnt) {
 		t.Fatal("ferry mount returned but nothing is mounted")
 	}
-	log, _ := os.ReadFile(filepath.Join(e.home, "mount.log"))
+	// Each mount logs to a file of its own, named for its mount point.
+	log, _ := os.ReadFile(filepath.Join(e.home, "mount-"+strings.ReplaceAll(strings.Trim(mnt, "/"), "/", "-")+".log"))
 	m := regexp.MustCompile(`pid=(\d+)`).FindSubmatch(log)
 	if m == nil {
 		t.Fatalf("the mount log names no pid:\n%s", log)

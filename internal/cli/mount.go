@@ -55,7 +55,8 @@ Usage:
 
 By default the command starts itself again in the background, waits until
 the file system is mounted and exits 0 (or prints why it failed and exits
-1). The background process logs to --log (default $FERRY_HOME/mount.log) and
+1). The background process logs to --log (default $FERRY_HOME/mount-PATH.log,
+PATH the mount point's, slashes made dashes) and
 unmounts cleanly on SIGTERM or SIGINT, or when ferry umount or
 fusermount3 -u unmounts it.
 
@@ -141,7 +142,7 @@ Limitations:
 				return err
 			}
 			if !foreground {
-				return mountBackground(cmd, logFile)
+				return mountBackground(cmd, args[1], logFile)
 			}
 			return mountForeground(cmd, args[0], args[1], readyFd, fusefs.Options{
 				ReadOnly:      readOnly,
@@ -159,7 +160,7 @@ Limitations:
 	c.Flags().BoolVar(&readOnly, "read-only", false, "mount read-only: every change fails with EROFS")
 	c.Flags().StringSliceVarP(&options, "options", "o", nil, "mount options, as mount(8) takes them: ro, rw, allow_other, default_permissions")
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
-	c.Flags().StringVar(&logFile, "log", "", "log file of the background process (default $FERRY_HOME/mount.log)")
+	c.Flags().StringVar(&logFile, "log", "", "log file of the background process (default $FERRY_HOME/mount-PATH.log for the mount point PATH)")
 	c.Flags().DurationVar(&ttl, "ttl", time.Second, "how long metadata is trusted without a watch from the server")
 	c.Flags().BoolVar(&writeBack, "writeback", false, "let close return before the file is stored; fsync still waits")
 	c.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long a call waits for the server (reconnecting meanwhile) before it fails with EIO")
@@ -199,7 +200,7 @@ func (s *sizeFlag) Set(v string) error {
 // mountBackground starts this command again in the foreground, detached
 // in a session of its own, and waits for it to report that the file system
 // is mounted.
-func mountBackground(cmd *cobra.Command, logFile string) error {
+func mountBackground(cmd *cobra.Command, mountpoint, logFile string) error {
 	const op = "mount"
 	exe, err := os.Executable()
 	if err != nil {
@@ -209,7 +210,7 @@ func mountBackground(cmd *cobra.Command, logFile string) error {
 		if err := os.MkdirAll(auth.Home(), 0o700); err != nil {
 			return ferry.E(op, auth.Home(), err)
 		}
-		logFile = filepath.Join(auth.Home(), "mount.log")
+		logFile = filepath.Join(auth.Home(), mountLog(mountpoint))
 	}
 	logf, err := os.OpenFile(logFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
@@ -519,4 +520,24 @@ func unescapeMountinfo(s string) string {
 		b.WriteByte(s[i])
 	}
 	return b.String()
+}
+
+// mountLog names the default log of the mount at mountpoint: one a mount
+// point, so two mounts do not interleave their lines ("/home/a/src" logs
+// to mount-home-a-src.log).
+func mountLog(mountpoint string) string {
+	abs, err := filepath.Abs(mountpoint)
+	if err != nil {
+		abs = mountpoint
+	}
+	name := strings.Map(func(r rune) rune {
+		if r == '/' || r == ' ' || r < 0x20 {
+			return '-'
+		}
+		return r
+	}, strings.Trim(abs, "/"))
+	if name == "" {
+		name = "root"
+	}
+	return "mount-" + name + ".log"
 }

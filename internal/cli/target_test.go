@@ -87,3 +87,11 @@ func TestUnescapeMountinfo(t *testing.T) {
 		}
 	}
 }
+
+func TestMountLog(t *testing.T) {
+	for in, want := range map[string]string{"/home/a/src": "mount-home-a-src.log", "/": "mount-root.log", "/a b/c": "mount-a-b-c.log"} {
+		if got := mountLog(in); got != want {
+			t.Errorf("mountLog(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
