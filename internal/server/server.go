@@ -801,7 +801,10 @@ func (h *handler) Put(st grpc.ClientStreamingServer[proto.PutMsg, proto.DirReply
 func (h *handler) Move(ctx context.Context, r *proto.MoveReq) (*proto.DirReply, error) {
 	h.promise(ctx, r.From, r.To)
 	d, err := h.s.fs.Move(ctx, r.From, r.To).Wait()
-	err = h.changed(ctx, err, callback.Change{Path: r.From, Tree: true}, callback.Change{Path: r.To, Tree: true})
+	// Only a directory moves what is below it; a file's rename (an
+	// editor's save, git's lock files) breaks just its two names.
+	tree := err == nil && d.IsDir()
+	err = h.changed(ctx, err, callback.Change{Path: r.From, Tree: tree}, callback.Change{Path: r.To, Tree: tree})
 	return proto.Reply(d, false), h.done(opMove, err)
 }
 
