@@ -68,3 +68,36 @@ func TestAddDoesNotWaitForStore(t *testing.T) {
 		t.Errorf("Get = %q, %v; want %q, true", got, ok, data)
 	}
 }
+
+// TestSmallMemTable: a cache with small memtables (a mount with a small
+// memory budget) stores more than they hold, and keeps it across a reopen.
+func TestSmallMemTable(t *testing.T) {
+	dir := t.TempDir()
+	c, err := OpenCacheMem(dir, 1<<30, 2<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 8<<20)
+	crand.Read(data)
+	var hs []chunk.Hash
+	for off := 0; off < len(data); off += 8 << 10 {
+		h := chunk.Sum(data[off : off+8<<10])
+		hs = append(hs, h)
+		if err := c.Put(h, data[off:off+8<<10]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c, err = OpenCacheMem(dir, 1<<30, 2<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i, h := range hs {
+		if b, ok := c.Get(h); !ok || string(b) != string(data[i*8<<10:(i+1)*8<<10]) {
+			t.Fatalf("chunk %d lost after a reopen", i)
+		}
+	}
+}

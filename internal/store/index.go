@@ -109,7 +109,7 @@ func OpenIndex(dir string, files Files, p chunk.Params, maxChunks int64) (*Index
 	if err := p.Check(); err != nil {
 		return nil, ferry.E(op, dir, ferry.KindInvalid, err)
 	}
-	db, err := open(op, dir, false)
+	db, err := open(op, dir, 0)
 	if err != nil {
 		return nil, err
 	}
