@@ -407,6 +407,17 @@ func TestErrorsSayWhy(t *testing.T) {
 	}
 }
 
+// TestHelp: every command's help says what it does, once.
+func TestHelp(t *testing.T) {
+	e := &env{t: t, home: t.TempDir()}
+	for _, c := range []string{"cat", "get", "put", "mount", "umount", "find", "ls", "mv", "rm", "sync", "ctl", "serve"} {
+		out, _ := e.run(true, c, "--help")
+		if strings.HasPrefix(out, "\n") || strings.Count(out, "Usage:") != 1 || strings.Contains(out, "internal/") {
+			t.Errorf("ferry %s --help: it must begin with a description, say Usage once and point at no source folder:\n%s", c, out)
+		}
+	}
+}
+
 // TestVersionAndInterrupt: ferry --version says the version; a command
 // stopped by Ctrl-C exits 130, as the shell expects.
 func TestVersionAndInterrupt(t *testing.T) {

@@ -22,6 +22,9 @@ func cacheFlags(c *cobra.Command) *cobra.Command {
 	c.Flags().String("cache", "", "directory of the chunk cache (default $XDG_CACHE_HOME/ferry/HOST_PORT, ~/.cache/ferry/HOST_PORT, or $FERRY_HOME/cache/HOST_PORT if FERRY_HOME is set)")
 	c.Flags().Bool("no-cache", false, "use no chunk cache: fetch whole files every time")
 	c.Flags().Int64("cache-max", defaultCacheMax, "the most bytes of chunks the cache holds")
+	if c.Long == "" {
+		c.Long = c.Short + "."
+	}
 	c.Long += `
 
 Whole files above ` + fmt.Sprint(remote.DefaultChunkMin>>10) + ` KiB move by content-defined chunks: only

@@ -24,7 +24,7 @@ func findCmd() *cobra.Command {
 		Long: `Find walks the subtree at PATH on the server and prints the entries that
 match PREDICATE as they stream in: the whole walk is one request.
 
-Predicates (see internal/pred): name~'*.go', path~'/src/**', type=f|d|l,
+Predicates (the README's Predicates section has them all): name~'*.go', path~'/src/**', type=f|d|l,
 size>1M, age<2h, depth<=2, and/or/not (& | !), parentheses, and prune (do
 not descend), e.g.  ferry find host:/src 'name=.git & prune | name~*.go'`,
 		Args: cobra.MinimumNArgs(1),

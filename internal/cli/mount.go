@@ -47,7 +47,7 @@ func mountCmd() *cobra.Command {
 		Long: `Mount the tree at PATH on the server HOST as a file system at MOUNTPOINT, so
 that any program can work in it.
 
-Usage:
+Examples:
 
     ferry mount host:/src ~/src        # in the background; returns once mounted
     ferry mount --foreground host:/src ~/src
@@ -337,7 +337,7 @@ func umountCmd() *cobra.Command {
 exits. Files are stored on the server when they are closed, so nothing is
 pending once no program has a file open there.
 
-Usage:
+Examples:
 
     ferry umount ~/src
     ferry umount --lazy ~/src   # detach now, release once no longer busy
