@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"flag"
 	"fmt"
@@ -38,7 +39,8 @@ type exFile struct {
 type exerciser struct {
 	t        *testing.T
 	mnt, ref string
-	other    string // Another client's mount of the same tree, if any.
+	other    string     // Another client's mount of the same tree, if any.
+	native   ferry.Tree // A native client of the same server, if any.
 	r        *rand.Rand
 	files    []*exFile
 	log      []string // The operations so far, for a failure's report.
@@ -71,6 +73,7 @@ func TestExerciser(t *testing.T) {
 	for _, mode := range []string{"default", "writeback", "two clients"} {
 		t.Run(mode, func(t *testing.T) {
 			var dir, mnt, other string
+			var native ferry.Tree
 			if mode == "two clients" {
 				// A second mount, further from the server, must see
 				// every change once the first has closed its files.
@@ -82,6 +85,8 @@ func TestExerciser(t *testing.T) {
 				if !waitFor(5*time.Second, func() bool { return sa.meta.leased() && sb.meta.leased() }) {
 					t.Fatal("the mounts got no watch")
 				}
+				// And a native client, as ferry get reads.
+				native = srv.Client(t, "c")
 			} else {
 				var tree ferry.FS
 				dir, tree = localTree(t)
@@ -93,7 +98,7 @@ func TestExerciser(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			x := &exerciser{t: t, mnt: mnt, ref: ref, other: other, r: rand.New(rand.NewPCG(seed, 0))}
+			x := &exerciser{t: t, mnt: mnt, ref: ref, other: other, native: native, r: rand.New(rand.NewPCG(seed, 0))}
 			// A run that fails midway leaves descriptors open, which
 			// would keep the mount busy when the test unmounts it.
 			defer func() {
@@ -296,17 +301,27 @@ func (x *exerciser) compareNames() {
 }
 
 // compareOther checks, while no descriptor is open, that another client's
-// mount reads every name as a local disk does: each change was closed, so
-// close-to-open says the other client sees it.
+// mount and a native client read every name as a local disk does: each
+// change was closed, so close-to-open says the other clients see it.
 func (x *exerciser) compareOther() {
 	if x.other == "" || len(x.files) > 0 || x.t.Failed() {
 		return
 	}
 	for _, name := range exNames {
-		a, errA := os.ReadFile(filepath.Join(x.other, name))
 		b, errB := os.ReadFile(filepath.Join(x.ref, name))
+		a, errA := os.ReadFile(filepath.Join(x.other, name))
 		if (errA == nil) != (errB == nil) || !bytes.Equal(a, b) {
 			x.fail("read %s in the other client's mount: %d bytes (%v), on a local disk %d (%v)", name, len(a), errA, len(b), errB)
+			return
+		}
+		if x.native == nil {
+			continue
+		}
+		r := x.native.Get(context.Background(), "/"+name, 0, -1)
+		n, errN := io.ReadAll(r)
+		r.Close()
+		if (errN == nil) != (errB == nil) || errN == nil && !bytes.Equal(n, b) {
+			x.fail("read %s by a native client: %d bytes (%v), on a local disk %d (%v)", name, len(n), errN, len(b), errB)
 			return
 		}
 	}
