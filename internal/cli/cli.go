@@ -258,12 +258,9 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 	level := new(slog.LevelVar)
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	// Resumable uploads are staged beside the index, one directory per
-	// served tree; what a killed server left there cannot be resumed (the
-	// uploads' state was in its memory), so it goes.
+	// served tree; what a killed server left there is resumed by its
+	// clients (the server drops what waited longer than an hour).
 	staging := filepath.Join(home, "staging", filepath.Base(ix.dir))
-	if err := os.RemoveAll(staging); err != nil {
-		return ferry.E("serve", staging, err)
-	}
 	srv, err := server.New(server.Config{FS: tree, Key: key, Auth: az, Version: Version, Log: log, Level: level, ReadAheadFixed: raFixed, StagingDir: staging})
 	if err != nil {
 		return err

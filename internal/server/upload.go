@@ -2,6 +2,8 @@ package server
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"os"
 	"path/filepath"
@@ -18,10 +20,10 @@ import (
 
 // Resumable uploads. A whole-file Put that names an upload is staged in a
 // file of its own outside the served tree, per user, so that when its stream
-// breaks what arrived is kept: the client asks PutStatus how much that is and
-// sends only the rest. When the stream closes, the staged file is put into
-// the tree atomically and the result is remembered a while, in case the
-// reply was what the break lost.
+// breaks, or the server restarts, what arrived is kept: the client asks
+// PutStatus how much that is and sends only the rest. When the stream
+// closes, the staged file is put into the tree atomically and the result
+// is remembered a while, in case the reply was what the break lost.
 const (
 	// uploadIdle is how long a broken upload is kept for its client.
 	uploadIdle = time.Hour
@@ -64,8 +66,39 @@ type doneUpload struct {
 	at  time.Time
 }
 
+// newUploads keeps the uploads staged in dir. What an earlier server
+// staged there stays for its clients to resume (its files are named by
+// their upload keys), unless it has waited longer than uploadIdle.
 func newUploads(dir string) *uploads {
-	return &uploads{dir: dir, active: map[string]*upload{}, done: map[string]doneUpload{}}
+	u := &uploads{dir: dir, active: map[string]*upload{}, done: map[string]doneUpload{}}
+	if ents, err := os.ReadDir(dir); err == nil {
+		for _, e := range ents {
+			if fi, err := e.Info(); err == nil && time.Since(fi.ModTime()) > uploadIdle {
+				os.Remove(filepath.Join(dir, e.Name()))
+			}
+		}
+	}
+	return u
+}
+
+// stagedFile is where the upload key is staged: a name from the key, so
+// that a server started after a crash finds what an earlier one received.
+func (u *uploads) stagedFile(key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return filepath.Join(u.dir, "upload-"+hex.EncodeToString(sum[:16]))
+}
+
+// adopt returns the upload of key an earlier server staged, if its file is
+// there. Called with u.mu held.
+func (u *uploads) adopt(key string) *upload {
+	name := u.stagedFile(key)
+	fi, err := os.Stat(name)
+	if err != nil || !fi.Mode().IsRegular() {
+		return nil
+	}
+	up := &upload{file: name, size: fi.Size(), touched: fi.ModTime()}
+	u.active[key] = up
+	return up
 }
 
 // expire removes uploads left idle and results kept long enough. Called
@@ -125,7 +158,10 @@ func (u *uploads) take(ctx context.Context, key string, at int64, cancel context
 	}
 	up := u.active[key]
 	if up == nil {
-		f, err := os.CreateTemp(u.dir, "upload-")
+		up = u.adopt(key)
+	}
+	if up == nil {
+		f, err := os.OpenFile(u.stagedFile(key), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 		if err != nil {
 			u.mu.Unlock()
 			return nil, nil, ferry.FromOS(op, "", err)
@@ -192,7 +228,11 @@ func (u *uploads) status(ctx context.Context, key string) (int64, ferry.Dir, err
 	if d, ok := u.done[key]; ok {
 		return 0, d.dir, nil
 	}
-	if up, ok := u.active[key]; ok {
+	up, ok := u.active[key]
+	if !ok {
+		up = u.adopt(key)
+	}
+	if up != nil {
 		up.reported = up.size
 		return up.size, nil, nil
 	}

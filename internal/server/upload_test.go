@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"os"
+	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/ferryfs/ferry"
 )
@@ -52,4 +54,43 @@ func TestUploadStaleStream(t *testing.T) {
 	if fi, err := os.Stat(up.file); err != nil || fi.Size() != 160 {
 		t.Errorf("staged file: %v, %v; want 160 bytes", fi, err)
 	}
+}
+
+// TestUploadSurvivesRestart: what an upload staged stays for a server
+// started later on the same staging directory (after a crash): PutStatus
+// reports it and the upload resumes from there; what waited longer than
+// uploadIdle is dropped at start.
+func TestUploadSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	const key = "user/0123456789abcdef"
+	u := newUploads(dir)
+	up, f, err := u.take(ctx, key, 0, func() {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.WriteAt(make([]byte, 1000), 0)
+	f.Close()
+	u.release(key, up, 1000)
+	// An old leftover of another upload.
+	old := filepath.Join(dir, "upload-old")
+	os.WriteFile(old, []byte("x"), 0o600)
+	past := time.Now().Add(-2 * uploadIdle)
+	os.Chtimes(old, past, past)
+
+	// The server restarts.
+	u = newUploads(dir)
+	if _, err := os.Stat(old); !os.IsNotExist(err) {
+		t.Errorf("an upload idle for %v was kept: %v", 2*uploadIdle, err)
+	}
+	have, d, err := u.status(ctx, key)
+	if err != nil || d != nil || have != 1000 {
+		t.Fatalf("status after a restart = %d, %v, %v; want 1000 bytes held", have, d, err)
+	}
+	up, f, err = u.take(ctx, key, 1000, func() {})
+	if err != nil {
+		t.Fatalf("resuming after a restart: %v", err)
+	}
+	f.Close()
+	u.release(key, up, 1000)
 }
