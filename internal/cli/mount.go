@@ -288,7 +288,10 @@ func mountForeground(cmd *cobra.Command, target, mountpoint string, readyFd int,
 	// window lets the server send ahead: a sixteenth, at most 32 MiB),
 	// write buffers and the heap's slack.
 	opt.Memory = memory / 4
-	c, err := dial(cmd, t.Addr, func(c *remote.Config) { c.Window = int32(min(max(memory/16, 2<<20), transport.StreamWindow)) })
+	c, err := dial(cmd, t.Addr, func(c *remote.Config) {
+		c.Window = int32(min(max(memory/16, 2<<20), transport.StreamWindow))
+		c.Log = log
+	})
 	if err != nil {
 		return fail(err)
 	}

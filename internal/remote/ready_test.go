@@ -3,10 +3,12 @@ package remote_test
 import (
 	"context"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,3 +104,39 @@ func TestGetOverSilentLink(t *testing.T) {
 		t.Fatalf("a Get still waits %v after its link went silent", 10*bound)
 	}
 }
+
+// TestFailureLogged: calls that fail because the server is gone leave a
+// line in the client's log, one for a burst, with the count of the rest.
+func TestFailureLogged(t *testing.T) {
+	srv := servertest.Start(t, "")
+	sw := servertest.SwitchProxy(t, srv.Addr)
+	var buf strings.Builder
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(writerFunc(func(b []byte) (int, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		return buf.Write(b)
+	}), nil))
+	c := srv.ClientVia(t, "u", sw.Addr, func(c *remote.Config) {
+		c.ResumeFor = 200 * time.Millisecond
+		c.Log = log
+	})
+	if _, err := c.Stat(context.Background(), "/").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	sw.Down()
+	for range 3 {
+		if _, err := c.Stat(context.Background(), "/").Wait(); ferry.KindOf(err) != ferry.KindUnavailable {
+			t.Fatalf("a Stat with the server gone: %v, want unavailable", err)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if n := strings.Count(buf.String(), "could not be reached"); n != 1 {
+		t.Errorf("%d lines for a burst of 3 failures, want 1:\n%s", n, buf.String())
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(b []byte) (int, error) { return f(b) }

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -88,6 +89,11 @@ type Config struct {
 	// carry: the server leaves them out, which saves bytes on walks that
 	// do not look at them (BriefAttrs for a sync).
 	FindOmit []string
+	// Log, if not nil, receives a line when calls fail because the
+	// server cannot be reached (at most one every failLogEvery, with how
+	// many more failed meanwhile), so that a mount's EIO has a cause on
+	// record.
+	Log *slog.Logger
 }
 
 // BriefAttrs are the attributes only a file system needs: a program that
@@ -129,9 +135,14 @@ type Client struct {
 	// callAct and bulkAct record when the call connection and the first
 	// bulk connection last received bytes.
 	callAct, bulkAct *activity
-	addr             string
-	resumeFor        time.Duration
-	handshakeErr     atomic.Pointer[error]
+	// log, failLogged and failMuted: see logFailure.
+	log          *slog.Logger
+	failMu       sync.Mutex
+	failLogged   time.Time
+	failMuted    int
+	addr         string
+	resumeFor    time.Duration
+	handshakeErr atomic.Pointer[error]
 	// connected is set once a connection was ready: from then on a call
 	// waits for a broken one to come back (see awaitReady).
 	connected atomic.Bool
@@ -173,7 +184,7 @@ func Dial(cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{addr: cfg.Addr, findOmit: cfg.FindOmit}
+	c := &Client{addr: cfg.Addr, findOmit: cfg.FindOmit, log: cfg.Log}
 	// gRPC reports a failed handshake as a bare "unavailable" status, so
 	// the client keeps the verification error to report its real kind.
 	verify := tlsCfg.VerifyPeerCertificate
@@ -275,10 +286,32 @@ func (c *Client) fail(op, p string, err error) error {
 			return *herr
 		}
 		if msg := unreachable(c.addr, err.Error()); msg != "" {
-			return ferry.E("", "", ferry.KindUnavailable, msg)
+			err = ferry.E("", "", ferry.KindUnavailable, msg)
 		}
+		c.logFailure(op, p, err)
 	}
 	return err
+}
+
+// failLogEvery spaces the lines logFailure writes: an outage fails many
+// calls at once.
+const failLogEvery = 10 * time.Second
+
+// logFailure logs that a call failed for want of the server, unless a line
+// was written less than failLogEvery ago; it then counts the call for the
+// next line.
+func (c *Client) logFailure(op, p string, err error) {
+	if c.log == nil {
+		return
+	}
+	c.failMu.Lock()
+	defer c.failMu.Unlock()
+	if time.Since(c.failLogged) < failLogEvery {
+		c.failMuted++
+		return
+	}
+	c.log.Warn("a call failed: the server could not be reached", "op", op, "path", p, "err", err, "more_since_last_line", c.failMuted)
+	c.failLogged, c.failMuted = time.Now(), 0
 }
 
 // unreachable says in a person's words why gRPC's message msg says the
