@@ -112,7 +112,7 @@ func TestKillDuringUpload(t *testing.T) {
 		// than the last one's did, so that each restart has salvaged what
 		// arrived before (a kill while it salvages loses that).
 		want := int64(i+1) * size / int64(*killLoops+1)
-		if !waitUntil(60*time.Second, func() bool { return tempBytes(dir, began) >= want || isExited() }) {
+		if !waitFor(60*time.Second, func() bool { return tempBytes(dir, began) >= want || isExited() }) {
 			t.Fatalf("the upload made no progress to %d bytes before kill %d", want, i+1)
 		}
 		if isExited() {
@@ -140,7 +140,7 @@ func TestKillDuringUpload(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(dir, "big")); !bytes.Equal(got, data) {
 		t.Fatalf("the stored file differs from the source (%d bytes)", len(got))
 	}
-	if !waitUntil(30*time.Second, func() bool { return len(temps(dir)) == 0 }) {
+	if !waitFor(30*time.Second, func() bool { return len(temps(dir)) == 0 }) {
 		logMu.Lock()
 		t.Fatalf("temporary files left in the tree: %v\nserver logs:\n%s", temps(dir), logs.String())
 	}
@@ -172,17 +172,6 @@ func tempBytes(dir string, since time.Time) int64 {
 func temps(dir string) []string {
 	ps, _ := filepath.Glob(filepath.Join(dir, local.TempPrefix+"*"))
 	return ps
-}
-
-func waitUntil(d time.Duration, ok func() bool) bool {
-	deadline := time.Now().Add(d)
-	for !ok() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return true
 }
 
 // freeAddr returns a loopback address no one listens on.

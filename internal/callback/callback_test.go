@@ -32,6 +32,20 @@ func hold(t *Table, session, root string) *Holder {
 	return h
 }
 
+// acked checks that the break whose Break is done reaches b and waits for
+// its acknowledgement, then acknowledges it.
+func acked(t *testing.T, b *Holder, done <-chan error) {
+	t.Helper()
+	bs := next(t, b)
+	if !pending(done) {
+		t.Fatal("Break returned before its acknowledgement")
+	}
+	b.Ack(bs[0].Seq)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
 func pending(done <-chan error) bool {
 	select {
 	case <-done:
@@ -90,13 +104,7 @@ func TestBreakSkips(t *testing.T) {
 func TestTreeChangeAboveRoot(t *testing.T) {
 	tb := New(time.Minute)
 	b := hold(tb, "b", "/x/y")
-	done := breakDone(tb, "a", Change{Path: "/x", Tree: true})
-	bs := next(t, b)
-	if !pending(done) {
-		t.Fatal("a rename above the root broke nothing")
-	}
-	b.Ack(bs[0].Seq)
-	<-done
+	acked(t, b, breakDone(tb, "a", Change{Path: "/x", Tree: true}))
 }
 
 // TestLeaseRunsOut: a holder that never acknowledges holds a writer at
@@ -218,12 +226,7 @@ func TestPromises(t *testing.T) {
 				}
 				return
 			}
-			bs := next(t, b)
-			if !pending(done) {
-				t.Fatal("Break returned before its acknowledgement")
-			}
-			b.Ack(bs[0].Seq)
-			<-done
+			acked(t, b, done)
 		})
 	}
 }

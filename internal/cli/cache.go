@@ -86,15 +86,10 @@ func openCache(cmd *cobra.Command, addr string) *store.Cache {
 		fmt.Fprintf(cmd.ErrOrStderr(), "ferry: no chunk cache: %v\n", err)
 		return nil
 	}
-	// A mount's memory is budgeted: the chunks waiting to be written
-	// (two memtables at most) take a sixteenth of it, 4 MiB at least.
 	memtable := int64(store.DefaultCacheMemTable)
 	if f := cmd.Flags().Lookup("memory"); f != nil {
 		if m, ok := f.Value.(*sizeFlag); ok {
-			memtable = min(memtable, int64(*m)/32)
-			if memtable < 2<<20 {
-				memtable = 2 << 20
-			}
+			_, memtable = mountShares(int64(*m))
 		}
 	}
 	c, err := store.OpenCacheMem(dir, max, memtable)

@@ -24,6 +24,7 @@ import (
 	"github.com/ferryfs/ferry/internal/fusefs"
 	"github.com/ferryfs/ferry/internal/pred"
 	"github.com/ferryfs/ferry/internal/remote"
+	"github.com/ferryfs/ferry/internal/store"
 	"github.com/ferryfs/ferry/internal/transport"
 )
 
@@ -284,12 +285,13 @@ func mountForeground(cmd *cobra.Command, target, mountpoint string, readyFd int,
 	// the chunk cache's buffers).
 	debug.SetMemoryLimit(max(memory-mountNonHeap, memory/2))
 	// A quarter for file contents fetched ahead of their reads, the rest
-	// for the metadata cache, the transport's buffers (what a stream's
-	// window lets the server send ahead: a sixteenth, at most 32 MiB),
-	// write buffers and the heap's slack.
+	// for the metadata cache, the transport's buffers, the chunk cache's
+	// pending writes (see mountShares), write buffers and the heap's
+	// slack.
 	opt.Memory = memory / 4
+	window, _ := mountShares(memory)
 	c, err := dial(cmd, t.Addr, func(c *remote.Config) {
-		c.Window = int32(min(max(memory/16, 2<<20), transport.StreamWindow))
+		c.Window = window
 		c.Log = log
 	})
 	if err != nil {
@@ -543,4 +545,14 @@ func mountLog(mountpoint string) string {
 		name = "root"
 	}
 	return "mount-" + name + ".log"
+}
+
+// mountShares divides a mount's memory budget for what the server may send
+// ahead of a reader (a stream's flow-control window: a sixteenth) and for
+// the chunk cache's writes waiting in memory (two memtables: a sixteenth
+// together), each at least 2 MiB and at most the default.
+func mountShares(memory int64) (window int32, memtable int64) {
+	window = int32(min(max(memory/16, 2<<20), transport.StreamWindow))
+	memtable = min(max(memory/32, 2<<20), store.DefaultCacheMemTable)
+	return window, memtable
 }

@@ -78,7 +78,8 @@ var (
 	_ fs.NodeOpener    = (*ctlNode)(nil)
 )
 
-func (c *ctlNode) fill(out *fuse.Attr) {
+// ctlAttr fills the control file's attributes.
+func ctlAttr(out *fuse.Attr) {
 	out.Mode = syscall.S_IFREG | 0o644
 	out.Nlink = 1
 	out.Size = 0
@@ -89,14 +90,14 @@ func (c *ctlNode) fill(out *fuse.Attr) {
 // Getattr implements fs.NodeGetattrer. The size is 0: the text is made at
 // each open and read with direct I/O, as /proc's files are.
 func (c *ctlNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	c.fill(&out.Attr)
+	ctlAttr(&out.Attr)
 	return 0
 }
 
 // Setattr implements fs.NodeSetattrer: a truncation (echo CMD > Ctl) is
 // taken and does nothing.
 func (c *ctlNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	c.fill(&out.Attr)
+	ctlAttr(&out.Attr)
 	return 0
 }
 
@@ -194,7 +195,7 @@ func (n *node) ctlLookup(ctx context.Context, out *fuse.EntryOut) *fs.Inode {
 	s.ctlOnce.Do(func() {
 		s.ctlInode = n.NewPersistentInode(ctx, &ctlNode{s: s}, fs.StableAttr{Mode: syscall.S_IFREG, Ino: s.ino("\x00"+ctlName, false)})
 	})
-	(&ctlNode{s: s}).fill(&out.Attr)
+	ctlAttr(&out.Attr)
 	out.Ino = s.ctlInode.StableAttr().Ino
 	return s.ctlInode
 }

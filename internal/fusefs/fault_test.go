@@ -30,6 +30,19 @@ func mountSwitched(t *testing.T, dir string, timeout time.Duration) (string, *se
 	return mnt, sw
 }
 
+// bigFile writes 48 MiB of seeded random bytes to dir/big, more than the
+// link holds in flight, and returns them.
+func bigFile(t *testing.T, dir string, seed1, seed2 uint64) []byte {
+	t.Helper()
+	big := make([]byte, 48<<20)
+	rng := rand.New(rand.NewPCG(seed1, seed2))
+	for i := range big {
+		big[i] = byte(rng.Uint32())
+	}
+	writeFile(t, filepath.Join(dir, "big"), string(big))
+	return big
+}
+
 // TestServerGoneAndBack: with the server gone, a read in progress and a
 // close that must store fail with EIO within the call timeout rather than
 // hang; once it is back the mount reconnects by itself, and what close
@@ -37,12 +50,7 @@ func mountSwitched(t *testing.T, dir string, timeout time.Duration) (string, *se
 func TestServerGoneAndBack(t *testing.T) {
 	needFUSE(t)
 	dir := t.TempDir()
-	big := make([]byte, 48<<20)
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range big {
-		big[i] = byte(rng.Uint32())
-	}
-	writeFile(t, filepath.Join(dir, "big"), string(big))
+	big := bigFile(t, dir, 1, 2)
 	const timeout = 2 * time.Second
 	mnt, sw := mountSwitched(t, dir, timeout)
 
@@ -186,12 +194,7 @@ func TestServerBackWithinBound(t *testing.T) {
 func TestSilentLink(t *testing.T) {
 	needFUSE(t)
 	dir := t.TempDir()
-	big := make([]byte, 48<<20)
-	rng := rand.New(rand.NewPCG(3, 4))
-	for i := range big {
-		big[i] = byte(rng.Uint32())
-	}
-	writeFile(t, filepath.Join(dir, "big"), string(big))
+	big := bigFile(t, dir, 3, 4)
 	const timeout = 2 * time.Second
 	mnt, sw := mountSwitched(t, dir, timeout)
 	f, err := os.Open(filepath.Join(mnt, "big"))

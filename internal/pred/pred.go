@@ -474,7 +474,11 @@ func (p *parser) parseCmp() (node, error) {
 		c.num = &num
 	}
 	if c.attr == ferry.AttrType && !c.isGlob() && !types[c.val] {
-		return nil, p.errorf(val, "no type %q: a type is f (file), d (directory), l (symbolic link), p (named pipe), s (socket), c, b (devices) or o (other)%s", c.val, suggest(c.val, typeWords))
+		hint := ""
+		if t, ok := typeWords[strings.ToLower(c.val)]; ok {
+			hint = "; did you mean " + t + "?"
+		}
+		return nil, p.errorf(val, "no type %q: a type is f (file), d (directory), l (symbolic link), p (named pipe), s (socket), c, b (devices) or o (other)%s", c.val, hint)
 	}
 	var err error
 	switch {
@@ -512,38 +516,30 @@ func checkAttr(a string) error {
 	return fmt.Errorf("no attribute %q (known: %s, and %sNAME)", a, strings.Join(attrs, ", "), ferry.XattrPrefix)
 }
 
-// types are the values of ferry.AttrType; typeWords also the words people
-// type for them, for suggestions.
+// types are the values of ferry.AttrType; typeWords maps the words people
+// type for them to them, for a hint.
 var (
 	types     = map[string]bool{"f": true, "d": true, "l": true, "p": true, "s": true, "c": true, "b": true, "o": true}
 	typeWords = map[string]string{"file": "f", "dir": "d", "directory": "d", "link": "l", "symlink": "l", "pipe": "p", "fifo": "p", "socket": "s"}
 )
 
-// suggest returns "; did you mean X?" for the candidate closest to s, if
-// one is close (at most two edits, or a word that names it), else "".
-// candidates is a list of names, or a map from words to what they mean.
-func suggest(s string, candidates any) string {
-	switch c := candidates.(type) {
-	case map[string]string:
-		if v, ok := c[strings.ToLower(s)]; ok {
-			return fmt.Sprintf("; did you mean %s?", v)
-		}
-	case []string:
-		// One edit in a short word, two in a longer one.
-		best, bestD := "", 2
-		if len(s) > 4 {
-			bestD = 3
-		}
-		for _, w := range c {
-			if d := editDistance(s, w); d < bestD {
-				best, bestD = w, d
-			}
-		}
-		if best != "" {
-			return fmt.Sprintf("; did you mean %s?", best)
+// suggest returns "; did you mean X?" for the name among names closest to
+// s, if one is close (one edit in a short name, two in a longer one), else
+// "".
+func suggest(s string, names []string) string {
+	best, bestD := "", 2
+	if len(s) > 4 {
+		bestD = 3
+	}
+	for _, w := range names {
+		if d := editDistance(s, w); d < bestD {
+			best, bestD = w, d
 		}
 	}
-	return ""
+	if best == "" {
+		return ""
+	}
+	return "; did you mean " + best + "?"
 }
 
 // editDistance is the edit distance of a and b in bytes, a swap of two

@@ -25,7 +25,7 @@ type watcher struct {
 	done   chan struct{}
 }
 
-func watch(t *testing.T, w ferry.Watcher, ack bool) *watcher {
+func watch(t testing.TB, w ferry.Watcher, ack bool) *watcher {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
@@ -243,21 +243,7 @@ func BenchmarkCloseBreak(b *testing.B) {
 			defer cancel()
 			for i := range n {
 				c := srv.ClientVia(b, fmt.Sprintf("w%d", i), servertest.DelayProxy(b, srv.Addr, oneWay))
-				st := c.Watch(ctx, "/")
-				in := make(chan struct{})
-				go func() {
-					first := true
-					for ev := range st.All() {
-						if first {
-							close(in)
-							first = false
-						}
-						if ev.Ack != nil {
-							ev.Ack()
-						}
-					}
-				}()
-				<-in
+				watch(b, c, true)
 				if tt.elsewhere {
 					list(b, c, "/elsewhere")
 				} else {

@@ -36,42 +36,38 @@ type Server struct {
 // Start serves dir (a new temporary directory if "") until the test ends.
 func Start(t testing.TB, dir string) *Server {
 	t.Helper()
-	return start(t, dir, false)
+	return start(t, dir, false, time.Second)
 }
 
 // StartChunked is Start with the server moving files by chunks, as ferry
 // serve does, its index in memory.
 func StartChunked(t testing.TB, dir string) *Server {
 	t.Helper()
-	return start(t, dir, true)
+	return start(t, dir, true, time.Second)
 }
 
 // StartChunkedWith is StartChunked with the server's configuration changed
 // by tune first.
 func StartChunkedWith(t testing.TB, dir string, tune func(*server.Config)) *Server {
 	t.Helper()
-	return start(t, dir, true, tune)
+	return start(t, dir, true, time.Second, tune)
 }
 
 // StartWith is Start with the server's configuration changed by tune
 // first.
 func StartWith(t testing.TB, dir string, tune func(*server.Config)) *Server {
 	t.Helper()
-	return start(t, dir, false, tune)
+	return start(t, dir, false, time.Second, tune)
 }
 
 // StartGrace is Start with the server given grace to stop, instead of 1 s.
 func StartGrace(t testing.TB, dir string, grace time.Duration) *Server {
 	t.Helper()
-	return startGrace(t, dir, false, grace)
+	return start(t, dir, false, grace)
 }
 
-func start(t testing.TB, dir string, chunks bool, tune ...func(*server.Config)) *Server {
-	t.Helper()
-	return startGrace(t, dir, chunks, time.Second, tune...)
-}
-
-func startGrace(t testing.TB, dir string, chunks bool, grace time.Duration, tune ...func(*server.Config)) *Server {
+// start starts the server; grace is what Serve gives calls when it stops.
+func start(t testing.TB, dir string, chunks bool, grace time.Duration, tune ...func(*server.Config)) *Server {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
