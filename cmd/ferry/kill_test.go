@@ -169,9 +169,17 @@ func tempBytes(dir string, since time.Time) int64 {
 	return n
 }
 
+// temps returns the Puts' temporary files in the served directory dir:
+// in its temporary directory, or beside their targets at the top.
 func temps(dir string) []string {
-	ps, _ := filepath.Glob(filepath.Join(dir, local.TempPrefix+"*"))
-	return ps
+	in, _ := filepath.Glob(filepath.Join(dir, local.TempDir, local.TempPrefix+"*"))
+	beside, _ := filepath.Glob(filepath.Join(dir, local.TempPrefix+"*"))
+	for _, p := range beside {
+		if filepath.Base(p) != local.TempDir {
+			in = append(in, p)
+		}
+	}
+	return in
 }
 
 // freeAddr returns a loopback address no one listens on.

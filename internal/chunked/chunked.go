@@ -117,7 +117,7 @@ func (t *Tree) clean(ctx context.Context, op, p string) (string, error) {
 	if p == ferry.CtlPath {
 		return "", ferry.E(op, p, ferry.KindInvalid, "the control file has no chunks")
 	}
-	return p, nil
+	return p, local.Reserved(op, p)
 }
 
 // ChunkList calls dir with the entry of the regular file at path, then fn
@@ -183,7 +183,7 @@ func (t *Tree) Rebuild(ctx context.Context) (files, failed int, err error) {
 	return files, failed, s.Err()
 }
 
-// Put is an upload in progress: a temporary file beside its target that
+// Put is an upload in progress: a temporary file (local.Tree.TempName) that
 // fills up with chunks from the client and from the index, and replaces the
 // target only when every chunk is there and verified.
 type Put struct {
@@ -227,7 +227,7 @@ func (t *Tree) BeginPut(ctx context.Context, p string, d ferry.Dir, size int64) 
 	if size < 0 {
 		return nil, ferry.E(op, p, ferry.KindInvalid, "negative size")
 	}
-	tmp := local.TempName(p)
+	tmp := t.Tree.TempName(p)
 	f, err := t.root.OpenFile(tmp[1:], os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		return nil, ferry.FromOS(op, p, err)
@@ -420,7 +420,7 @@ func (u *Put) Commit() (ferry.Dir, error) {
 			attrs.SetMode(old.Mode().Perm())
 		}
 	}
-	if _, err := u.t.Tree.Wstat(u.ctx, u.tmp, attrs).Wait(); err != nil {
+	if err := u.t.Tree.SetTempAttrs(u.tmp, attrs); err != nil {
 		return nil, err
 	}
 	k := u.t.trash.keep(u.path, false)

@@ -6,6 +6,7 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -81,7 +82,7 @@ func startWith(t *testing.T, oneWay time.Duration, su setup) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lt, err := local.New(e.dir)
+	lt, err := local.NewServed(e.dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,15 +185,15 @@ func (e *env) read(t *testing.T, name string) []byte {
 	return b
 }
 
-// temps returns the temporary files left in the served directory.
+// temps returns the temporary files left anywhere in the served directory.
 func (e *env) temps() []string {
-	ents, _ := os.ReadDir(e.dir)
 	var out []string
-	for _, de := range ents {
-		if strings.HasPrefix(de.Name(), local.TempPrefix) {
-			out = append(out, de.Name())
+	filepath.WalkDir(e.dir, func(p string, de fs.DirEntry, err error) error {
+		if err == nil && !de.IsDir() && strings.HasPrefix(de.Name(), local.TempPrefix) {
+			out = append(out, p)
 		}
-	}
+		return nil
+	})
 	return out
 }
 

@@ -290,7 +290,7 @@ func FuzzPutList(f *testing.F) {
 // both ended when the test ends.
 func beginPut(t *testing.T, dir string, size int64) *chunked.Put {
 	t.Helper()
-	lt, err := local.New(dir)
+	lt, err := local.NewServed(dir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,7 +12,8 @@ import (
 )
 
 // Sweep salvages and removes the temporary files that puts of a server
-// killed before it could Abort left anywhere in the tree, last written
+// killed before it could Abort left in the tree's temporary directory
+// (local.TempDir), last written
 // before before (local.Tree.SweepTemp with Salvage). Puts that ask for
 // chunks meanwhile wait for it, up to sweepWait, so that a put tried again
 // at once finds what it keeps.
@@ -26,8 +27,8 @@ func (t *Tree) Sweep(ctx context.Context, before time.Time) (files int, bytes in
 	return t.Tree.SweepTemp(ctx, before, t.Salvage)
 }
 
-// sweepWait bounds how long a put waits for a Sweep: a tree of millions of
-// files takes long to walk, and its puts should not wait for all of it.
+// sweepWait bounds how long a put waits for a Sweep: salvaging many large
+// temporary files takes long, and puts should not wait for all of it.
 const sweepWait = 10 * time.Second
 
 // awaitSweep waits for a Sweep in progress, up to sweepWait.

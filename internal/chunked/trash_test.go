@@ -15,6 +15,7 @@ import (
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/chunk"
 	"github.com/ferryfs/ferry/internal/chunked"
+	"github.com/ferryfs/ferry/internal/fstest"
 	"github.com/ferryfs/ferry/internal/local"
 	"github.com/ferryfs/ferry/internal/proto"
 	"github.com/ferryfs/ferry/internal/remote"
@@ -133,7 +134,7 @@ func holds(t *testing.T, tr *chunked.Tree, b []byte) bool {
 
 func openTree(t *testing.T, dir string, o chunked.Options) *chunked.Tree {
 	t.Helper()
-	lt, err := local.New(dir)
+	lt, err := local.NewServed(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -226,8 +227,8 @@ func TestTrashHidden(t *testing.T) {
 	if len(ents) != 2 {
 		t.Fatalf("trash directory holds %d files, want 2", len(ents))
 	}
-	if got, _ := os.ReadDir(e.dir); len(got) != 0 {
-		t.Errorf("served directory holds %d entries, want 0", len(got))
+	if got := fstest.Leftovers(e.dir); len(got) != 0 {
+		t.Errorf("served directory holds %v, want nothing", got)
 	}
 	for e := range e.c.Find(ctx, "/", "").All() {
 		if e.Dir.Path() != "/" {
@@ -332,7 +333,7 @@ func TestSalvage(t *testing.T) {
 	nw := randomDoc(1 << 20)
 	refs, _ := chunk.List(bytes.NewReader(nw), chunk.Default)
 	arrived := len(refs) / 2
-	tmp := local.TempName("/f")
+	tmp := e.tree.TempName("/f")
 	f, err := os.OpenFile(filepath.Join(e.dir, tmp[1:]), os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
 		t.Fatal(err)

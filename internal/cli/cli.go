@@ -235,7 +235,7 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 			return err
 		}
 	}
-	lt, err := local.New(dir)
+	lt, err := local.NewServed(dir)
 	if err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/local"
 	"github.com/ferryfs/ferry/internal/testenv"
 )
 
@@ -749,9 +750,8 @@ func testConcurrentPuts(t *testing.T, fs ferry.FS, dir string) {
 	if len(got) != 300_000 || strings.Count(got, got[:1]) != len(got) {
 		t.Errorf("after concurrent puts the file is a mix (%d bytes)", len(got))
 	}
-	ents, _ := os.ReadDir(dir)
-	if len(ents) != 1 {
-		t.Errorf("after concurrent puts the directory holds %d entries, want 1", len(ents))
+	if ents := Leftovers(dir); len(ents) != 1 {
+		t.Errorf("after concurrent puts the directory holds %v, want f alone", ents)
 	}
 }
 
@@ -797,14 +797,33 @@ func testFailedPutKeepsOld(t *testing.T, fs ferry.FS, dir string) {
 	}
 	// Over the wire the client learns of the failure before the server has
 	// removed its temporary file, so allow the server a moment.
-	var ents []os.DirEntry
+	var ents []string
 	for range 100 {
-		if ents, _ = os.ReadDir(dir); len(ents) == 1 {
+		if ents = Leftovers(dir); len(ents) == 1 {
 			break
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 	if len(ents) != 1 {
-		t.Errorf("after a failed put the directory holds %d entries, want 1", len(ents))
+		t.Errorf("after a failed put the directory holds %v, want f alone", ents)
 	}
+}
+
+// Leftovers returns the names in the served directory dir, with the
+// temporary directory of Puts (local.TempDir) replaced by the names of the
+// files in it: what a test that no Put is in progress expects to see.
+func Leftovers(dir string) []string {
+	ents, _ := os.ReadDir(dir)
+	var out []string
+	for _, e := range ents {
+		if e.Name() != local.TempDir {
+			out = append(out, e.Name())
+			continue
+		}
+		in, _ := os.ReadDir(filepath.Join(dir, local.TempDir))
+		for _, f := range in {
+			out = append(out, local.TempDir+"/"+f.Name())
+		}
+	}
+	return out
 }

@@ -3,8 +3,9 @@
 // Every path is resolved below the root with openat-style resolution
 // (os.Root): "..", absolute paths and symbolic links never reach outside the
 // root, whatever the path says. A whole-file Put writes a temporary file in
-// the same directory, syncs it and renames it over the target, so a reader
-// or a crash sees the old content or the new, never a mix.
+// the tree's temporary directory (TempDir), syncs it and renames it over
+// the target, so a reader or a crash sees the old content or the new, never
+// a mix.
 package local
 
 import (
@@ -19,6 +20,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -28,9 +30,25 @@ import (
 	"github.com/ferryfs/ferry/internal/pred"
 )
 
-// TempPrefix starts the names of the temporary files of whole-file Puts.
-// Find does not list them.
+// TempPrefix starts the names of the temporary files of Puts and of their
+// directory. Find and Watch do not show them.
 const TempPrefix = ".ferry-tmp-"
+
+// TempDir is the directory, at the root of the served directory, that holds
+// the temporary files of Puts: one place to sweep at start instead of a
+// walk of the whole tree, nothing left in the directories people use, and,
+// being on the tree's own file system, a rename from it into the tree is
+// atomic. No client can reach it (Reserved).
+const TempDir = TempPrefix + "puts"
+
+// Reserved fails with KindPermission if the clean path p lies in TempDir,
+// which clients may neither read nor change.
+func Reserved(op, p string) error {
+	if p == "/"+TempDir || strings.HasPrefix(p, "/"+TempDir+"/") {
+		return ferry.E(op, p, ferry.KindPermission, "reserved for the server's temporary files")
+	}
+	return nil
+}
 
 // ioChunk is how much Get and FindGet read from disk at once.
 const ioChunk = 256 << 10
@@ -38,6 +56,10 @@ const ioChunk = 256 << 10
 // Tree is a ferry.FS over a directory.
 type Tree struct {
 	root *os.Root
+
+	apart   bool // Temporary files go in TempDir (NewServed).
+	tempMu  sync.Mutex
+	tempDev uint64 // TempDir's device, once made; 0 before.
 }
 
 var _ ferry.FS = (*Tree)(nil)
@@ -49,6 +71,18 @@ func New(dir string) (*Tree, error) {
 		return nil, ferry.E("local.New", dir, err)
 	}
 	return &Tree{root: r}, nil
+}
+
+// NewServed returns a Tree serving the directory dir for a server: the
+// temporary files of its Puts are kept apart, in TempDir. A Tree from New,
+// the CLI's view of a local directory, writes them beside their targets
+// and leaves nothing else in the user's directory.
+func NewServed(dir string) (*Tree, error) {
+	t, err := New(dir)
+	if err == nil {
+		t.apart = true
+	}
+	return t, err
 }
 
 // Close releases the directory.
@@ -70,7 +104,11 @@ func clean(ctx context.Context, op, p string) (string, error) {
 	if err := ctx.Err(); err != nil {
 		return "", ferry.E(op, p, ferry.KindCanceled, err)
 	}
-	return ferry.CleanPath(p)
+	p, err := ferry.CleanPath(p)
+	if err == nil {
+		err = Reserved(op, p)
+	}
+	return p, err
 }
 
 // fail wraps err as a ferry error. os.Root reports a path that escapes the
@@ -322,7 +360,7 @@ func (t *Tree) putLink(p string, d ferry.Dir) error {
 	if !ok || target == "" || strings.IndexByte(target, 0) >= 0 {
 		return ferry.E("", p, ferry.KindInvalid, "a symbolic link needs a target")
 	}
-	tmp := TempName(p)
+	tmp := t.TempName(p)
 	if err := t.root.Symlink(target, rel(tmp)); err != nil {
 		return err
 	}
@@ -345,7 +383,7 @@ func (t *Tree) putSpecial(p string, d ferry.Dir) error {
 	if typ := d.Type(); typ == ferry.TypeChar || typ == ferry.TypeBlock {
 		dev = d.Int(ferry.AttrRdev)
 	}
-	tmpPath := TempName(p)
+	tmpPath := t.TempName(p)
 	err := t.inDir(tmpPath, func(dir int, name string) error {
 		return syscall.Mknodat(dir, name, ferry.IFMT(d.Type())|mode, int(dev))
 	})
@@ -384,10 +422,15 @@ func (t *Tree) inDir(p string, fn func(dir int, name string) error) error {
 	return fn(int(dir.Fd()), path.Base(p))
 }
 
-// TempName returns a new name for a temporary file to be renamed over p
-// once written: in p's directory, so that the rename is atomic, and no
-// longer than a name may be however long p's is.
-func TempName(p string) string {
+// TempName returns a new tree path for a temporary file to be renamed over
+// p once written: for a served tree, in TempDir if that is on the same
+// file system as p's directory (so that the rename is atomic), else beside
+// p (a file system mounted inside the tree, or a tree where TempDir cannot
+// be made, or a tree from New). Its
+// name is no longer than a name may be however long p's is. If p's
+// directory does not exist it names a file beside p, so that creating it
+// fails at once rather than after the data arrived.
+func (t *Tree) TempName(p string) string {
 	var b [8]byte
 	rand.Read(b[:])
 	suffix := "-" + hex.EncodeToString(b[:])
@@ -395,10 +438,41 @@ func TempName(p string) string {
 	if n := ferry.MaxNameLen - len(TempPrefix) - len(suffix); len(base) > n {
 		base = base[:n]
 	}
-	return path.Join(path.Dir(p), TempPrefix+base+suffix)
+	name := TempPrefix + base + suffix
+	if !t.apart {
+		return path.Join(path.Dir(p), name)
+	}
+	if dev := t.tempDir(); dev != 0 {
+		var st unix.Stat_t
+		if err := t.inDir(p, func(dir int, _ string) error { return unix.Fstat(dir, &st) }); err == nil && st.Dev == dev {
+			return "/" + TempDir + "/" + name
+		}
+	}
+	return path.Join(path.Dir(p), name)
 }
 
-// putWhole writes data to a temporary file beside p, syncs it, sets its
+// tempDir makes TempDir if it is not there and returns its device, or 0 if
+// it cannot be made (a read-only tree: Puts fail there anyway).
+func (t *Tree) tempDir() uint64 {
+	t.tempMu.Lock()
+	defer t.tempMu.Unlock()
+	if t.tempDev != 0 {
+		return t.tempDev
+	}
+	if err := t.root.Mkdir(TempDir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return 0
+	}
+	fi, err := t.root.Lstat(TempDir)
+	if err != nil || !fi.IsDir() {
+		return 0
+	}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		t.tempDev = uint64(st.Dev)
+	}
+	return t.tempDev
+}
+
+// putWhole writes data to a temporary file (TempName), syncs it, sets its
 // attributes and renames it over p. On any failure the temporary file is
 // removed and p is untouched.
 func (t *Tree) putWhole(ctx context.Context, p string, d ferry.Dir, data io.Reader) (err error) {
@@ -410,7 +484,7 @@ func (t *Tree) putWhole(ctx context.Context, p string, d ferry.Dir, data io.Read
 			mode = fi.Mode().Perm()
 		}
 	}
-	tmp := TempName(p)
+	tmp := t.TempName(p)
 	f, err := t.root.OpenFile(rel(tmp), os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode&fs.ModePerm)
 	if err != nil {
 		return err

@@ -2,26 +2,31 @@ package local
 
 import (
 	"context"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/ferryfs/ferry"
 )
 
-// TestSweepTemp: the temporary files of Puts older than the sweep's time
-// go, wherever they are; newer ones (a Put in progress) and every other
-// file stay.
+// TestSweepTemp: the temporary files in TempDir older than the sweep's
+// time go; newer ones (a Put in progress), files in TempDir that are no
+// Put's, and every file in the tree stay.
 func TestSweepTemp(t *testing.T) {
 	dir := t.TempDir()
 	old := time.Now().Add(-time.Hour)
 	files := map[string]bool{ // Path to whether it must stay.
-		TempPrefix + "a-0123":          false,
-		"sub/deep/" + TempPrefix + "b": false,
-		"sub/" + TempPrefix + "new":    true,
-		"sub/plain":                    true,
-		"sub/x" + TempPrefix:           true,
+		TempDir + "/" + TempPrefix + "a-0123": false,
+		TempDir + "/" + TempPrefix + "b":      false,
+		TempDir + "/" + TempPrefix + "new":    true,
+		TempDir + "/someone-elses":            true,
+		"sub/plain":                           true,
+		"sub/x" + TempPrefix:                  true,
 	}
-	for p, stays := range files {
+	for p := range files {
 		full := filepath.Join(dir, p)
 		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
 			t.Fatal(err)
@@ -29,7 +34,7 @@ func TestSweepTemp(t *testing.T) {
 		if err := os.WriteFile(full, []byte("some bytes"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if !stays || p == "sub/plain" || p == "sub/x"+TempPrefix {
+		if !strings.HasSuffix(p, "new") {
 			if err := os.Chtimes(full, old, old); err != nil {
 				t.Fatal(err)
 			}
@@ -40,12 +45,13 @@ func TestSweepTemp(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tree.Close()
-	n, bytes, err := tree.SweepTemp(context.Background(), time.Now().Add(-time.Minute), nil)
+	var salvaged []string
+	n, bytes, err := tree.SweepTemp(context.Background(), time.Now().Add(-time.Minute), func(p string) { salvaged = append(salvaged, p) })
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n != 2 || bytes != 2*int64(len("some bytes")) {
-		t.Errorf("swept %d files of %d bytes, want 2 of %d", n, bytes, 2*len("some bytes"))
+	if n != 2 || bytes != 2*int64(len("some bytes")) || len(salvaged) != 2 {
+		t.Errorf("swept %d files of %d bytes, salvaged %v; want 2 of %d, both salvaged", n, bytes, salvaged, 2*len("some bytes"))
 	}
 	for p, stays := range files {
 		_, err := os.Stat(filepath.Join(dir, p))
@@ -56,4 +62,81 @@ func TestSweepTemp(t *testing.T) {
 			t.Errorf("%s is still there", p)
 		}
 	}
+}
+
+// TestTempDir: a Put writes its temporary file in TempDir, never beside
+// its target, and no client call reaches TempDir or shows it.
+func TestTempDir(t *testing.T) {
+	dir := t.TempDir()
+	tree, err := NewServed(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tree.Close()
+	ctx := context.Background()
+	if _, err := tree.Put(ctx, "/sub", ferry.Dir{ferry.AttrType: ferry.TypeDir}, ferry.Whole, nil).Wait(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A Put in progress: its data arrives through a pipe held open.
+	pr, pw := io.Pipe()
+	put := tree.Put(ctx, "/sub/f", ferry.Dir{ferry.AttrType: ferry.TypeFile}, ferry.Whole, pr)
+	if _, err := pw.Write([]byte("half")); err != nil {
+		t.Fatal(err)
+	}
+	in, _ := filepath.Glob(filepath.Join(dir, TempDir, TempPrefix+"f-*"))
+	beside, _ := filepath.Glob(filepath.Join(dir, "sub", "*"))
+	if len(in) != 1 || len(beside) != 0 {
+		t.Errorf("during the put: %v in the temporary directory, %v beside the target; want one and none", in, beside)
+	}
+	pw.Write([]byte(" and the rest"))
+	pw.Close()
+	if _, err := put.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "sub", "f")); err != nil || string(b) != "half and the rest" {
+		t.Fatalf("after the put: %q, %v", b, err)
+	}
+	if in, _ := filepath.Glob(filepath.Join(dir, TempDir, "*")); len(in) != 0 {
+		t.Errorf("after the put the temporary directory holds %v", in)
+	}
+
+	p := "/" + TempDir
+	calls := map[string]func() error{
+		"stat": func() error { _, err := tree.Stat(ctx, p).Wait(); return err },
+		"get":  func() error { _, err := io.ReadAll(tree.Get(ctx, p+"/x", 0, -1)); return err },
+		"put": func() error {
+			_, err := tree.Put(ctx, p+"/x", ferry.Dir{ferry.AttrType: ferry.TypeFile}, ferry.Whole, strings.NewReader("x")).Wait()
+			return err
+		},
+		"move into": func() error { _, err := tree.Move(ctx, "/sub/f", p+"/f").Wait(); return err },
+		"remove":    func() error { _, err := tree.RemoveAll(ctx, p).Wait(); return err },
+		"find":      func() error { _, err := collect(tree.Find(ctx, p, "")); return err },
+	}
+	for name, call := range calls {
+		if err := call(); ferry.KindOf(err) != ferry.KindPermission {
+			t.Errorf("%s in %s: %v, want a permission error", name, p, err)
+		}
+	}
+	ents, err := collect(tree.Find(ctx, "/", ""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if strings.Contains(e.Dir.Path(), TempPrefix) {
+			t.Errorf("find / shows %s", e.Dir.Path())
+		}
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sub", "f")); err != nil {
+		t.Errorf("the refused move lost its source: %v", err)
+	}
+}
+
+// collect returns every entry of s and its error.
+func collect(s *ferry.Stream[ferry.Entry]) ([]ferry.Entry, error) {
+	var out []ferry.Entry
+	for e := range s.All() {
+		out = append(out, e)
+	}
+	return out, s.Err()
 }

@@ -77,7 +77,7 @@ func start(t testing.TB, dir string, chunks bool, grace time.Duration, tune ...f
 	if err != nil {
 		t.Fatal(err)
 	}
-	lt, err := local.New(dir)
+	lt, err := local.NewServed(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
