@@ -15,9 +15,10 @@ import (
 	"github.com/ferryfs/ferry/internal/servertest"
 )
 
-// TestPutBatch makes many puts on one batch: new files, edits of files the
-// server holds, an empty file, and one that cannot be made. Each ends as it
-// would alone, on one stream.
+// TestPutBatch makes many puts on one batch, more at once than the server
+// takes on a stream (proto.BatchPuts): new files, edits of files the server
+// holds, an empty file, and one that cannot be made. Each ends as it would
+// alone, on one stream.
 func TestPutBatch(t *testing.T) {
 	e := start(t, 0)
 	ctx := ctxT(t)
@@ -29,8 +30,8 @@ func TestPutBatch(t *testing.T) {
 		"/b":     editLine(b, 10, "a line of b"),
 		"/empty": {},
 	}
-	for i := range 30 {
-		want[fmt.Sprintf("/n%02d", i)] = []byte(fmt.Sprintf("small file %d\n", i))
+	for i := range 2 * proto.BatchPuts {
+		want[fmt.Sprintf("/n%03d", i)] = []byte(fmt.Sprintf("small file %d\n", i))
 	}
 	before := e.srv.Calls()
 	batch := e.c.PutBatch(ctx)
@@ -64,6 +65,88 @@ func TestPutBatch(t *testing.T) {
 	// Every put but the empty file's (a plain Put) is one of the stream's.
 	if got, want := servertest.CallsSince(e.srv, before, "putchunked", int64(len(want))), int64(len(want)); got != want {
 		t.Errorf("%d chunked puts, want %d", got, want)
+	}
+}
+
+// TestPutBatchBounded: the server refuses a put beyond proto.BatchPuts in
+// progress on one stream, and takes one again once a put has ended.
+func TestPutBatchBounded(t *testing.T) {
+	e := start(t, 0)
+	st, err := e.raw(t).PutChunkedBatch(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nw := document(20 << 10)
+	refs, _ := chunk.List(bytes.NewReader(nw), chunk.Default)
+	begin := func(put uint32) {
+		t.Helper()
+		m, err := proto.PackPutBatch(&proto.ChunkPutMsgs{Msgs: []*proto.ChunkPutMsg{{Put: put, Path: fmt.Sprintf("/f%d", put), Dir: &proto.Dir{}, Size: int64(len(nw)), ChunkVersion: chunk.Version, Refs: chunked.PackRefs(refs), ListEnd: true}}}, nil)
+		if err == nil {
+			err = st.Send(m)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	replies := map[uint32]*proto.ChunkPutReply{}
+	await := func(put uint32) *proto.ChunkPutReply {
+		t.Helper()
+		for replies[put] == nil {
+			m, err := st.Recv()
+			if err != nil {
+				t.Fatalf("waiting for put %d: %v", put, err)
+			}
+			var rs proto.ChunkPutReplies
+			if err := proto.UnpackPutBatch(m, nil, &rs); err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range rs.Replies {
+				replies[r.Put] = r
+			}
+		}
+		return replies[put]
+	}
+	for i := uint32(1); i <= proto.BatchPuts; i++ {
+		begin(i)
+		if r := await(i); r.Err != nil || len(r.Need) == 0 {
+			t.Fatalf("put %d of %d: %v, want its chunks asked for", i, proto.BatchPuts, r)
+		}
+	}
+	over := uint32(proto.BatchPuts + 1)
+	begin(over)
+	if r := await(over); ferry.KindOf(proto.ToError(r.Err)) != ferry.KindInvalid {
+		t.Errorf("put %d beyond %d at once: %v, want a KindInvalid error", over, proto.BatchPuts, r)
+	}
+	m, _ := proto.PackPutBatch(&proto.ChunkPutMsgs{Msgs: []*proto.ChunkPutMsg{{Put: 1, Abort: true}}}, nil)
+	if err := st.Send(m); err != nil {
+		t.Fatal(err)
+	}
+	delete(replies, 1)
+	await(1)
+	begin(over + 1)
+	if r := await(over + 1); r.Err != nil || len(r.Need) == 0 {
+		t.Errorf("a put after one ended: %v, want its chunks asked for", r)
+	}
+	st.CloseSend()
+}
+
+// TestInlineBounded: a ChunkList that asks for files of any size inline
+// gets a file larger than a message of data by its chunks.
+func TestInlineBounded(t *testing.T) {
+	e := start(t, 0)
+	for _, size := range []int{proto.MaxData, proto.MaxData + 1} {
+		e.write(t, "f", document(size)[:size])
+		st, err := e.raw(t).ChunkList(ctxT(t), &proto.ChunkListReq{Path: "/f", ChunkVersion: chunk.Version, InlineMax: 1 << 40})
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := st.Recv()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := size <= proto.MaxData; m.Inline != want {
+			t.Errorf("a file of %d bytes asked for inline: inline %v, want %v", size, m.Inline, want)
+		}
 	}
 }
 

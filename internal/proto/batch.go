@@ -16,6 +16,14 @@ import (
 // on the links Ferry is for it is a small part of one round trip.
 const BatchWait = 2 * time.Millisecond
 
+// BatchPuts is how many puts a PutChunkedBatch stream may have in progress
+// at once. The client waits for one to end before it starts another; the
+// server refuses a put beyond it (it cannot wait instead: the messages
+// that end the puts in progress may come after the new put's in the
+// stream). It bounds the goroutines, files and memory one stream takes on
+// the server.
+const BatchPuts = 64
+
 // SendFind sends the entries of s, in order, with send. With a nil zip each
 // entry is one FindReply; otherwise entries go in FindBatch replies of at
 // most SendData bytes, compressed by zip where that shrinks them (an entry

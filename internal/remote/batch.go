@@ -102,8 +102,17 @@ func (b *PutBatch) open(ctx context.Context, opts ...grpc.CallOption) (chunkPutS
 		}
 		b.s, b.next = s, 0
 	}
-	b.next++
 	s := b.s
+	// The server takes proto.BatchPuts puts at once on a stream; the
+	// others wait here for a put to end.
+	select {
+	case s.slots <- struct{}{}:
+	case <-s.ended:
+		return nil, s.err
+	case <-ctx.Done():
+		return nil, ferry.E("remote.PutBatch", "", ferry.KindCanceled, ctx.Err())
+	}
+	b.next++
 	p := &batchPut{id: b.next, s: s, ctx: ctx, in: make(chan *proto.ChunkPutReply, 16)}
 	s.mu.Lock()
 	s.puts[p.id] = p
@@ -136,7 +145,7 @@ func (b *PutBatch) start(wait context.Context, opts ...grpc.CallOption) (*batchS
 		cancel()
 		return nil, c.fail("remote.PutBatch", "", err)
 	}
-	s := &batchStream{st: st, cancel: cancel, puts: map[uint32]*batchPut{}, ended: make(chan struct{})}
+	s := &batchStream{st: st, cancel: cancel, puts: map[uint32]*batchPut{}, slots: make(chan struct{}, proto.BatchPuts), ended: make(chan struct{})}
 	if c.zip != nil {
 		s.in = zwire.NewDecoder(proto.MaxData)
 	}
@@ -170,6 +179,7 @@ type batchStream struct {
 	out    *proto.Batcher[*proto.ChunkPutMsg]
 	mu     sync.Mutex
 	puts   map[uint32]*batchPut
+	slots  chan struct{} // One per put in puts.
 	ended  chan struct{} // Closed when the stream has ended, err then says why.
 	err    error
 	in     *zwire.Decoder // Of the server's batches, if the client takes zstd.
@@ -191,7 +201,10 @@ func (s *batchStream) take(id uint32) *batchPut {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	p := s.puts[id]
-	delete(s.puts, id)
+	if p != nil {
+		delete(s.puts, id)
+		<-s.slots
+	}
 	return p
 }
 
@@ -214,10 +227,10 @@ func (s *batchStream) receive(b *PutBatch) {
 			for _, r := range rs.Replies {
 				s.mu.Lock()
 				p := s.puts[r.Put]
-				if p != nil && (r.Dir != nil || r.Err != nil) {
-					delete(s.puts, r.Put)
-				}
 				s.mu.Unlock()
+				if p != nil && (r.Dir != nil || r.Err != nil) {
+					s.take(r.Put)
+				}
 				if p == nil {
 					continue // A put abandoned.
 				}

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 
@@ -86,6 +87,9 @@ func (h *handler) ChunkList(r *proto.ChunkListReq, st grpc.ServerStreamingServer
 		return h.done(opChunkList, err)
 	}
 	h.promise(st.Context(), r.Path)
+	// A file comes inline in one message, read whole into memory: no
+	// larger than a message of data, whatever the client asks.
+	inlineMax := min(r.InlineMax, proto.MaxData)
 	var d ferry.Dir
 	var batch []chunk.Ref
 	flush := func() error {
@@ -96,7 +100,7 @@ func (h *handler) ChunkList(r *proto.ChunkListReq, st grpc.ServerStreamingServer
 	err = cfs.ChunkList(st.Context(), r.Path,
 		func(dir ferry.Dir) error {
 			d = dir
-			if r.InlineMax > 0 && dir.Size() <= r.InlineMax {
+			if inlineMax > 0 && dir.Size() <= inlineMax {
 				return errInline
 			}
 			return nil
@@ -110,7 +114,7 @@ func (h *handler) ChunkList(r *proto.ChunkListReq, st grpc.ServerStreamingServer
 		})
 	if err == errInline {
 		var data []byte
-		if data, err = h.inline(st.Context(), r.Path, r.InlineMax); err == nil {
+		if data, err = h.inline(st.Context(), r.Path, inlineMax); err == nil {
 			d.SetInt(ferry.AttrSize, int64(len(data)))
 			m := &proto.ChunkListReply{Dir: proto.FromDir(d), Inline: true, Data: data, ZstdOk: h.s.zstd}
 			if r.Zstd && h.s.zstd {
@@ -368,6 +372,12 @@ func (h *handler) putChunkedBatch(st grpc.BidiStreamingServer[proto.ChunkPutBatc
 	// Numbers arrive nearly in order, so ended stays small.
 	var low uint32
 	ended := map[uint32]bool{}
+	// end records that put id ended; the caller holds mu.
+	end := func(id uint32) {
+		for ended[id] = true; ended[low+1]; low++ {
+			delete(ended, low+1)
+		}
+	}
 	var omit []string // Attributes the replies leave out.
 	var mu sync.Mutex
 	for first := true; ; first = false {
@@ -398,6 +408,14 @@ func (h *handler) putChunkedBatch(st grpc.BidiStreamingServer[proto.ChunkPutBatc
 		for _, m := range msgs.Msgs {
 			mu.Lock()
 			p := puts[m.Put]
+			if p == nil && m.Put > low && !ended[m.Put] && len(puts) >= proto.BatchPuts {
+				end(m.Put)
+				mu.Unlock()
+				err := ferry.E("server.PutChunkedBatch", m.Path, ferry.KindInvalid, fmt.Sprintf("more than %d puts at once on one stream", proto.BatchPuts))
+				h.done(opPutChunked, err)
+				out.Add(&proto.ChunkPutReply{Put: m.Put, Err: proto.FromError(err)})
+				continue
+			}
 			if p == nil && m.Put > low && !ended[m.Put] {
 				// A few messages wait for each put: the stream's reading
 				// stops while a put's disk lags, not its memory.
@@ -411,9 +429,7 @@ func (h *handler) putChunkedBatch(st grpc.BidiStreamingServer[proto.ChunkPutBatc
 					h.done(opPutChunked, err)
 					mu.Lock()
 					delete(puts, p.id)
-					for ended[p.id] = true; ended[low+1]; low++ {
-						delete(ended, low+1)
-					}
+					end(p.id)
 					mu.Unlock()
 					if err != nil {
 						out.Add(&proto.ChunkPutReply{Put: p.id, Err: proto.FromError(err)})
