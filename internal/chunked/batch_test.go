@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/chunk"
 	"github.com/ferryfs/ferry/internal/chunked"
@@ -72,40 +74,13 @@ func TestPutBatch(t *testing.T) {
 // progress on one stream, and takes one again once a put has ended.
 func TestPutBatchBounded(t *testing.T) {
 	e := start(t, 0)
-	st, err := e.raw(t).PutChunkedBatch(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	b := openBatch(t, e)
 	nw := document(20 << 10)
 	refs, _ := chunk.List(bytes.NewReader(nw), chunk.Default)
 	begin := func(put uint32) {
-		t.Helper()
-		m, err := proto.PackPutBatch(&proto.ChunkPutMsgs{Msgs: []*proto.ChunkPutMsg{{Put: put, Path: fmt.Sprintf("/f%d", put), Dir: &proto.Dir{}, Size: int64(len(nw)), ChunkVersion: chunk.Version, Refs: chunked.PackRefs(refs), ListEnd: true}}}, nil)
-		if err == nil {
-			err = st.Send(m)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		b.send(&proto.ChunkPutMsg{Put: put, Path: fmt.Sprintf("/f%d", put), Dir: &proto.Dir{}, Size: int64(len(nw)), ChunkVersion: chunk.Version, Refs: chunked.PackRefs(refs), ListEnd: true})
 	}
-	replies := map[uint32]*proto.ChunkPutReply{}
-	await := func(put uint32) *proto.ChunkPutReply {
-		t.Helper()
-		for replies[put] == nil {
-			m, err := st.Recv()
-			if err != nil {
-				t.Fatalf("waiting for put %d: %v", put, err)
-			}
-			var rs proto.ChunkPutReplies
-			if err := proto.UnpackPutBatch(m, nil, &rs); err != nil {
-				t.Fatal(err)
-			}
-			for _, r := range rs.Replies {
-				replies[r.Put] = r
-			}
-		}
-		return replies[put]
-	}
+	await := b.recv
 	for i := uint32(1); i <= proto.BatchPuts; i++ {
 		begin(i)
 		if r := await(i); r.Err != nil || len(r.Need) == 0 {
@@ -117,17 +92,13 @@ func TestPutBatchBounded(t *testing.T) {
 	if r := await(over); ferry.KindOf(proto.ToError(r.Err)) != ferry.KindInvalid {
 		t.Errorf("put %d beyond %d at once: %v, want a KindInvalid error", over, proto.BatchPuts, r)
 	}
-	m, _ := proto.PackPutBatch(&proto.ChunkPutMsgs{Msgs: []*proto.ChunkPutMsg{{Put: 1, Abort: true}}}, nil)
-	if err := st.Send(m); err != nil {
-		t.Fatal(err)
-	}
-	delete(replies, 1)
+	b.send(&proto.ChunkPutMsg{Put: 1, Abort: true})
 	await(1)
 	begin(over + 1)
 	if r := await(over + 1); r.Err != nil || len(r.Need) == 0 {
 		t.Errorf("a put after one ended: %v, want its chunks asked for", r)
 	}
-	st.CloseSend()
+	b.st.CloseSend()
 }
 
 // TestInlineBounded: a ChunkList that asks for files of any size inline
@@ -158,40 +129,8 @@ func TestPutBatchProtocol(t *testing.T) {
 	e := start(t, 0)
 	old := document(100 << 10)
 	e.write(t, "f", old)
-	st, err := e.raw(t).PutChunkedBatch(ctxT(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	send := func(ms ...*proto.ChunkPutMsg) {
-		t.Helper()
-		m, err := proto.PackPutBatch(&proto.ChunkPutMsgs{Msgs: ms}, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.Send(m); err != nil {
-			t.Fatal(err)
-		}
-	}
-	replies := map[uint32][]*proto.ChunkPutReply{}
-	recv := func(put uint32) *proto.ChunkPutReply {
-		t.Helper()
-		for len(replies[put]) == 0 {
-			m, err := st.Recv()
-			if err != nil {
-				t.Fatalf("waiting for put %d: %v", put, err)
-			}
-			var rs proto.ChunkPutReplies
-			if err := proto.UnpackPutBatch(m, nil, &rs); err != nil {
-				t.Fatal(err)
-			}
-			for _, r := range rs.Replies {
-				replies[r.Put] = append(replies[r.Put], r)
-			}
-		}
-		r := replies[put][0]
-		replies[put] = replies[put][1:]
-		return r
-	}
+	b := openBatch(t, e)
+	st, send, recv := b.st, b.send, b.recv
 	nw := document(50 << 10)
 	refs, _ := chunk.List(bytes.NewReader(nw), chunk.Default)
 	begin := func(put uint32, p string) *proto.ChunkPutMsg {
@@ -231,8 +170,8 @@ func TestPutBatchProtocol(t *testing.T) {
 		t.Error("f changed by puts that failed")
 	}
 	waitNoTemps(t, e)
-	if len(replies[2]) != 0 {
-		t.Errorf("replies to a message for an ended put: %v", replies[2])
+	if len(b.replies[2]) != 0 {
+		t.Errorf("replies to a message for an ended put: %v", b.replies[2])
 	}
 }
 
@@ -269,4 +208,52 @@ func TestPutBatchOutage(t *testing.T) {
 			t.Errorf("%s: %d bytes, %v; want %d", p, len(b), err, len(data))
 		}
 	}
+}
+
+// batchConn speaks PutChunkedBatch to the server directly.
+type batchConn struct {
+	t       *testing.T
+	st      grpc.BidiStreamingClient[proto.ChunkPutBatch, proto.ChunkPutBatch]
+	replies map[uint32][]*proto.ChunkPutReply // Arrived, not yet taken.
+}
+
+func openBatch(t *testing.T, e *env) *batchConn {
+	st, err := e.raw(t).PutChunkedBatch(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &batchConn{t: t, st: st, replies: map[uint32][]*proto.ChunkPutReply{}}
+}
+
+// send sends ms in one batch.
+func (b *batchConn) send(ms ...*proto.ChunkPutMsg) {
+	b.t.Helper()
+	m, err := proto.PackPutBatch(&proto.ChunkPutMsgs{Msgs: ms}, nil)
+	if err == nil {
+		err = b.st.Send(m)
+	}
+	if err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// recv returns the next reply for put, in order.
+func (b *batchConn) recv(put uint32) *proto.ChunkPutReply {
+	b.t.Helper()
+	for len(b.replies[put]) == 0 {
+		m, err := b.st.Recv()
+		if err != nil {
+			b.t.Fatalf("waiting for put %d: %v", put, err)
+		}
+		var rs proto.ChunkPutReplies
+		if err := proto.UnpackPutBatch(m, nil, &rs); err != nil {
+			b.t.Fatal(err)
+		}
+		for _, r := range rs.Replies {
+			b.replies[r.Put] = append(b.replies[r.Put], r)
+		}
+	}
+	r := b.replies[put][0]
+	b.replies[put] = b.replies[put][1:]
+	return r
 }
