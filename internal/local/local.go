@@ -60,6 +60,9 @@ type Tree struct {
 	apart   bool // Temporary files go in TempDir (NewServed).
 	tempMu  sync.Mutex
 	tempDev uint64 // TempDir's device, once made; 0 before.
+
+	watchMu sync.Mutex
+	watch   *watch // The Watches' shared inotify instance, while any runs.
 }
 
 var _ ferry.FS = (*Tree)(nil)
