@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
 	"syscall"
 )
 
@@ -80,7 +81,8 @@ func (e *Error) Error() string {
 	}
 	if e.Err != nil {
 		msg := e.Err.Error()
-		if e.Kind != KindOther && msg != e.Kind.String() {
+		// An inner error of the same kind has said it already.
+		if e.Kind != KindOther && msg != e.Kind.String() && !strings.HasPrefix(msg, e.Kind.String()+": ") {
 			return s + e.Kind.String() + ": " + msg
 		}
 		return s + msg

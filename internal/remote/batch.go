@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -113,7 +115,7 @@ func (b *PutBatch) open(ctx context.Context, opts ...grpc.CallOption) (chunkPutS
 		return nil, ferry.E("remote.PutBatch", "", ferry.KindCanceled, ctx.Err())
 	}
 	b.next++
-	p := &batchPut{id: b.next, s: s, ctx: ctx, in: make(chan *proto.ChunkPutReply, 16)}
+	p := &batchPut{id: b.next, s: s, ctx: ctx, in: make(chan *proto.ChunkPutReply, 16), resumeFor: b.c.resumeFor}
 	s.mu.Lock()
 	s.puts[p.id] = p
 	s.mu.Unlock()
@@ -145,7 +147,7 @@ func (b *PutBatch) start(wait context.Context, opts ...grpc.CallOption) (*batchS
 		cancel()
 		return nil, c.fail("remote.PutBatch", "", err)
 	}
-	s := &batchStream{st: st, cancel: cancel, puts: map[uint32]*batchPut{}, slots: make(chan struct{}, proto.BatchPuts), ended: make(chan struct{})}
+	s := &batchStream{st: st, cancel: cancel, puts: map[uint32]*batchPut{}, slots: make(chan struct{}, proto.BatchPuts), ended: make(chan struct{}), act: c.bulkAct}
 	if c.zip != nil {
 		s.in = zwire.NewDecoder(proto.MaxData)
 	}
@@ -180,10 +182,14 @@ type batchStream struct {
 	mu     sync.Mutex
 	puts   map[uint32]*batchPut
 	slots  chan struct{} // One per put in puts.
-	ended  chan struct{} // Closed when the stream has ended, err then says why.
-	err    error
-	in     *zwire.Decoder // Of the server's batches, if the client takes zstd.
-	zout   *zwire.Encoder // Of the client's batches once the server takes zstd; out's to use.
+	// stalled says the stream was cancelled because a put waited for a
+	// reply while the connection received nothing for ResumeFor.
+	stalled atomic.Bool
+	act     *activity     // The connection's.
+	ended   chan struct{} // Closed when the stream has ended, err then says why.
+	err     error
+	in      *zwire.Decoder // Of the server's batches, if the client takes zstd.
+	zout    *zwire.Encoder // Of the client's batches once the server takes zstd; out's to use.
 }
 
 func (s *batchStream) broken() bool {
@@ -241,7 +247,9 @@ func (s *batchStream) receive(b *PutBatch) {
 			}
 		}
 	}()
-	if status.Code(err) == codes.Unimplemented {
+	if s.stalled.Load() {
+		err = ferry.E(op, "", ferry.KindUnavailable, fmt.Errorf("%w for %v", errStalled, b.c.resumeFor))
+	} else if status.Code(err) == codes.Unimplemented {
 		b.plain.Store(true)
 		err = errNoBatch
 	} else if err == io.EOF {
@@ -263,10 +271,11 @@ func (s *batchStream) receive(b *PutBatch) {
 
 // batchPut is one put of a batch's stream, a chunkPutStream.
 type batchPut struct {
-	id  uint32
-	s   *batchStream
-	ctx context.Context
-	in  chan *proto.ChunkPutReply
+	id        uint32
+	s         *batchStream
+	ctx       context.Context
+	in        chan *proto.ChunkPutReply
+	resumeFor time.Duration
 }
 
 // Send queues m for the stream's next batch. Its data is copied, since the
@@ -286,6 +295,14 @@ func (p *batchPut) Recv() (*proto.ChunkPutReply, error) {
 	select {
 	case r = <-p.in:
 	default:
+		// A link gone silent ends the stream, and so every put on it,
+		// after ResumeFor (as callGuard does for other calls).
+		done := make(chan struct{})
+		go p.s.act.watch(p.resumeFor, done, func() {
+			p.s.stalled.Store(true)
+			p.s.cancel()
+		})
+		defer close(done)
 		select {
 		case r = <-p.in:
 		case <-p.s.ended:

@@ -2,9 +2,15 @@ package remote
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"path"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/connectivity"
+
+	"github.com/ferryfs/ferry"
 )
 
 // awaitReady waits, before a call starts, while the connection cc cannot
@@ -45,12 +51,16 @@ func (c *Client) awaitReady(ctx context.Context, cc *grpc.ClientConn) error {
 }
 
 // readyUnary and readyStream make every call wait for its connection
-// (awaitReady), and note the first that gets through.
+// (awaitReady), note the first that gets through, and bound how long a
+// call waits on a connection that has gone silent (guard).
 func (c *Client) readyUnary(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
 	if err := c.awaitReady(ctx, cc); err != nil {
 		return err
 	}
-	err := invoker(ctx, method, req, reply, cc, opts...)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	g := c.guard(ctx, cc, cancel)
+	err := g.wait(func() error { return invoker(ctx, method, req, reply, cc, opts...) })
 	if err == nil {
 		c.connected.Store(true)
 	}
@@ -61,9 +71,99 @@ func (c *Client) readyStream(ctx context.Context, desc *grpc.StreamDesc, cc *grp
 	if err := c.awaitReady(ctx, cc); err != nil {
 		return nil, err
 	}
-	st, err := streamer(ctx, desc, cc, method, opts...)
-	if err == nil {
-		c.connected.Store(true)
+	if !guarded(method) {
+		st, err := streamer(ctx, desc, cc, method, opts...)
+		if err == nil {
+			c.connected.Store(true)
+		}
+		return st, err
 	}
-	return st, err
+	ctx, cancel := context.WithCancel(ctx)
+	g := c.guard(ctx, cc, cancel)
+	var st grpc.ClientStream
+	err := g.wait(func() (err error) {
+		st, err = streamer(ctx, desc, cc, method, opts...)
+		return err
+	})
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	c.connected.Store(true)
+	return &guardedStream{ClientStream: st, g: g, cancel: cancel, single: !desc.ServerStreams}, nil
+}
+
+// guarded says whether the streams of method are guarded: not the long-lived
+// ones, which wait for events by design (Lease, Watch), nor the batched
+// puts' stream, idle between puts, nor Get, whose reader guards its
+// receives itself and resumes.
+func guarded(method string) bool {
+	switch path.Base(method) {
+	case "Lease", "Watch", "PutChunkedBatch", "Get":
+		return false
+	}
+	return true
+}
+
+// callGuard cancels a call that waits for its connection while the
+// connection receives nothing for ResumeFor: over a link gone silent the
+// connection's keepalive notices only after half a minute, and a command
+// must not wait longer than --timeout. A slow link that still delivers
+// bytes, however few, is not silent.
+type callGuard struct {
+	c       *Client
+	act     *activity
+	cancel  context.CancelFunc
+	stalled atomic.Bool
+}
+
+func (c *Client) guard(ctx context.Context, cc *grpc.ClientConn, cancel context.CancelFunc) *callGuard {
+	act := c.callAct
+	for i, b := range c.bulks {
+		if b == cc {
+			act = c.bulkActs[i]
+		}
+	}
+	return &callGuard{c: c, act: act, cancel: cancel}
+}
+
+// wait runs fn, which waits for the server, under the guard, and turns the
+// cancellation of a stalled call into the error that says why.
+func (g *callGuard) wait(fn func() error) error {
+	done := make(chan struct{})
+	go g.act.watch(g.c.resumeFor, done, func() {
+		g.stalled.Store(true)
+		g.cancel()
+	})
+	err := fn()
+	close(done)
+	if err != nil && g.stalled.Load() {
+		err = ferry.E("", "", ferry.KindUnavailable, fmt.Errorf("%w for %v", errStalled, g.c.resumeFor))
+	}
+	return err
+}
+
+// errStalled is the reason of a call that a guard cancelled. Such a call
+// has waited its bound already, so it is not made again (rideOut).
+var errStalled = errors.New("nothing from the server")
+
+// guardedStream guards each send and receive of a stream: a send waits
+// when the server has not returned flow-control window.
+type guardedStream struct {
+	grpc.ClientStream
+	g      *callGuard
+	cancel context.CancelFunc
+	single bool // One reply: the stream ends with it.
+}
+
+func (s *guardedStream) SendMsg(m any) error {
+	return s.g.wait(func() error { return s.ClientStream.SendMsg(m) })
+}
+
+func (s *guardedStream) RecvMsg(m any) error {
+	err := s.g.wait(func() error { return s.ClientStream.RecvMsg(m) })
+	if err != nil || s.single {
+		s.cancel()
+	}
+	return err
 }

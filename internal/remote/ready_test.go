@@ -1,6 +1,7 @@
 package remote_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -102,6 +103,64 @@ func TestGetOverSilentLink(t *testing.T) {
 		}
 	case <-time.After(10 * bound):
 		t.Fatalf("a Get still waits %v after its link went silent", 10*bound)
+	}
+}
+
+// TestCallsOverSilentLink: every kind of call made while the link is
+// silent (nothing reset) fails as unavailable within about ResumeFor, not
+// after the half minute keepalives take.
+func TestCallsOverSilentLink(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	srv := servertest.Start(t, dir)
+	sw := servertest.SwitchProxy(t, srv.Addr)
+	const bound = time.Second
+	c := srv.ClientVia(t, "u", sw.Addr, func(c *remote.Config) { c.ResumeFor = bound })
+	ctx := context.Background()
+	if _, err := c.Stat(ctx, "/").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	sw.Freeze()
+	defer sw.Thaw()
+	calls := []struct {
+		name string
+		call func() error
+	}{
+		{"stat", func() error { _, err := c.Stat(ctx, "/f").Wait(); return err }},
+		{"find", func() error {
+			s := c.Find(ctx, "/", "")
+			for range s.All() {
+			}
+			return s.Err()
+		}},
+		{"put", func() error {
+			_, err := c.Put(ctx, "/g", nil, ferry.Whole, bytes.NewReader(make([]byte, 8<<20))).Wait()
+			return err
+		}},
+		{"batched put", func() error {
+			b := c.PutBatch(ctx)
+			defer b.Close()
+			_, err := b.Put(ctx, "/b", nil, io.NewSectionReader(bytes.NewReader(make([]byte, 100<<10)), 0, 100<<10)).Wait()
+			return err
+		}},
+		{"remove", func() error { _, err := c.Remove(ctx, "/f").Wait(); return err }},
+		{"move", func() error { _, err := c.Move(ctx, "/f", "/h").Wait(); return err }},
+	}
+	for _, tc := range calls {
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- tc.call() }()
+		select {
+		case err := <-done:
+			if ferry.KindOf(err) != ferry.KindUnavailable {
+				t.Errorf("%s over a silent link: %v, want unavailable", tc.name, err)
+			}
+			t.Logf("%s failed after %v: %v", tc.name, time.Since(start).Round(time.Millisecond), err)
+		case <-time.After(10 * bound):
+			t.Errorf("%s still waits %v after its link went silent", tc.name, 10*bound)
+		}
 	}
 }
 

@@ -135,6 +135,7 @@ type Client struct {
 	// callAct and bulkAct record when the call connection and the first
 	// bulk connection last received bytes.
 	callAct, bulkAct *activity
+	bulkActs         []*activity // Of each of bulks.
 	// log, failLogged and failMuted: see logFailure.
 	log          *slog.Logger
 	failMu       sync.Mutex
@@ -268,7 +269,7 @@ func Dial(cfg Config) (*Client, error) {
 		conns[i].Connect()
 	}
 	c.conn, c.bulks = conns[0], conns[1:]
-	c.callAct, c.bulkAct = acts[0], acts[1]
+	c.callAct, c.bulkActs, c.bulkAct = acts[0], acts[1:], acts[1]
 	c.c = proto.NewFerryClient(c.conn)
 	for _, cc := range c.bulks {
 		c.bulkc = append(c.bulkc, proto.NewFerryClient(cc))
@@ -595,11 +596,11 @@ func (c *Client) Put(ctx context.Context, p string, d ferry.Dir, off int64, data
 const ResumableSize = 4 << 20
 
 // rideOut reports whether a call that failed with err should be made
-// again once the client has reconnected: the connection broke, and less
-// than ResumeFor has passed since the first break, which *deadline (set
-// on the first) marks.
+// again once the client has reconnected: the connection broke (not went
+// silent for the whole bound: errStalled), and less than ResumeFor has
+// passed since the first break, which *deadline (set on the first) marks.
 func (c *Client) rideOut(ctx context.Context, err error, deadline *time.Time) bool {
-	if ferry.KindOf(err) != ferry.KindUnavailable || c.handshakeErr.Load() != nil || ctx.Err() != nil {
+	if ferry.KindOf(err) != ferry.KindUnavailable || errors.Is(err, errStalled) || c.handshakeErr.Load() != nil || ctx.Err() != nil {
 		return false
 	}
 	if deadline.IsZero() {
