@@ -82,3 +82,59 @@ func TestFullDisk(t *testing.T) {
 		})
 	}
 }
+
+// TestReadOnlyDisk: on a server whose disk takes no writes, writes fail
+// with EROFS, through a mount and through the native client, with no
+// server path in the message, while reads go on.
+func TestReadOnlyDisk(t *testing.T) {
+	for _, chunks := range []bool{false, true} {
+		name := "plain"
+		if chunks {
+			name = "chunked"
+		}
+		t.Run(name, func(t *testing.T) {
+			disk := smallDisk(t, "2m")
+			if err := os.WriteFile(filepath.Join(disk, "f"), []byte("kept\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Mount("", disk, "", syscall.MS_REMOUNT|syscall.MS_RDONLY, ""); err != nil {
+				t.Fatalf("remounting the tmpfs read-only: %v", err)
+			}
+			var srv *servertest.Server
+			if chunks {
+				srv = servertest.StartChunked(t, disk)
+			} else {
+				srv = servertest.Start(t, disk)
+			}
+			client := srv.Client(t, "root")
+			mnt, _ := mountFS(t, client, Options{})
+			if got := readFile(t, filepath.Join(mnt, "f")); got != "kept\n" {
+				t.Errorf("reading through the mount: %q", got)
+			}
+			writes := map[string]func() error{
+				"a new file through the mount":  func() error { return os.WriteFile(filepath.Join(mnt, "new"), []byte("x"), 0o644) },
+				"a rewrite through the mount":   func() error { return os.WriteFile(filepath.Join(mnt, "f"), []byte("y"), 0o644) },
+				"a directory through the mount": func() error { return os.Mkdir(filepath.Join(mnt, "d"), 0o755) },
+				"removing through the mount":    func() error { return os.Remove(filepath.Join(mnt, "f")) },
+			}
+			for what, write := range writes {
+				if err := write(); !errors.Is(err, syscall.EROFS) {
+					t.Errorf("%s: %v, want EROFS", what, err)
+				}
+			}
+			_, err := client.Put(context.Background(), "/new2", ferry.Dir{}, ferry.Whole, bytes.NewReader(bytes.Repeat([]byte("z"), 200<<10))).Wait()
+			if ferry.KindOf(err) != ferry.KindReadOnly {
+				t.Errorf("a native Put: %v, want kind %v", err, ferry.KindReadOnly)
+			}
+			if err != nil && strings.Contains(err.Error(), disk) {
+				t.Errorf("the client's error names the server's directory: %v", err)
+			}
+			if got := readFile(t, filepath.Join(mnt, "f")); got != "kept\n" {
+				t.Errorf("after the failed writes the mount reads %q", got)
+			}
+			if _, err := os.Stat(filepath.Join(mnt, "new")); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the mount shows a file never stored: %v", err)
+			}
+		})
+	}
+}
