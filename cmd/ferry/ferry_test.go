@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferryfs/ferry/internal/fstest"
 	"github.com/ferryfs/ferry/internal/local"
 )
 
@@ -50,8 +52,15 @@ type env struct {
 // start runs ferry serve on a new temporary tree, with extra flags, and
 // waits for its address.
 func start(t *testing.T, flags ...string) *env {
+	return startVia(t, nil, flags...)
+}
+
+// startVia is start with the server run by the command via, which runs
+// the command line that follows it (as prlimit does).
+func startVia(t *testing.T, via []string, flags ...string) *env {
 	e := &env{t: t, home: t.TempDir(), dir: t.TempDir()}
-	cmd := exec.Command(ferryBin, append([]string{"serve", e.dir, "--listen", "127.0.0.1:0", "--grace", "2s"}, flags...)...)
+	args := append(append(via, ferryBin, "serve", e.dir, "--listen", "127.0.0.1:0", "--grace", "2s"), flags...)
+	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = e.environ()
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -406,6 +415,35 @@ func TestErrorsSayWhy(t *testing.T) {
 	}
 	if strings.Contains(errOut, "desc =") || strings.Contains(errOut, "remote.") {
 		t.Errorf("the error shows gRPC's internals: %q", errOut)
+	}
+}
+
+// TestFileTooLarge: a server whose files may be no larger than a limit
+// (RLIMIT_FSIZE, as a quota on file size would) refuses a larger put with
+// "file too large" and keeps nothing of it, and takes a smaller one.
+func TestFileTooLarge(t *testing.T) {
+	const limit = 4 << 20
+	e := startVia(t, []string{"prlimit", fmt.Sprintf("--fsize=%d", limit), "--"})
+	local := t.TempDir()
+	big := filepath.Join(local, "big")
+	if err := os.WriteFile(big, bytes.Repeat([]byte("0123456789abcdef"), 2*limit/16), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	small := filepath.Join(local, "small")
+	if err := os.WriteFile(small, []byte("fits\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, errOut := e.run(false, "put", big, e.host+":/big")
+	if !strings.Contains(errOut, "file too large") || strings.Contains(errOut, e.dir) {
+		t.Errorf("putting %d bytes on a server limited to %d says %q, want file too large and no server path", 2*limit, limit, errOut)
+	}
+	t.Logf("ferry put says: %s", errOut)
+	e.run(true, "put", small, e.host+":/small")
+	if got, err := os.ReadFile(filepath.Join(e.dir, "small")); err != nil || string(got) != "fits\n" {
+		t.Errorf("the small file on the server: %q, %v", got, err)
+	}
+	if left := fstest.Leftovers(e.dir); len(left) != 1 {
+		t.Errorf("the served tree holds %v, want small alone", left)
 	}
 }
 
