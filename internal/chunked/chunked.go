@@ -382,9 +382,42 @@ func (u *Put) Complete() bool { return u.ended && u.left == 0 }
 // Refs returns the list.
 func (u *Put) Refs() []chunk.Ref { return u.refs }
 
-// Commit syncs the temporary file, gives it its attributes, renames it over
-// the target and indexes it. It fails with KindInvalid unless Complete.
-func (u *Put) Commit() (ferry.Dir, error) {
+// Assembled is the content of a put whose every chunk arrived, ready to
+// replace its target. Committing it is a Put of it through the whole stack
+// (the server puts it through the tree it serves), so that every layer
+// above the chunk store sees the put as any other; when it reaches this
+// Tree's Put unread, its file is renamed into place, not copied. A layer
+// that wants the bytes reads them from it.
+type Assembled struct {
+	u    *Put
+	f    *os.File // For reading, opened on the first Read.
+	read bool
+}
+
+// Read reads the assembled content.
+func (a *Assembled) Read(b []byte) (int, error) {
+	if a.f == nil {
+		f, err := a.u.t.root.Open(a.u.tmp[1:])
+		if err != nil {
+			return 0, ferry.FromOS("chunked.Assembled", a.u.path, err)
+		}
+		a.f = f
+	}
+	a.read = true
+	return a.f.Read(b)
+}
+
+// Close releases what reading took.
+func (a *Assembled) Close() error {
+	if a.f != nil {
+		return a.f.Close()
+	}
+	return nil
+}
+
+// Assembled syncs the temporary file and returns its content to be put.
+// It fails with KindInvalid unless Complete.
+func (u *Put) Assembled() (*Assembled, error) {
 	const op = "chunked.Put"
 	if !u.Complete() {
 		return nil, ferry.E(op, u.path, ferry.KindInvalid, "not every chunk arrived")
@@ -392,16 +425,36 @@ func (u *Put) Commit() (ferry.Dir, error) {
 	if err := u.ctx.Err(); err != nil {
 		return nil, ferry.E(op, u.path, ferry.KindCanceled, err)
 	}
-	u.closeFine()
-	if err := u.f.Sync(); err != nil {
-		return nil, ferry.FromOS(op, u.path, err)
+	if u.f != nil {
+		u.closeFine()
+		if err := u.f.Sync(); err != nil {
+			return nil, ferry.FromOS(op, u.path, err)
+		}
+		if err := u.f.Close(); err != nil {
+			return nil, ferry.FromOS(op, u.path, err)
+		}
+		u.f = nil
 	}
-	if err := u.f.Close(); err != nil {
-		return nil, ferry.FromOS(op, u.path, err)
+	return &Assembled{u: u}, nil
+}
+
+// Commit puts the assembled content through this Tree alone; the server
+// puts it through the tree it serves (Assembled).
+func (u *Put) Commit() (ferry.Dir, error) {
+	a, err := u.Assembled()
+	if err != nil {
+		return nil, err
 	}
-	u.f = nil
+	defer a.Close()
+	return u.t.Put(u.ctx, u.path, u.d, ferry.Whole, a).Wait()
+}
+
+// commit gives the temporary file the attributes in d, renames it over the
+// target and indexes it.
+func (u *Put) commit(ctx context.Context, d ferry.Dir) (ferry.Dir, error) {
+	const op = "chunked.Put"
 	attrs := ferry.Dir{}
-	for k, v := range u.d {
+	for k, v := range d {
 		switch {
 		case k == ferry.AttrMode, k == ferry.AttrMtime, k == ferry.AttrUid, k == ferry.AttrGid, strings.HasPrefix(k, ferry.XattrPrefix):
 			attrs[k] = v
@@ -409,7 +462,7 @@ func (u *Put) Commit() (ferry.Dir, error) {
 	}
 	// Keep the mode and extended attributes of the file being replaced,
 	// as local's Put does.
-	old, err := u.t.Tree.Stat(u.ctx, u.path).Wait()
+	old, err := u.t.Tree.Stat(ctx, u.path).Wait()
 	if err != nil || old.Type() != ferry.TypeFile {
 		old = nil
 	}
@@ -430,14 +483,14 @@ func (u *Put) Commit() (ferry.Dir, error) {
 	}
 	k.done()
 	u.done = true
-	d, err := u.t.Stat(u.ctx, u.path).Wait()
+	dir, err := u.t.Stat(ctx, u.path).Wait()
 	if err != nil {
 		return nil, err
 	}
 	if fi, err := u.t.root.Lstat(u.path[1:]); err == nil && fi.Mode().IsRegular() {
 		u.t.index.Set(u.path, store.StampOf(fi), u.refs)
 	}
-	return d, nil
+	return dir, nil
 }
 
 // Abort abandons the put; the target keeps its old content. The temporary

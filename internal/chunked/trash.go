@@ -469,9 +469,18 @@ func cleanPath(p string) (string, bool) {
 }
 
 // Put implements ferry.Tree. A whole-file Put over a regular file keeps
-// the old version in the trash.
+// the old version in the trash. The Assembled content of one of this
+// Tree's chunked puts, unread, is renamed into place.
 func (t *Tree) Put(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) *ferry.Future[ferry.Dir] {
 	c, ok := cleanPath(p)
+	if a, is := data.(*Assembled); is && ok && a.u.t == t && !a.read && c == a.u.path && off == ferry.Whole && !a.u.done {
+		return ferry.Go(func() (ferry.Dir, error) {
+			if err := ctx.Err(); err != nil {
+				return nil, ferry.E("chunked.Put", c, ferry.KindCanceled, err)
+			}
+			return a.u.commit(ctx, d)
+		})
+	}
 	if !ok || t.trash == nil || d.Type() != ferry.TypeFile && d.Type() != ferry.TypeSymlink || d.Type() == ferry.TypeFile && off != ferry.Whole || ctx.Err() != nil {
 		return t.Tree.Put(ctx, p, d, off, data)
 	}

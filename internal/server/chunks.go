@@ -210,12 +210,12 @@ func (h *handler) putChunked(st putStream) error {
 	if err != nil {
 		return err
 	}
-	d := proto.ToDir(first.Dir)
-	if d == nil {
-		d = ferry.Dir{}
+	d0 := proto.ToDir(first.Dir)
+	if d0 == nil {
+		d0 = ferry.Dir{}
 	}
 	h.promise(st.Context(), first.Path)
-	u, err := cfs.BeginPut(st.Context(), first.Path, d, first.Size)
+	u, err := cfs.BeginPut(st.Context(), first.Path, d0, first.Size)
 	if err != nil {
 		return err
 	}
@@ -315,7 +315,14 @@ func (h *handler) putChunked(st putStream) error {
 			}
 		}
 		if u.Complete() {
-			d, err := u.Commit()
+			// The commit is a Put through the served tree, so that every
+			// layer above the chunk store sees it.
+			a, err := u.Assembled()
+			var d ferry.Dir
+			if err == nil {
+				d, err = h.s.fs.Put(st.Context(), first.Path, d0, ferry.Whole, a).Wait()
+				a.Close()
+			}
 			if err = h.changed(st.Context(), err, callback.Change{Path: first.Path}); err != nil {
 				return err
 			}
