@@ -2,6 +2,7 @@ package chunked_test
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"testing"
@@ -14,6 +15,7 @@ import (
 	"github.com/ferryfs/ferry/internal/chunked"
 	"github.com/ferryfs/ferry/internal/proto"
 	"github.com/ferryfs/ferry/internal/remote"
+	"github.com/ferryfs/ferry/internal/server"
 	"github.com/ferryfs/ferry/internal/servertest"
 )
 
@@ -99,6 +101,78 @@ func TestPutBatchBounded(t *testing.T) {
 		t.Errorf("a put after one ended: %v, want its chunks asked for", r)
 	}
 	b.st.CloseSend()
+}
+
+// TestChunkStreamReadAhead: a chunk stream whose reader does not keep up
+// holds what the server reads ahead for it, no more than its share, and a
+// cancelled one frees it, as a Get's does.
+func TestChunkStreamReadAhead(t *testing.T) {
+	const fixed = 1 << 20
+	e := startWith(t, 0, setup{server: func(c *server.Config) { c.ReadAheadFixed = fixed }})
+	doc := randomDoc(16 << 20)
+	e.write(t, "f", doc)
+	refs, _ := chunk.List(bytes.NewReader(doc), chunk.Default)
+	var hashes []byte
+	for _, r := range refs {
+		hashes = append(hashes, r.Hash[:]...)
+	}
+	// Listing the file's chunks indexes it.
+	list, err := e.raw(t).ChunkList(ctxT(t), &proto.ChunkListReq{Path: "/f", ChunkVersion: chunk.Version})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := list.Recv(); err == io.EOF {
+			break
+		} else if err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(ctxT(t))
+	defer cancel()
+	// A client that takes 64 KiB and reads no more: the server's sends
+	// stop at once, and what it reads ahead stays with it.
+	st, err := e.raw(t, grpc.WithInitialWindowSize(64<<10), grpc.WithInitialConnWindowSize(64<<10)).ReadChunks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < len(hashes); i += proto.MaxRefs * chunk.HashSize {
+		if err := st.Send(&proto.ChunkReq{Path: "/f", Hashes: hashes[i:min(i+proto.MaxRefs*chunk.HashSize, len(hashes))]}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if m, err := st.Recv(); err != nil || m.Missing {
+		t.Fatalf("the first chunk: %v, missing %v", err, m.GetMissing())
+	}
+	full := func() bool { held, _ := e.srv.ReadAhead(); return held >= fixed }
+	if !waitUntil(t, 10*time.Second, full) {
+		held, _ := e.srv.ReadAhead()
+		t.Errorf("a stalled chunk stream holds %d bytes read ahead, want %d", held, fixed)
+	}
+	time.Sleep(100 * time.Millisecond) // Nothing more should be read.
+	if held, _ := e.srv.ReadAhead(); held > fixed+int64(chunk.Default.Max)+64 {
+		t.Errorf("a stalled chunk stream holds %d bytes read ahead, want about %d", held, fixed)
+	}
+	cancel()
+	freed := func() bool { held, cancelled := e.srv.ReadAhead(); return held == 0 && cancelled >= 1 }
+	if !waitUntil(t, 10*time.Second, freed) {
+		held, cancelled := e.srv.ReadAhead()
+		t.Errorf("after the stream was cancelled the server holds %d bytes read ahead, %d streams cancelled", held, cancelled)
+	}
+}
+
+// waitUntil polls cond until it holds or d has passed, and says whether it
+// held.
+func waitUntil(t *testing.T, d time.Duration, cond func() bool) bool {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
 }
 
 // TestInlineBounded: a ChunkList that asks for files of any size inline

@@ -73,6 +73,7 @@ type setup struct {
 	opts   chunked.Options // opts configures the chunked tree; MaxChunks defaults to 1<<20.
 	noZstd bool            // noZstd makes the server one without compression.
 	client func(*remote.Config)
+	server func(*server.Config)
 }
 
 func startWith(t *testing.T, oneWay time.Duration, su setup) *env {
@@ -97,7 +98,11 @@ func startWith(t *testing.T, oneWay time.Duration, su setup) *env {
 		fs = e.tree
 	}
 	az := &auth.Authorizer{KeysFile: filepath.Join(e.home, auth.AuthorizedKeysFile), TokensFile: filepath.Join(e.home, auth.TokensFile)}
-	srv, err := server.New(server.Config{FS: fs, Key: skey, Auth: az, Version: "test", Log: slog.New(slog.DiscardHandler), NoZstd: su.noZstd})
+	scfg := server.Config{FS: fs, Key: skey, Auth: az, Version: "test", Log: slog.New(slog.DiscardHandler), NoZstd: su.noZstd}
+	if su.server != nil {
+		su.server(&scfg)
+	}
+	srv, err := server.New(scfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,12 +163,12 @@ func startWith(t *testing.T, oneWay time.Duration, su setup) *env {
 
 // raw returns a bare gRPC client on the same server, for sending what the
 // remote client never would.
-func (e *env) raw(t *testing.T) proto.FerryClient {
+func (e *env) raw(t *testing.T, opts ...grpc.DialOption) proto.FerryClient {
 	tlsCfg, err := auth.ClientTLS(e.key, &auth.KnownHosts{File: filepath.Join(e.home, auth.KnownHostsFile)}, e.addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	conn, err := grpc.NewClient("passthrough:///"+e.addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	conn, err := grpc.NewClient("passthrough:///"+e.addr, append(opts, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))...)
 	if err != nil {
 		t.Fatal(err)
 	}

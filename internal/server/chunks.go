@@ -136,49 +136,104 @@ func (h *handler) ReadChunks(st grpc.BidiStreamingServer[proto.ChunkReq, proto.C
 	if err != nil {
 		return h.done(opReadChunks, err)
 	}
-	ctx := st.Context()
-	prefer := ""
-	var buf, zbuf []byte
-	zip := false
-	for first := true; ; first = false {
-		r, err := st.Recv()
-		if err == io.EOF {
+	ctx, cancel := context.WithCancel(st.Context())
+	defer cancel()
+	// The requests are read as they come; the chunks they ask for are read
+	// (and compressed) ahead of the sender by what the connection carries,
+	// within the read-ahead budget, as a Get's data is.
+	type ask struct {
+		hash   chunk.Hash
+		prefer string
+		err    error // The requests' end (io.EOF) or failure.
+	}
+	asks := make(chan ask, 1024)
+	zip := make(chan bool, 1)
+	go func() {
+		prefer := ""
+		for first := true; ; first = false {
+			r, err := st.Recv()
+			if err == nil && first {
+				zip <- r.Zstd && h.s.zstd
+			}
+			var hs []chunk.Hash
+			if err == nil {
+				hs, err = chunked.UnpackHashes(r.Hashes)
+			}
+			if err != nil {
+				if first {
+					zip <- false
+				}
+				select {
+				case asks <- ask{err: err}:
+				case <-ctx.Done():
+				}
+				return
+			}
+			if r.Path != "" {
+				prefer = r.Path
+			}
+			for _, hash := range hs {
+				select {
+				case asks <- ask{hash: hash, prefer: prefer}:
+				case <-ctx.Done():
+					return
+				}
+			}
+		}
+	}()
+	var compress bool
+	select {
+	case compress = <-zip:
+	case <-ctx.Done():
+		return h.done(opReadChunks, ctx.Err())
+	}
+	var a ask // The next request, once ready has it.
+	src := source{unit: int64(chunk.Default.Max), ready: func() bool {
+		select {
+		case a = <-asks:
+			return true
+		case <-ctx.Done():
+			return false
+		}
+	}, next: func() piece {
+		if a.err != nil {
+			return piece{err: a.err}
+		}
+		hash := a.hash // a is the next request's once ready runs again.
+		m := &proto.ChunkData{Hash: hash[:]}
+		b, err := cfs.ReadChunk(ctx, a.hash, a.prefer, nil)
+		switch {
+		case err == nil:
+			m.Data = b
+			if compress {
+				m.Data, m.Zstd = h.s.zip.Compress(nil, b)
+			}
+		case ferry.IsKind(err, ferry.KindNotExist):
+			m.Missing = true
+		default:
+			return piece{err: err}
+		}
+		return piece{msg: m, size: int64(len(m.Data)) + 64}
+	}}
+	c, _ := ctx.Value(connKey{}).(*conn)
+	ra := startSource(ctx, src, c, h.s.budget, &h.s.cancelledReads)
+	defer func() {
+		cancel()
+		ra.Stop()
+	}()
+	for {
+		p, ok := ra.Next()
+		if !ok {
+			return h.done(opReadChunks, ferry.E("server.ReadChunks", "", ferry.KindCanceled, ctx.Err()))
+		}
+		if p.err == io.EOF {
 			return h.done(opReadChunks, nil)
 		}
-		if err != nil {
+		if p.err != nil {
+			return h.done(opReadChunks, p.err)
+		}
+		if err := st.Send(p.msg.(*proto.ChunkData)); err != nil {
 			return h.done(opReadChunks, err)
-		}
-		if r.Path != "" {
-			prefer = r.Path
-		}
-		if first {
-			zip = r.Zstd && h.s.zstd
-		}
-		hs, err := chunked.UnpackHashes(r.Hashes)
-		if err != nil {
-			return h.done(opReadChunks, err)
-		}
-		for _, hash := range hs {
-			m := &proto.ChunkData{Hash: hash[:]}
-			b, err := cfs.ReadChunk(ctx, hash, prefer, buf)
-			switch {
-			case err == nil:
-				m.Data, buf = b, b
-				if zip {
-					// zbuf is reused: Send has copied the last message out.
-					m.Data, m.Zstd = h.s.zip.Compress(zbuf, b)
-					if m.Zstd {
-						zbuf = m.Data
-					}
-				}
-			case ferry.IsKind(err, ferry.KindNotExist):
-				m.Missing = true
-			default:
-				return h.done(opReadChunks, err)
-			}
-			if err := st.Send(m); err != nil {
-				return h.done(opReadChunks, err)
-			}
 		}
 	}
 }

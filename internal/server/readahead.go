@@ -148,12 +148,46 @@ type readAhead struct {
 // remeasure is how often a stream re-reads its connection's measurements.
 const remeasure = 100 * time.Millisecond
 
+// piece is what a stream sends next: data (for a Get) or a message (for a
+// chunk stream), and the bytes it holds of the budget (the source's unit
+// if the source leaves it 0).
 type piece struct {
 	data []byte
-	err  error
+	msg  any
+	err  error // io.EOF after the last.
+	size int64
+}
+
+// source yields a stream's pieces in order: next reads one, of at most
+// about unit bytes (the budget is asked for unit before it reads, and the
+// difference settled after).
+type source struct {
+	unit int64
+	next func() piece
+	// ready, if not nil, waits until next has something to read, so that
+	// a stream waiting for its client's requests holds nothing; false
+	// ends the stream.
+	ready func() bool
+}
+
+// readerSource reads rd in pieces of a message's data.
+func readerSource(rd io.Reader) source {
+	return source{unit: proto.SendData, next: func() piece {
+		buf := make([]byte, proto.SendData)
+		n, err := io.ReadFull(rd, buf)
+		if err == io.ErrUnexpectedEOF {
+			err = io.EOF
+		}
+		return piece{data: buf[:n], err: err}
+	}}
 }
 
 func startReadAhead(ctx context.Context, rd io.Reader, c *conn, b *budget, cancels *atomic.Int64) *readAhead {
+	return startSource(ctx, readerSource(rd), c, b, cancels)
+}
+
+// startSource reads src ahead of the sender.
+func startSource(ctx context.Context, src source, c *conn, b *budget, cancels *atomic.Int64) *readAhead {
 	ra := &readAhead{
 		ctx: ctx,
 		q:   make(chan piece, maxReadAhead/proto.SendData), space: make(chan struct{}, 1),
@@ -188,24 +222,36 @@ func startReadAhead(ctx context.Context, rd io.Reader, c *conn, b *budget, cance
 				}
 				measure()
 			}
-			if !b.acquire(ctx, proto.SendData) {
+			if src.ready != nil && !src.ready() {
 				ra.cancels.Add(1)
 				return
 			}
-			buf := make([]byte, proto.SendData)
-			n, err := io.ReadFull(rd, buf)
-			if err == io.ErrUnexpectedEOF {
-				err = io.EOF
+			if !b.acquire(ctx, src.unit) {
+				ra.cancels.Add(1)
+				return
 			}
-			ra.hold(proto.SendData)
+			p := src.next()
+			if p.size <= 0 {
+				p.size = src.unit
+			}
+			switch {
+			case p.size < src.unit:
+				b.release(src.unit - p.size)
+			case p.size > src.unit && !b.acquire(ctx, p.size-src.unit):
+				b.release(src.unit)
+				ra.cancels.Add(1)
+				return
+			}
+			ra.hold(p.size)
 			select {
-			case ra.q <- piece{buf[:n], err}:
+			case ra.q <- p:
 			case <-ctx.Done():
-				ra.hold(-proto.SendData)
-				b.release(proto.SendData)
+				ra.hold(-p.size)
+				b.release(p.size)
 				ra.cancels.Add(1)
 				return
 			}
+			err := p.err
 			if err != nil {
 				if err != io.EOF && ctx.Err() != nil {
 					ra.cancels.Add(1) // The read failed because the stream ended.
@@ -232,8 +278,8 @@ func targetDepth(c *conn, b *budget) int64 {
 func (ra *readAhead) Next() (piece, bool) {
 	p, ok := <-ra.q
 	if ok {
-		ra.hold(-proto.SendData)
-		ra.b.release(proto.SendData)
+		ra.hold(-p.size)
+		ra.b.release(p.size)
 		select {
 		case ra.space <- struct{}{}:
 		default:
@@ -263,9 +309,9 @@ func (ra *readAhead) hold(n int64) {
 // consumed) and frees what is still queued.
 func (ra *readAhead) Stop() {
 	<-ra.done
-	for range ra.q {
-		ra.hold(-proto.SendData)
-		ra.b.release(proto.SendData)
+	for p := range ra.q {
+		ra.hold(-p.size)
+		ra.b.release(p.size)
 	}
 	ra.setDepth(0)
 	ra.b.leave(ra)
