@@ -41,10 +41,11 @@
 // (ctl.go): the mount's state over that of the layers below, and commands.
 //
 // Errnos are made only at this boundary, from one kind-to-errno table
-// (errno.go). Hard links are not supported (the Tree has no link call):
-// link(2) fails with ENOTSUP. The tree has no atime, ctime or inode
-// numbers: atime and ctime are reported as the mtime, and inode numbers are
-// go-fuse's, stable only while the kernel remembers the node.
+// (errno.go). Hard links go through the Tree's Link; the names of a file
+// with several share one inode number, keyed by the server's (inoKey).
+// Times (atime, mtime, ctime) and link counts are the server's. Inode
+// numbers are the mount's own, one per path (or per linked file), stable
+// while the mount runs.
 package fusefs
 
 import (
