@@ -284,11 +284,12 @@ func mountForeground(cmd *cobra.Command, target, mountpoint string, readyFd int,
 	// is resident besides (the program's text, about 26 MiB, stacks and
 	// the chunk cache's buffers).
 	debug.SetMemoryLimit(max(memory-mountNonHeap, memory/2))
-	// A quarter for file contents fetched ahead of their reads, the rest
-	// for the metadata cache, the transport's buffers, the chunk cache's
-	// pending writes (see mountShares), write buffers and the heap's
-	// slack.
+	// A quarter for file contents fetched ahead of their reads, an eighth
+	// for the metadata cache, the rest for the transport's buffers, the
+	// chunk cache's pending writes (see mountShares), write buffers and
+	// the heap's slack.
 	opt.Memory = memory / 4
+	opt.MetaEntries = int(max(memory/8/fusefs.MetaEntrySize, 1024))
 	window, _ := mountShares(memory)
 	c, err := dial(cmd, t.Addr, func(c *remote.Config) {
 		c.Window = window

@@ -4,6 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -43,7 +47,32 @@ func (s *Server) Status(context.Context) string {
 	fmt.Fprintf(&b, "contents.fetched: %d files, %d bytes\ncontents.evicted: %d\ncontents.walks: %d\n", st.files, st.bytes, st.evicted, st.walks)
 	finds, stats := s.meta.counts()
 	fmt.Fprintf(&b, "meta.finds: %d\nmeta.stats: %d\n", finds, stats)
+	ents, evicted := s.meta.size()
+	fmt.Fprintf(&b, "meta.entries: %d of %d\nmeta.evicted: %d\n", ents, s.meta.max, evicted)
+	// The process's memory, beside the budget it was given (--memory
+	// bounds the whole process: the contents above, the Go heap's limit,
+	// what lies outside the heap).
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	fmt.Fprintf(&b, "memory.heap: %d in use, %d from the system, limit %d\n", m.HeapInuse, m.Sys, debug.SetMemoryLimit(-1))
+	if rss, err := residentBytes(); err == nil {
+		fmt.Fprintf(&b, "memory.resident: %d\n", rss)
+	}
 	return b.String()
+}
+
+// residentBytes is the process's resident memory, from /proc.
+func residentBytes() (int64, error) {
+	b, err := os.ReadFile("/proc/self/statm")
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 2 {
+		return 0, fmt.Errorf("statm: %q", b)
+	}
+	pages, err := strconv.ParseInt(f[1], 10, 64)
+	return pages * int64(os.Getpagesize()), err
 }
 
 // Command implements ctl.Controller. "sync" waits for every change still

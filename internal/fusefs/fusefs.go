@@ -88,6 +88,11 @@ type Options struct {
 	// PrefetchBudget stops a prefetch after this many entries (default
 	// 20000); what it completed is kept.
 	PrefetchBudget int
+	// MetaEntries bounds the entries of metadata the mount keeps (default
+	// DefaultMetaEntries; each costs about MetaEntrySize bytes): past it
+	// the least recently used go, and are asked for again if used, so a
+	// tree of any size fits the mount's memory.
+	MetaEntries int
 	// TTL is how long metadata is trusted without a watch, in the adaptor
 	// and in the kernel (default 1 s).
 	TTL time.Duration
@@ -217,6 +222,9 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	if opt.Memory <= 0 {
 		opt.Memory = DefaultMemory
 	}
+	if opt.MetaEntries <= 0 {
+		opt.MetaEntries = DefaultMetaEntries
+	}
 	if opt.FsName == "" {
 		opt.FsName = "ferry:" + root
 	}
@@ -231,7 +239,7 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	}
 	s := &Server{
 		fsys: fsys, opt: opt, log: opt.Log,
-		meta:    newMeta(fsys, opt.PrefetchDepth, opt.PrefetchBudget, opt.TTL),
+		meta:    newMeta(fsys, opt.PrefetchDepth, opt.PrefetchBudget, opt.MetaEntries, opt.TTL),
 		data:    newContents(fsys, opt.Log, opt.Memory),
 		wback:   newWriteback(opt.CallTimeout),
 		done:    make(chan struct{}),

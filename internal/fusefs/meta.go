@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"container/list"
 	"context"
 	"path"
 	"sort"
@@ -30,9 +31,11 @@ type meta struct {
 	budget int           // entries after which a prefetch stops
 	ttl    time.Duration // trust without a lease
 
+	max      int // Entries kept at most (0: no bound); see evict.
 	mu       sync.Mutex
 	cond     *sync.Cond // Broadcast as fetches make progress.
 	ents     map[string]*entry
+	lru      *list.List // Of the paths in ents, most recently used first.
 	dirs     map[string]*listing
 	fetching map[string]*fetch
 	pending  map[string]ferry.Dir // Files created here but not yet on the server.
@@ -59,14 +62,24 @@ type meta struct {
 	settle func(ctx context.Context, p string) error
 
 	// Counters, for tests and the log.
-	finds, stats uint64
+	finds, stats, evicted uint64
 }
+
+// MetaEntrySize is about what one cached entry costs in memory, its
+// listing's name included (a Dir of a dozen attributes in a map); it
+// turns a memory budget into Options.MetaEntries. Measured on a copy of
+// Go's src (12,800 entries) as the heap the metadata held.
+const MetaEntrySize = 2 << 10
+
+// DefaultMetaEntries is the default of Options.MetaEntries: about 200 MB.
+const DefaultMetaEntries = 100_000
 
 // entry is a cached Dir.
 type entry struct {
 	d     ferry.Dir
 	at    time.Time
 	lease uint64
+	el    *list.Element // In meta.lru.
 }
 
 // listing is the complete set of names of a directory.
@@ -100,10 +113,11 @@ func (m *meta) covering(dir string) *fetch {
 	return nil
 }
 
-func newMeta(fsys ferry.FS, depth, budget int, ttl time.Duration) *meta {
+func newMeta(fsys ferry.FS, depth, budget, max int, ttl time.Duration) *meta {
 	m := &meta{
-		fsys: fsys, depth: depth, budget: budget, ttl: ttl,
+		fsys: fsys, depth: depth, budget: budget, ttl: ttl, max: max,
 		ents:     map[string]*entry{},
+		lru:      list.New(),
 		dirs:     map[string]*listing{},
 		fetching: map[string]*fetch{},
 		pending:  map[string]ferry.Dir{},
@@ -135,9 +149,55 @@ func (m *meta) cached(p string) ferry.Dir {
 		return d
 	}
 	if e := m.ents[p]; e != nil && m.trusted(e.at, e.lease) {
+		m.lru.MoveToFront(e.el)
 		return e.d
 	}
 	return nil
+}
+
+// put records e as p's entry, the most recently used, and evicts the least
+// recently used entries while there are more than max. m.mu is held.
+func (m *meta) put(p string, e *entry) {
+	if old := m.ents[p]; old != nil {
+		m.lru.Remove(old.el)
+	}
+	e.el = m.lru.PushFront(p)
+	m.ents[p] = e
+	if m.max > 0 && len(m.ents) > m.max {
+		m.evict(m.max - m.max/10)
+	}
+}
+
+// del forgets p's entry. m.mu is held.
+func (m *meta) del(p string) {
+	if e := m.ents[p]; e != nil {
+		m.lru.Remove(e.el)
+		delete(m.ents, p)
+	}
+}
+
+// evict forgets the least recently used entries until n are left, each
+// with its contents, its own listing and its directory's (a listing is
+// trusted only with all its entries): the cache's memory is bounded
+// whatever the tree's size, and what goes is asked for again if used.
+// m.mu is held.
+func (m *meta) evict(n int) {
+	for skipped := 0; len(m.ents) > n && skipped < len(m.ents); {
+		el := m.lru.Back()
+		p := el.Value.(string)
+		if f := m.fetching[path.Dir(p)]; f != nil && !f.done {
+			// Its directory is being listed: the listing needs all
+			// its entries, however many (the bound then waits).
+			m.lru.MoveToFront(el)
+			skipped++
+			continue
+		}
+		m.del(p)
+		m.data.drop(p, false)
+		delete(m.dirs, p)
+		delete(m.dirs, path.Dir(p))
+		m.evicted++
+	}
 }
 
 // linked reports whether d is a file with other names.
@@ -159,7 +219,7 @@ func (m *meta) dropLinked(d ferry.Dir) {
 	defer m.mu.Unlock()
 	for q, e := range m.ents {
 		if !e.d.IsDir() && e.d[ferry.AttrIno] == d[ferry.AttrIno] {
-			delete(m.ents, q)
+			m.del(q)
 			m.data.drop(q, false)
 		}
 	}
@@ -329,7 +389,7 @@ func (m *meta) stat(ctx context.Context, p string) (ferry.Dir, error) {
 		}
 		return d, nil
 	}
-	m.ents[p] = &entry{d: d, at: at, lease: m.leaseFor(p, lease, seq)}
+	m.put(p, &entry{d: d, at: at, lease: m.leaseFor(p, lease, seq)})
 	if l != nil {
 		if s, ok := l.doubt[path.Base(p)]; !ok || s <= seq {
 			l.names[path.Base(p)] = struct{}{}
@@ -533,7 +593,7 @@ func (m *meta) run(ctx context.Context, dir string, depth, budget int, at time.T
 			stack[len(stack)-1].names[e.Dir.Name()] = struct{}{}
 		}
 		if _, ok := m.pending[p]; !ok && !m.changedSince(p, seq) {
-			m.ents[p] = &entry{d: e.Dir, at: at, lease: m.leaseFor(p, lease, seq)}
+			m.put(p, &entry{d: e.Dir, at: at, lease: m.leaseFor(p, lease, seq)})
 		}
 		if e.Dir.IsDir() && ferry.Depth(p)-base < depth {
 			stack = append(stack, open{path: p, names: map[string]struct{}{}})
@@ -574,7 +634,7 @@ func (m *meta) set(d ferry.Dir) {
 	m.markOwn(p)
 	m.invalidated(p)
 	m.data.drop(p, false)
-	m.ents[p] = &entry{d: d, at: time.Now(), lease: m.lease}
+	m.put(p, &entry{d: d, at: time.Now(), lease: m.lease})
 	if l := m.dirs[path.Dir(p)]; l != nil && p != "/" {
 		l.names[d.Name()] = struct{}{}
 	}
@@ -643,7 +703,7 @@ func deleteBelow[V any](m map[string]V, p string) {
 // Entries below p that are in no listing are left to expire. m.mu is held.
 func (m *meta) dropTree(p string) {
 	m.data.drop(p, false)
-	delete(m.ents, p)
+	m.del(p)
 	if l := m.dirs[p]; l != nil {
 		delete(m.dirs, p)
 		for name := range l.names {
@@ -660,6 +720,7 @@ func (m *meta) dropAll() {
 	m.allSeq = m.seq
 	m.data.drop("/", true)
 	clear(m.ents)
+	m.lru.Init()
 	clear(m.dirs)
 }
 
@@ -706,7 +767,7 @@ func (m *meta) renamed(from string, d ferry.Dir) {
 	}
 	to := d.Path()
 	m.dropTree(to)
-	m.ents[to] = &entry{d: d, at: time.Now(), lease: m.lease}
+	m.put(to, &entry{d: d, at: time.Now(), lease: m.lease})
 	if l := m.dirs[path.Dir(to)]; l != nil {
 		l.names[d.Name()] = struct{}{}
 	}
@@ -873,4 +934,11 @@ func (m *meta) counts() (finds, stats uint64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.finds, m.stats
+}
+
+// size returns the entries held, and how many were evicted.
+func (m *meta) size() (entries int, evicted uint64) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.ents), m.evicted
 }

@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -76,7 +77,7 @@ func TestListingRacesOwnChanges(t *testing.T) {
 				t.Fatal(err)
 			}
 			h := heldFind{FS: tree, release: make(chan struct{}), walkFirst: tc.walkFirst}
-			m := newMeta(h, 16, 1000, time.Hour)
+			m := newMeta(h, 16, 1000, 0, time.Hour)
 			m.data = newContents(h, slog.New(slog.DiscardHandler), 1<<20)
 			m.setLease(true)
 			ctx := context.Background()
@@ -146,5 +147,71 @@ func TestListingRacesOwnChanges(t *testing.T) {
 				t.Errorf("lookup of new: %v, want it there: %v", err, tc.create)
 			}
 		})
+	}
+}
+
+// TestMetaBounded: with room for fewer entries than the tree has, the
+// metadata cache keeps at most that many, evicting the least recently
+// used, and still answers every lookup and listing right, a directory
+// bigger than the bound included.
+func TestMetaBounded(t *testing.T) {
+	dir := t.TempDir()
+	want := map[string][]string{}
+	for d, n := range map[string]int{"a": 60, "b": 60, "c": 60, "big": 300} {
+		for i := range n {
+			name := fmt.Sprintf("f%03d", i)
+			if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, d, name), []byte(name), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			want["/"+d] = append(want["/"+d], name)
+		}
+	}
+	tree, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const max = 100
+	m := newMeta(tree, 16, 1000, max, time.Hour)
+	m.data = newContents(tree, slog.New(slog.DiscardHandler), 1<<20)
+	m.setLease(true)
+	ctx := context.Background()
+	for round := range 3 {
+		for _, d := range []string{"/a", "/big", "/b", "/c"} {
+			got, err := m.list(ctx, d)
+			if err != nil {
+				t.Fatalf("round %d: list %s: %v", round, d, err)
+			}
+			var names []string
+			for _, e := range got {
+				names = append(names, e.Name())
+			}
+			if !slices.Equal(names, want[d]) {
+				t.Errorf("round %d: list %s has %d names, want %d", round, d, len(names), len(want[d]))
+			}
+			for _, name := range []string{"f000", "f059", "missing"} {
+				e, err := m.lookup(ctx, d, name)
+				if name == "missing" {
+					if !ferry.IsKind(err, ferry.KindNotExist) {
+						t.Errorf("round %d: lookup %s/%s: %v, want not found", round, d, name, err)
+					}
+					continue
+				}
+				if err != nil || e.Size() != int64(len(name)) {
+					t.Errorf("round %d: lookup %s/%s: %v, %v", round, d, name, e, err)
+				}
+			}
+			m.mu.Lock()
+			n := len(m.ents)
+			m.mu.Unlock()
+			if d != "/big" && n > max {
+				t.Errorf("round %d: after %s the cache holds %d entries, want at most %d", round, d, n, max)
+			}
+		}
+	}
+	if _, evicted := m.size(); evicted == 0 {
+		t.Error("nothing was evicted from a cache bounded below the tree's size")
 	}
 }
