@@ -113,9 +113,15 @@ func (m *meta) covering(dir string) *fetch {
 	return nil
 }
 
-func newMeta(fsys ferry.FS, depth, budget, max int, ttl time.Duration) *meta {
+func newMeta(fsys ferry.FS, depth, budget, most int, ttl time.Duration) *meta {
+	if most > 0 {
+		// A prefetch brings at most half of what the cache keeps, so
+		// that it never evicts what the program it runs ahead of has
+		// still to use; the walk goes on from where it stopped.
+		budget = max(min(budget, most/2), 1)
+	}
 	m := &meta{
-		fsys: fsys, depth: depth, budget: budget, ttl: ttl, max: max,
+		fsys: fsys, depth: depth, budget: budget, ttl: ttl, max: most,
 		ents:     map[string]*entry{},
 		lru:      list.New(),
 		dirs:     map[string]*listing{},
@@ -177,10 +183,11 @@ func (m *meta) del(p string) {
 }
 
 // evict forgets the least recently used entries until n are left, each
-// with its contents, its own listing and its directory's (a listing is
-// trusted only with all its entries): the cache's memory is bounded
-// whatever the tree's size, and what goes is asked for again if used.
-// m.mu is held.
+// with its own listing and its directory's (a listing is trusted only with
+// all its entries): the cache's memory is bounded whatever the tree's
+// size, and what goes is asked for again if used. File contents stay
+// (they have their own budget, and are checked against the entry they
+// are read for). m.mu is held.
 func (m *meta) evict(n int) {
 	for skipped := 0; len(m.ents) > n && skipped < len(m.ents); {
 		el := m.lru.Back()
@@ -193,7 +200,6 @@ func (m *meta) evict(n int) {
 			continue
 		}
 		m.del(p)
-		m.data.drop(p, false)
 		delete(m.dirs, p)
 		delete(m.dirs, path.Dir(p))
 		m.evicted++
@@ -343,9 +349,15 @@ func (m *meta) lookup(ctx context.Context, dir, name string) (ferry.Dir, error) 
 func (m *meta) getattr(ctx context.Context, p string) (ferry.Dir, error) {
 	m.mu.Lock()
 	d := m.cached(p)
+	bounded := m.max > 0 && len(m.ents) >= m.max-m.max/10
 	m.mu.Unlock()
 	if d != nil {
 		return d, nil
+	}
+	if bounded && p != "/" {
+		// The entry may have been evicted with its neighbours: fetch
+		// its directory's (one Find), not each file's (a Stat each).
+		return m.lookup(ctx, path.Dir(p), path.Base(p))
 	}
 	return m.stat(ctx, p)
 }
