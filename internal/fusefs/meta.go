@@ -115,10 +115,10 @@ func (m *meta) covering(dir string) *fetch {
 
 func newMeta(fsys ferry.FS, depth, budget, most int, ttl time.Duration) *meta {
 	if most > 0 {
-		// A prefetch brings at most half of what the cache keeps, so
-		// that it never evicts what the program it runs ahead of has
-		// still to use; the walk goes on from where it stopped.
-		budget = max(min(budget, most/2), 1)
+		// A prefetch brings less than the cache keeps, so that it never
+		// evicts its own entries before the program it runs ahead of
+		// uses them; the walk goes on from where it stopped.
+		budget = max(min(budget, most-most/8), 1)
 	}
 	m := &meta{
 		fsys: fsys, depth: depth, budget: budget, ttl: ttl, max: most,
