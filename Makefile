@@ -1,13 +1,19 @@
 # Ferry's entry points. See README.md.
 export PATH := /usr/local/go/bin:$(PATH)
 
-.PHONY: demo test setup build bench bench-quick fuzz exercise killloop
+.PHONY: demo test setup build install bench bench-quick fuzz exercise killloop
 
 build:
 	go build -ldflags "-X github.com/ferryfs/ferry/internal/cli.commit=$$(git rev-parse --short=12 HEAD 2>/dev/null)" -o bin/ferry ./cmd/ferry
 
 setup:
 	scripts/setup.sh
+
+# install puts ferry in $(PREFIX)/bin (default /usr/local) with
+# /sbin/mount.ferry (for /etc/fstab and mount -t ferry), man pages, shell
+# completion and a systemd unit for the server; DESTDIR stages it.
+install: build
+	scripts/install.sh bin/ferry
 
 # demo serves a directory on loopback and uses it from the native client.
 demo:

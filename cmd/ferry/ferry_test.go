@@ -514,3 +514,42 @@ func TestBadTargets(t *testing.T) {
 		}
 	}
 }
+
+// TestInstall: scripts/install.sh (make install) stages the binary,
+// mount.ferry, man pages for every command, shell completion and the
+// server's systemd unit under DESTDIR.
+func TestInstall(t *testing.T) {
+	dest := t.TempDir()
+	cmd := exec.Command("../../scripts/install.sh", ferryBin)
+	cmd.Env = append(os.Environ(), "DESTDIR="+dest, "PREFIX=/opt/ferry")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("install.sh: %v\n%s", err, out)
+	}
+	for _, f := range []string{
+		"opt/ferry/bin/ferry",
+		"opt/ferry/share/man/man1/ferry.1",
+		"opt/ferry/share/man/man1/ferry-mount.1",
+		"opt/ferry/share/man/man1/ferry-serve.1",
+		"opt/ferry/share/bash-completion/completions/ferry",
+		"opt/ferry/share/zsh/site-functions/_ferry",
+		"opt/ferry/share/fish/vendor_completions.d/ferry.fish",
+	} {
+		if fi, err := os.Stat(filepath.Join(dest, f)); err != nil || fi.Size() == 0 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	if l, err := os.Readlink(filepath.Join(dest, "sbin/mount.ferry")); err != nil || l != "/opt/ferry/bin/ferry" {
+		t.Errorf("sbin/mount.ferry links to %q (%v), want /opt/ferry/bin/ferry", l, err)
+	}
+	man, _ := os.ReadFile(filepath.Join(dest, "opt/ferry/share/man/man1/ferry-mount.1"))
+	if !strings.Contains(string(man), "fstab") {
+		t.Errorf("ferry-mount.1 does not say how to mount from /etc/fstab")
+	}
+	unit, _ := os.ReadFile(filepath.Join(dest, "etc/systemd/system/ferry-serve.service"))
+	if !strings.Contains(string(unit), "ExecStart=/opt/ferry/bin/ferry serve") {
+		t.Errorf("the unit does not run the installed binary:\n%s", unit)
+	}
+	if out, err := exec.Command("bash", "-n", filepath.Join(dest, "opt/ferry/share/bash-completion/completions/ferry")).CombinedOutput(); err != nil {
+		t.Errorf("the bash completion does not parse: %v %s", err, out)
+	}
+}

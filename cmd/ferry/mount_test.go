@@ -235,3 +235,70 @@ func TestMountForegroundSIGTERM(t *testing.T) {
 		t.Errorf("still mounted after SIGTERM")
 	}
 }
+
+// TestMountHelper: linked as mount.ferry, the binary mounts what a line
+// of /etc/fstab names, as mount(8) calls it: the options fstab keeps for
+// itself are dropped, Ferry's own (timeout=, home=) are taken, a fake
+// mount (-f) does nothing, and a typo fails with mount(8)'s status 1.
+func TestMountHelper(t *testing.T) {
+	needMount(t)
+	e := start(t)
+	writeTree(t, e.dir, map[string]string{"hello.txt": "hello\n"})
+	helper := filepath.Join(t.TempDir(), "mount.ferry")
+	if err := os.Symlink(ferryBin, helper); err != nil {
+		t.Fatal(err)
+	}
+	mnt := t.TempDir()
+	t.Cleanup(func() {
+		if mounted(t, mnt) {
+			syscall.Unmount(mnt, syscall.MNT_DETACH)
+		}
+	})
+	// As at boot: no FERRY_HOME in the environment, the keys named by
+	// the home option.
+	var env []string
+	for _, v := range e.environ() {
+		if !strings.HasPrefix(v, "FERRY_HOME=") {
+			env = append(env, v)
+		}
+	}
+	helperRun := func(args ...string) (int, string) {
+		cmd := exec.Command(helper, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if ee, ok := err.(*exec.ExitError); ok {
+			return ee.ExitCode(), string(out)
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		return 0, string(out)
+	}
+	opts := "rw,ro,_netdev,noauto,nofail,x-systemd.automount,nosuid,nodev,timeout=20s,home=" + e.home
+	if code, out := helperRun("-f", e.at("/"), mnt, "-o", opts); code != 0 || mounted(t, mnt) {
+		t.Errorf("a fake mount: status %d, mounted %v: %s", code, mounted(t, mnt), out)
+	}
+	if code, out := helperRun(e.at("/"), mnt, "-o", "timout=20s"); code != 1 || !strings.Contains(out, "unknown mount option") {
+		t.Errorf("a mount with a typo: status %d: %s", code, out)
+	}
+	if code, out := helperRun(e.at("/"), mnt, "-n", "-o", opts); code != 0 {
+		logs, _ := filepath.Glob(filepath.Join(e.home, "mount-*.log"))
+		for _, l := range logs {
+			b, _ := os.ReadFile(l)
+			t.Logf("%s:\n%s", l, b)
+		}
+		t.Fatalf("mount.ferry: status %d: %s", code, out)
+	}
+	if !mounted(t, mnt) {
+		t.Fatal("mount.ferry returned 0 but nothing is mounted")
+	}
+	if b, err := os.ReadFile(filepath.Join(mnt, "hello.txt")); err != nil || string(b) != "hello\n" {
+		t.Errorf("read through the mount: %q, %v", b, err)
+	}
+	if out, err := exec.Command("sh", "-c", "echo x > "+filepath.Join(mnt, "new")).CombinedOutput(); err == nil || !strings.Contains(string(out), "Read-only") {
+		t.Errorf("a write to a mount made with ro: %v %s", err, out)
+	}
+	e.run(true, "umount", mnt)
+	if mounted(t, mnt) {
+		t.Errorf("still mounted after ferry umount")
+	}
+}

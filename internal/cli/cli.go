@@ -118,7 +118,7 @@ Keys and lists live in $FERRY_HOME (default ~/.config/ferry).`,
 		timeoutFlag(cacheFlags(getCmd())), timeoutFlag(cacheFlags(putCmd())), timeoutFlag(cacheFlags(syncCmd())),
 		timeoutFlag(rmCmd()), timeoutFlag(mvCmd()), timeoutFlag(cacheFlags(ctlCmd())),
 		cacheFlags(mountCmd()), umountCmd(),
-		keyCmd(), authorizeCmd(), tokenCmd(),
+		keyCmd(), authorizeCmd(), tokenCmd(), manCmd(),
 		netemcmd.Command(),
 	)
 	return root

@@ -54,6 +54,16 @@ Examples:
     ferry mount --foreground host:/src ~/src
     ferry umount ~/src
 
+In /etc/fstab (make install links mount.ferry, the helper mount(8) runs):
+
+    host:/src  /mnt/src  ferry  _netdev,allow_other,timeout=30s,home=/etc/ferry  0  0
+
+Options there: ro, rw, allow_other, default_permissions, writeback, and
+timeout=, memory=, ttl=, log=, cache=, cache-max=, prefetch-depth=,
+token=, bulk-conns= as the flags of the same names; home= is the
+FERRY_HOME that holds the client key. fstab's own options (_netdev,
+noauto, nofail, x-systemd.*, ...) are left to mount and systemd.
+
 By default the command starts itself again in the background, waits until
 the file system is mounted and exits 0 (or prints why it failed and exits
 1). The background process logs to --log (default $FERRY_HOME/mount-PATH.log,
@@ -108,13 +118,12 @@ Limitations:
     read the new file.
   - rename with RENAME_NOREPLACE is checked, then done, in two steps;
     RENAME_EXCHANGE is not supported.
-  - statfs reports fixed numbers (1 TiB free), not the server's disk.
   - Without a watch from the server, changes made by others show up
     after at most --ttl (and at the next open of a file).
   - While the server cannot be reached, calls wait for it to come back
     for up to --timeout, then fail with EIO (a close then has not stored
-    the file); a link that goes silent without breaking the connection
-    is noticed by keepalives within about 30 s on top. A full disk on
+    the file); so does a call whose link has gone silent without breaking
+    the connection, once nothing has arrived for --timeout. A full disk on
     the server is ENOSPC (a quota EDQUOT), and a new file whose close
     failed so is gone from the mount, as from the server.
   - Permissions are checked by the local kernel against the server's
@@ -284,12 +293,14 @@ func mountForeground(cmd *cobra.Command, target, mountpoint string, readyFd int,
 	// is resident besides (the program's text, about 26 MiB, stacks and
 	// the chunk cache's buffers).
 	debug.SetMemoryLimit(max(memory-mountNonHeap, memory/2))
-	// A quarter for file contents fetched ahead of their reads, an eighth
+	// A quarter for file contents fetched ahead of their reads, a quarter
 	// for the metadata cache, the rest for the transport's buffers, the
 	// chunk cache's pending writes (see mountShares), write buffers and
-	// the heap's slack.
+	// the heap's slack. The metadata's share holds a tree of 16,000
+	// entries at 128M: smaller, it made warm walks of such a tree pay a
+	// Find per directory (bench/REPORT-bigtree.md).
 	opt.Memory = memory / 4
-	opt.MetaEntries = int(max(memory/8/fusefs.MetaEntrySize, 1024))
+	opt.MetaEntries = int(max(memory/4/fusefs.MetaEntrySize, 1024))
 	window, _ := mountShares(memory)
 	c, err := dial(cmd, t.Addr, func(c *remote.Config) {
 		c.Window = window
