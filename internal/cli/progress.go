@@ -20,14 +20,17 @@ const progressDelay = time.Second
 // progressDelay and standard error is a terminal, draws a bar.
 type progress struct {
 	n     atomic.Int64
-	total int64 // < 0 if unknown.
+	total atomic.Int64 // < 0 while unknown; grows as a walk finds files (Expect).
 	done  chan struct{}
 	once  sync.Once
 	wg    sync.WaitGroup
 }
 
+// newProgress returns the progress of a transfer of total bytes, or of a
+// size still unknown (total < 0) that Expect makes known as it goes.
 func newProgress(w io.Writer, name string, total int64) *progress {
-	p := &progress{total: total, done: make(chan struct{})}
+	p := &progress{done: make(chan struct{})}
+	p.total.Store(total)
 	f, ok := w.(*os.File)
 	if !ok || !term.IsTerminal(int(f.Fd())) {
 		return p
@@ -41,16 +44,18 @@ func newProgress(w io.Writer, name string, total int64) *progress {
 		case <-time.After(progressDelay):
 		}
 		pb := mpb.New(mpb.WithOutput(w), mpb.WithRefreshRate(200*time.Millisecond))
-		bar := pb.AddBar(max(total, 0),
-			mpb.PrependDecorators(decor.Name(name+" "), decor.Counters(decor.SizeB1024(0), "% .1f / % .1f")),
-			mpb.AppendDecorators(decor.AverageSpeed(decor.SizeB1024(0), "% .1f")),
+		bar := pb.AddBar(max(p.total.Load(), 0),
+			mpb.PrependDecorators(decor.Name(name+" "), decor.Counters(decor.SizeB1024(0), "% .1f / % .1f"), decor.Percentage(decor.WC{W: 5})),
+			mpb.AppendDecorators(decor.AverageSpeed(decor.SizeB1024(0), "% .1f"), decor.Name(" "), decor.AverageETA(decor.ET_STYLE_GO)),
 		)
 		tick := time.NewTicker(200 * time.Millisecond)
 		defer tick.Stop()
 		for {
 			n := p.n.Load()
-			if total < 0 {
+			if t := p.total.Load(); t < 0 {
 				bar.SetTotal(n+1, false)
+			} else {
+				bar.SetTotal(max(t, n), false)
 			}
 			bar.SetCurrent(n)
 			select {
@@ -67,6 +72,17 @@ func newProgress(w io.Writer, name string, total int64) *progress {
 
 // Add counts n more bytes.
 func (p *progress) Add(n int64) { p.n.Add(n) }
+
+// Expect adds n bytes to the total: a download learns its size file by
+// file as the walk finds them.
+func (p *progress) Expect(n int64) {
+	for {
+		t := p.total.Load()
+		if p.total.CompareAndSwap(t, max(t, 0)+n) {
+			return
+		}
+	}
+}
 
 // Reader counts what is read through r. If r can seek, so can the result,
 // so that a transfer can resume; a seek moves the count with it.

@@ -95,3 +95,27 @@ func TestMountLog(t *testing.T) {
 		}
 	}
 }
+
+// TestProgressExpect: a transfer of unknown size learns its total as the
+// walk finds files; one of known size adds to it.
+func TestProgressExpect(t *testing.T) {
+	for _, tc := range []struct {
+		start  int64
+		expect []int64
+		want   int64
+	}{
+		{-1, nil, -1},
+		{-1, []int64{10, 5}, 15},
+		{-1, []int64{0}, 0},
+		{7, []int64{3}, 10},
+	} {
+		p := newProgress(io.Discard, "", tc.start)
+		for _, n := range tc.expect {
+			p.Expect(n)
+		}
+		if got := p.total.Load(); got != tc.want {
+			t.Errorf("total from %d after %v = %d, want %d", tc.start, tc.expect, got, tc.want)
+		}
+		p.Finish()
+	}
+}

@@ -98,6 +98,9 @@ func getSplit(ctx context.Context, f ferry.FS, p, dst string, split int64, prog 
 			w.abort()
 			return err
 		}
+		if e.Dir != nil && e.Dir.Type() == ferry.TypeFile {
+			prog.Expect(e.Dir.Size())
+		}
 		prog.Add(int64(len(e.Data)))
 	}
 	if err := s.Err(); err != nil {
@@ -231,6 +234,7 @@ func (w *treeWriter) fetchAll(ctx context.Context, t ferry.Tree, s *ferry.Stream
 			mu.Unlock()
 			continue
 		}
+		prog.Expect(e.Dir.Size())
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
