@@ -553,3 +553,32 @@ func TestInstall(t *testing.T) {
 		t.Errorf("the bash completion does not parse: %v %s", err, out)
 	}
 }
+
+// TestTrailingSlash: a put or get of DIR/ copies DIR's contents into the
+// destination, as rsync does, so that running it again (after an
+// interruption, say) lands in the same place; without the slash the copy
+// goes inside an existing destination under DIR's name, as cp does.
+func TestTrailingSlash(t *testing.T) {
+	e := start(t)
+	src := filepath.Join(t.TempDir(), "proj")
+	writeTree(t, src, map[string]string{"a.txt": "a\n", "sub/b.txt": "b\n"})
+	e.run(true, "put", src, e.at("/dest"))     // /dest did not exist: it becomes the copy.
+	e.run(true, "put", src+"/", e.at("/dest")) // Again, with the slash: the same place.
+	sameTree(t, src, filepath.Join(e.dir, "dest"))
+	e.run(true, "put", src, e.at("/dest")) // Without: nested, as cp -r does.
+	sameTree(t, src, filepath.Join(e.dir, "dest", "proj"))
+
+	local := t.TempDir()
+	e.run(true, "get", e.at("/dest/sub/"), local)
+	e.run(true, "get", e.at("/dest/sub/"), local)
+	if b, err := os.ReadFile(filepath.Join(local, "b.txt")); err != nil || string(b) != "b\n" {
+		t.Errorf("get of sub/ into %s: b.txt is %q, %v", local, b, err)
+	}
+	if _, err := os.Stat(filepath.Join(local, "sub")); !os.IsNotExist(err) {
+		t.Errorf("get of sub/ made a sub directory: %v", err)
+	}
+	e.run(true, "get", e.at("/dest/sub"), local)
+	if b, err := os.ReadFile(filepath.Join(local, "sub", "b.txt")); err != nil || string(b) != "b\n" {
+		t.Errorf("get of sub into %s: sub/b.txt is %q, %v", local, b, err)
+	}
+}

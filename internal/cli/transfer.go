@@ -29,7 +29,9 @@ func getCmd() *cobra.Command {
 		Annotations: map[string]string{briefFinds: ""},
 		Short:       "Download a file or a whole tree in one request",
 		Long: `Get copies the file or tree at PATH to LOCAL (default "."). If LOCAL is an
-existing directory the copy is made inside it under PATH's name. A tree is
+existing directory the copy is made inside it under PATH's name, unless
+PATH ends with a slash (host:/src/): then what src holds goes into LOCAL,
+as rsync does. A tree is
 one FindGet request that streams every entry and its data; with the chunk
 cache, files above the chunk threshold are left out of it and fetched
 beside it, up to 8 at a time, each by its chunks. Each file is written to a
@@ -48,7 +50,10 @@ says how many bytes crossed the wire for how many bytes of files.`,
 					split = remote.DefaultChunkMin
 				}
 				before := c.Traffic()
-				err := getSplit(ctx, c, t.Path, dst, split, newProgress(cmd.ErrOrStderr(), "get", -1), cmd.ErrOrStderr())
+				// host:/src/ copies what src holds into an existing
+				// LOCAL, not src itself (rsync's convention).
+				nest := !contentsOf(args[0])
+				err := getSplit(ctx, c, t.Path, dst, nest, split, newProgress(cmd.ErrOrStderr(), "get", -1), cmd.ErrOrStderr())
 				summary(cmd.ErrOrStderr(), "got", c.Traffic().Sub(before), err)
 				return err
 			})
@@ -62,15 +67,16 @@ const getParallel = 8
 
 // get downloads the tree at p from f into dst in one FindGet stream.
 func get(ctx context.Context, f ferry.FS, p, dst string, prog *progress, errOut io.Writer) error {
-	return getSplit(ctx, f, p, dst, 0, prog, errOut)
+	return getSplit(ctx, f, p, dst, true, 0, prog, errOut)
 }
 
 // getSplit is get that, if split > 0, fetches files larger than split
 // bytes each by a whole-file Get (which moves them by chunks through the
-// client's cache) rather than in the FindGet stream.
-func getSplit(ctx context.Context, f ferry.FS, p, dst string, split int64, prog *progress, errOut io.Writer) error {
+// client's cache) rather than in the FindGet stream. With nest false, an
+// existing directory dst receives what p holds, not p itself.
+func getSplit(ctx context.Context, f ferry.FS, p, dst string, nest bool, split int64, prog *progress, errOut io.Writer) error {
 	defer prog.Finish()
-	if fi, err := os.Stat(dst); err == nil && fi.IsDir() {
+	if fi, err := os.Stat(dst); err == nil && fi.IsDir() && nest {
 		name := path.Base(p)
 		if p == "/" {
 			name = "."
@@ -335,7 +341,10 @@ func putCmd() *cobra.Command {
 		Annotations: map[string]string{briefFinds: ""},
 		Short:       "Upload a file or a whole tree without waiting for each file",
 		Long: `Put copies the local file or tree LOCAL to PATH on the server. If PATH is an
-existing directory the copy is made inside it under LOCAL's name. Each file
+existing directory the copy is made inside it under LOCAL's name, unless
+LOCAL ends with a slash (DIR/): then DIR's contents go into PATH, as rsync
+does, so that the same put tried again after an interruption lands in the
+same place. Each file
 is committed atomically on the server. A tree's directories are made first,
 one request per level of depth, then all its files are sent with up to 128
 in flight, without waiting for each, on one stream whose messages are
@@ -349,7 +358,7 @@ hard links are copied as separate files.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withRemote(cmd, args[1], func(ctx context.Context, c *remote.Client, t Target) error {
 				dst := t.Path
-				if d, err := c.Stat(ctx, dst).Wait(); err == nil && d.IsDir() {
+				if d, err := c.Stat(ctx, dst).Wait(); err == nil && d.IsDir() && !contentsOf(args[0]) {
 					dst = path.Join(dst, filepath.Base(filepath.Clean(args[0])))
 				}
 				before := c.Traffic()
@@ -359,6 +368,14 @@ hard links are copied as separate files.`,
 			})
 		},
 	}
+}
+
+// contentsOf reports whether the source argument s names a directory's
+// contents rather than the directory (a trailing slash, or "/." as cp
+// takes it): rsync's convention, under which a copy tried again lands in
+// the same place instead of nesting a second copy inside the first.
+func contentsOf(s string) bool {
+	return strings.HasSuffix(s, "/") || strings.HasSuffix(s, "/.")
 }
 
 // localEntry is a local file or directory to upload.
