@@ -582,3 +582,52 @@ func TestTrailingSlash(t *testing.T) {
 		t.Errorf("get of sub into %s: sub/b.txt is %q, %v", local, b, err)
 	}
 }
+
+// TestExclude: --exclude leaves out what matches, a directory with all
+// below it, by name or by path under the copied tree, the same way in
+// put, get and sync; sync --delete deletes nothing it excludes.
+func TestExclude(t *testing.T) {
+	e := start(t)
+	src := filepath.Join(t.TempDir(), "proj")
+	writeTree(t, src, map[string]string{
+		"main.c": "int main;\n", "main.o": "obj", ".git/HEAD": "ref\n", "sub/x.c": "x\n",
+		"sub/x.o": "obj", "gen/out.c": "gen\n", "sub/gen/keep.c": "keep\n",
+	})
+	want := map[string]string{"main.c": "int main;\n", "sub/x.c": "x\n", "sub/gen/keep.c": "keep\n"}
+	check := func(what, dir string) {
+		t.Helper()
+		var got []string
+		filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+			if err == nil && !fi.IsDir() {
+				rel, _ := filepath.Rel(dir, p)
+				got = append(got, rel)
+				if b, _ := os.ReadFile(p); want[rel] != string(b) {
+					t.Errorf("%s: %s holds %q, want it absent or %q", what, rel, b, want[rel])
+				}
+			}
+			return nil
+		})
+		if len(got) != len(want) {
+			t.Errorf("%s: %v, want %d files", what, got, len(want))
+		}
+	}
+	ex := []string{"--exclude", "*.o", "--exclude", ".git", "--exclude", "/gen"}
+	e.run(true, append([]string{"put"}, append(ex, src, e.at("/p"))...)...)
+	check("put", filepath.Join(e.dir, "p"))
+
+	// Everything up, then get back without what is excluded.
+	e.run(true, "put", src, e.at("/all"))
+	local := filepath.Join(t.TempDir(), "g")
+	e.run(true, append([]string{"get"}, append(ex, e.at("/all"), local)...)...)
+	check("get", local)
+
+	// sync --delete keeps what it excludes on the destination.
+	dst := filepath.Join(t.TempDir(), "s")
+	writeTree(t, dst, map[string]string{".git/HEAD": "mine\n", "stale.c": "old\n"})
+	e.run(true, append([]string{"sync", "--delete"}, append(ex, e.at("/all"), dst)...)...)
+	if b, _ := os.ReadFile(filepath.Join(dst, ".git/HEAD")); string(b) != "mine\n" {
+		t.Errorf("sync --delete touched the excluded .git: %q", b)
+	}
+	os.RemoveAll(filepath.Join(dst, ".git"))
+	check("sync", dst)
+}

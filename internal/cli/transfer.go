@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/pred"
 	"github.com/ferryfs/ferry/internal/remote"
 )
 
@@ -52,8 +53,8 @@ says how many bytes crossed the wire for how many bytes of files.`,
 				before := c.Traffic()
 				// host:/src/ copies what src holds into an existing
 				// LOCAL, not src itself (rsync's convention).
-				nest := !contentsOf(args[0])
-				err := getSplit(ctx, c, t.Path, dst, nest, split, newProgress(cmd.ErrOrStderr(), "get", -1), cmd.ErrOrStderr())
+				o := getOpts{nest: !contentsOf(args[0]), split: split, exclude: excludes(cmd)}
+				err := getSplit(ctx, c, t.Path, dst, o, newProgress(cmd.ErrOrStderr(), "get", -1), cmd.ErrOrStderr())
 				summary(cmd.ErrOrStderr(), "got", c.Traffic().Sub(before), err)
 				return err
 			})
@@ -67,16 +68,25 @@ const getParallel = 8
 
 // get downloads the tree at p from f into dst in one FindGet stream.
 func get(ctx context.Context, f ferry.FS, p, dst string, prog *progress, errOut io.Writer) error {
-	return getSplit(ctx, f, p, dst, true, 0, prog, errOut)
+	return getSplit(ctx, f, p, dst, getOpts{nest: true}, prog, errOut)
 }
 
-// getSplit is get that, if split > 0, fetches files larger than split
+// getOpts are a get's choices: whether an existing directory dst receives
+// p itself (nest) or what p holds; the size above which files go by chunks
+// beside the stream (split, 0 for none); what to leave out (exclude).
+type getOpts struct {
+	nest    bool
+	split   int64
+	exclude []string
+}
+
+// getSplit is get that, if o.split > 0, fetches files larger than split
 // bytes each by a whole-file Get (which moves them by chunks through the
-// client's cache) rather than in the FindGet stream. With nest false, an
-// existing directory dst receives what p holds, not p itself.
-func getSplit(ctx context.Context, f ferry.FS, p, dst string, nest bool, split int64, prog *progress, errOut io.Writer) error {
+// client's cache) rather than in the FindGet stream.
+func getSplit(ctx context.Context, f ferry.FS, p, dst string, o getOpts, prog *progress, errOut io.Writer) error {
 	defer prog.Finish()
-	if fi, err := os.Stat(dst); err == nil && fi.IsDir() && nest {
+	split := o.split
+	if fi, err := os.Stat(dst); err == nil && fi.IsDir() && o.nest {
 		name := path.Base(p)
 		if p == "/" {
 			name = "."
@@ -94,10 +104,10 @@ func getSplit(ctx context.Context, f ferry.FS, p, dst string, nest bool, split i
 	var big *ferry.Stream[ferry.Entry]
 	if split > 0 {
 		pred = fmt.Sprintf("type!=f | size<=%d", split)
-		big = f.Find(ctx, p, fmt.Sprintf("type=f & size>%d", split))
+		big = f.Find(ctx, p, excludePred(p, fmt.Sprintf("type=f & size>%d", split), o.exclude))
 		defer big.Close()
 	}
-	s := f.FindGet(ctx, p, pred)
+	s := f.FindGet(ctx, p, excludePred(p, pred, o.exclude))
 	for e := range s.All() {
 		if err := w.entry(e); err != nil {
 			s.Close()
@@ -362,7 +372,7 @@ hard links are copied as separate files.`,
 					dst = path.Join(dst, filepath.Base(filepath.Clean(args[0])))
 				}
 				before := c.Traffic()
-				err := put(ctx, c, args[0], dst, cmd.ErrOrStderr())
+				err := put(ctx, c, args[0], dst, excludes(cmd), cmd.ErrOrStderr())
 				summary(cmd.ErrOrStderr(), "put", c.Traffic().Sub(before), err)
 				return err
 			})
@@ -386,9 +396,18 @@ type localEntry struct {
 }
 
 // put uploads the local tree src to dst on t.
-func put(ctx context.Context, t ferry.Tree, src, dst string, errOut io.Writer) error {
+func put(ctx context.Context, t ferry.Tree, src, dst string, exclude []string, errOut io.Writer) error {
 	var dirs, files []localEntry
 	var total int64
+	// What is excluded is decided as the server decides for get and sync,
+	// by the same predicate, on the paths as they will be under dst.
+	var skip *pred.Pred
+	if len(exclude) > 0 {
+		var err error
+		if skip, err = pred.Parse(excludePred(dst, "", exclude)); err != nil {
+			return err
+		}
+	}
 	err := filepath.WalkDir(src, func(p string, de fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -399,6 +418,18 @@ func put(ctx context.Context, t ferry.Tree, src, dst string, errOut io.Writer) e
 		}
 		rel, _ := filepath.Rel(src, p)
 		e := localEntry{path: p, dst: path.Join(dst, filepath.ToSlash(rel)), d: ferry.Dir{}}
+		if skip != nil && rel != "." {
+			d := ferry.Dir{ferry.AttrPath: e.dst, ferry.AttrName: de.Name(), ferry.AttrType: ferry.TypeFile}
+			if de.IsDir() {
+				d[ferry.AttrType] = ferry.TypeDir
+			}
+			if match, prune := skip.Eval(d, strings.Count(filepath.ToSlash(rel), "/")+1); !match {
+				if prune && de.IsDir() {
+					return filepath.SkipDir
+				}
+				return nil
+			}
+		}
 		e.d.SetMode(fi.Mode())
 		e.d.SetMtime(fi.ModTime())
 		switch {
