@@ -59,7 +59,7 @@ func (c *Client) readyUnary(ctx context.Context, method string, req, reply any, 
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	g := c.guard(ctx, cc, cancel)
+	g := c.guard(cc, cancel)
 	err := g.wait(func() error { return invoker(ctx, method, req, reply, cc, opts...) })
 	if err == nil {
 		c.connected.Store(true)
@@ -79,7 +79,7 @@ func (c *Client) readyStream(ctx context.Context, desc *grpc.StreamDesc, cc *grp
 		return st, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	g := c.guard(ctx, cc, cancel)
+	g := c.guard(cc, cancel)
 	var st grpc.ClientStream
 	err := g.wait(func() (err error) {
 		st, err = streamer(ctx, desc, cc, method, opts...)
@@ -117,7 +117,7 @@ type callGuard struct {
 	stalled atomic.Bool
 }
 
-func (c *Client) guard(ctx context.Context, cc *grpc.ClientConn, cancel context.CancelFunc) *callGuard {
+func (c *Client) guard(cc *grpc.ClientConn, cancel context.CancelFunc) *callGuard {
 	act := c.callAct
 	for i, b := range c.bulks {
 		if b == cc {

@@ -152,17 +152,15 @@ func (h *handler) ReadChunks(st grpc.BidiStreamingServer[proto.ChunkReq, proto.C
 		prefer := ""
 		for first := true; ; first = false {
 			r, err := st.Recv()
-			if err == nil && first {
-				zip <- r.Zstd && h.s.zstd
+			if first {
+				// Whether replies are compressed, once, whatever came.
+				zip <- err == nil && r.Zstd && h.s.zstd
 			}
 			var hs []chunk.Hash
 			if err == nil {
 				hs, err = chunked.UnpackHashes(r.Hashes)
 			}
 			if err != nil {
-				if first {
-					zip <- false
-				}
 				select {
 				case asks <- ask{err: err}:
 				case <-ctx.Done():
