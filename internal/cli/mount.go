@@ -58,7 +58,7 @@ In /etc/fstab (make install links mount.ferry, the helper mount(8) runs):
 
     host:/src  /mnt/src  ferry  _netdev,allow_other,timeout=30s,home=/etc/ferry  0  0
 
-Options there: ro, rw, allow_other, default_permissions, writeback, and
+Options there: ro, rw, allow_other, default_permissions, uid=, gid=, writeback, and
 timeout=, memory=, ttl=, log=, cache=, cache-max=, prefetch-depth=,
 token=, bulk-conns= as the flags of the same names; home= is the
 FERRY_HOME that holds the client key. fstab's own options (_netdev,
@@ -127,25 +127,40 @@ Limitations:
     the server is ENOSPC (a quota EDQUOT), and a new file whose close
     failed so is gone from the mount, as from the server.
   - Permissions are checked by the local kernel against the server's
-    owners and modes (default_permissions); the server itself acts with
+    owners and modes (default_permissions), or against the owner and
+    group -o uid=N,gid=N shows for every file (as sshfs does, for a user
+    whose number differs from the server's); the server itself acts with
     its own rights.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if memory < minMountMemory {
 				return ferry.E("mount", "", ferry.KindInvalid, fmt.Sprintf("--memory %d is below the least a mount needs, %d MiB", memory, minMountMemory>>20))
 			}
+			var uid, gid *uint32
 			for _, o := range options {
-				switch o {
-				case "ro":
+				name, value, _ := strings.Cut(o, "=")
+				switch {
+				case o == "ro":
 					readOnly = true
-				case "rw":
+				case o == "rw":
 					readOnly = false
-				case "allow_other":
+				case o == "allow_other":
 					allowOther = true
-				case "default_permissions":
+				case o == "default_permissions":
 					// Always: the kernel checks the server's modes.
+				case name == "uid" || name == "gid":
+					n, err := strconv.ParseUint(value, 10, 32)
+					if err != nil {
+						return ferry.E("mount", o, ferry.KindInvalid, "uid= and gid= take a number")
+					}
+					id := uint32(n)
+					if name == "uid" {
+						uid = &id
+					} else {
+						gid = &id
+					}
 				default:
-					return ferry.E("mount", o, ferry.KindInvalid, "unknown mount option (known: ro, rw, allow_other, default_permissions)")
+					return ferry.E("mount", o, ferry.KindInvalid, "unknown mount option (known: ro, rw, allow_other, default_permissions, uid=N, gid=N)")
 				}
 			}
 			if err := notMounted(args[1]); err != nil {
@@ -155,6 +170,8 @@ Limitations:
 				return mountBackground(cmd, args[1], logFile)
 			}
 			return mountForeground(cmd, args[0], args[1], readyFd, fusefs.Options{
+				Uid:           uid,
+				Gid:           gid,
 				ReadOnly:      readOnly,
 				AllowOther:    allowOther,
 				Debug:         debug,
@@ -168,7 +185,7 @@ Limitations:
 	c.Flags().BoolVarP(&foreground, "foreground", "f", false, "stay in the foreground and log to stderr")
 	c.Flags().BoolVar(&allowOther, "allow-other", os.Geteuid() == 0, "let other users use the mount (default when run by root)")
 	c.Flags().BoolVar(&readOnly, "read-only", false, "mount read-only: every change fails with EROFS")
-	c.Flags().StringSliceVarP(&options, "options", "o", nil, "mount options, as mount(8) takes them: ro, rw, allow_other, default_permissions")
+	c.Flags().StringSliceVarP(&options, "options", "o", nil, "mount options, as mount(8) takes them: ro, rw, allow_other, default_permissions, uid=N and gid=N (show every file as owned by N, as sshfs does)")
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	c.Flags().StringVar(&logFile, "log", "", "log file of the background process (default $FERRY_HOME/mount-PATH.log for the mount point PATH)")
 	c.Flags().DurationVar(&ttl, "ttl", time.Second, "how long metadata is trusted without a watch from the server")

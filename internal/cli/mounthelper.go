@@ -60,7 +60,7 @@ func MountHelper(in []string) (args []string, home string, run bool, err error) 
 		name, value, hasValue := strings.Cut(o, "=")
 		switch {
 		case o == "":
-		case o == "ro" || o == "rw" || o == "allow_other" || o == "default_permissions":
+		case o == "ro" || o == "rw" || o == "allow_other" || o == "default_permissions" || hasValue && (name == "uid" || name == "gid"):
 			kernel = append(kernel, o)
 		case o == "writeback":
 			args = append(args, "--writeback")

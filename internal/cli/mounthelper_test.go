@@ -19,7 +19,7 @@ func TestMountHelper(t *testing.T) {
 		{"plain", []string{"h:/src", "/mnt"}, []string{"mount", "h:/src", "/mnt"}, "", true},
 		{"fstab line", []string{"h:/src", "/mnt", "-o", "rw,_netdev,noauto,nofail,x-systemd.automount,allow_other,timeout=30s,memory=128M,writeback,home=/etc/ferry"},
 			[]string{"mount", "--timeout=30s", "--memory=128M", "--writeback", "-o", "rw,allow_other", "h:/src", "/mnt"}, "/etc/ferry", true},
-		{"flags mount passes", []string{"h:7000:/", "/mnt", "-n", "-v", "-t", "ferry", "-o", "ro,nosuid,nodev"}, []string{"mount", "-o", "ro", "h:7000:/", "/mnt"}, "", true},
+		{"flags mount passes", []string{"h:7000:/", "/mnt", "-n", "-v", "-t", "ferry", "-o", "ro,nosuid,nodev,uid=1000,gid=100"}, []string{"mount", "-o", "ro,uid=1000,gid=100", "h:7000:/", "/mnt"}, "", true},
 		{"fake", []string{"-f", "h:/", "/mnt"}, []string{"mount", "h:/", "/mnt"}, "", false},
 		{"unknown option", []string{"h:/", "/mnt", "-o", "timout=3s"}, nil, "", false},
 		{"sloppy", []string{"-sv", "h:/", "/mnt", "-o", "timout=3s,ro"}, []string{"mount", "-o", "ro", "h:/", "/mnt"}, "", true},

@@ -108,6 +108,13 @@ type Options struct {
 	// ReadOnly mounts read-only: the kernel refuses every change with
 	// EROFS before it reaches the mount.
 	ReadOnly bool
+	// Uid and Gid, if set, are shown as the owner and group of every
+	// file instead of the server's, as sshfs's and rclone's uid and gid
+	// options do: the kernel checks permissions against them, so a user
+	// whose number differs from the server's can work in a tree the
+	// server's user owns. New entries then get the server's default
+	// owner.
+	Uid, Gid *uint32
 	// Debug logs every FUSE request.
 	Debug bool
 	// FsName is shown as the file system's source by mount and df.

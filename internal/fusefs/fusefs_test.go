@@ -961,3 +961,40 @@ func readAll(t *testing.T, mnt string, want map[string]string) {
 		}
 	}
 }
+
+// TestOwnerShown: with Uid and Gid set (ferry mount -o uid=,gid=), every
+// file shows that owner and group whatever the server's; without, the
+// server's.
+func TestOwnerShown(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(dir, "f"), 1234, 1235); err != nil {
+		testenv.Require(t, "chown needs root: "+err.Error())
+	}
+	tree, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	uid, gid := uint32(4321), uint32(4322)
+	for _, tc := range []struct {
+		name     string
+		opt      Options
+		uid, gid uint32
+	}{
+		{"server's", Options{}, 1234, 1235},
+		{"the mount's", Options{Uid: &uid, Gid: &gid}, uid, gid},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mnt, _ := mountFS(t, tree, tc.opt)
+			var st syscall.Stat_t
+			if err := syscall.Stat(filepath.Join(mnt, "f"), &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Uid != tc.uid || st.Gid != tc.gid {
+				t.Errorf("f shows %d:%d, want %d:%d", st.Uid, st.Gid, tc.uid, tc.gid)
+			}
+		})
+	}
+}

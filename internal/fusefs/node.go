@@ -110,6 +110,18 @@ func modeBits(d ferry.Dir) uint32 {
 	return uint32(m) & 0o7777
 }
 
+// fillAttr describes d to the kernel, with the owner Options.Uid and
+// Options.Gid ask for, if they do.
+func (s *Server) fillAttr(d ferry.Dir, out *fuse.Attr) {
+	fillAttr(d, out)
+	if s.opt.Uid != nil {
+		out.Uid = *s.opt.Uid
+	}
+	if s.opt.Gid != nil {
+		out.Gid = *s.opt.Gid
+	}
+}
+
 // fillAttr describes d to the kernel.
 func fillAttr(d ferry.Dir, out *fuse.Attr) {
 	out.Mode = typeBits(d) | modeBits(d)
@@ -211,7 +223,7 @@ func (n *node) child(ctx context.Context, name string, d ferry.Dir) *fs.Inode {
 func (n *node) entryOut(c *fs.Inode, d ferry.Dir, out *fuse.EntryOut) {
 	cn := c.Operations().(*node)
 	cn.remember(d)
-	fillAttr(d, &out.Attr)
+	n.s.fillAttr(d, &out.Attr)
 	ttl, _ := n.s.timeouts()
 	out.SetEntryTimeout(ttl)
 	out.SetAttrTimeout(ttl)
@@ -287,7 +299,7 @@ func (n *node) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut)
 	if e != 0 {
 		return e
 	}
-	fillAttr(d, &out.Attr)
+	n.s.fillAttr(d, &out.Attr)
 	// go-fuse sets the number in GETATTR's answer but not in SETATTR's,
 	// and the kernel reports the last one it was given.
 	out.Ino = n.StableAttr().Ino
@@ -490,12 +502,15 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	return fs.NewListDirStream(out), 0
 }
 
-// caller returns the owner to give new entries: the caller's, unless it
-// is the owner of the mounted root, in which case the server's default is
-// left alone (so a server that is not run by root can create files).
+// owner gives new entries the caller's owner, unless it is the owner of
+// the mounted root, in which case the server's default is left alone (so
+// a server that is not run by root can create files), or the mount shows
+// owners of its own (Options.Uid, Options.Gid).
 func (n *node) owner(ctx context.Context, d ferry.Dir) {
 	c, ok := fuse.FromContext(ctx)
-	if !ok {
+	if !ok || n.s.opt.Uid != nil || n.s.opt.Gid != nil {
+		// Owners shown are the mount's (Options.Uid), not the
+		// server's: new entries get the server's default.
 		return
 	}
 	if int64(c.Uid) != n.s.rootUid {
