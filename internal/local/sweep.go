@@ -18,12 +18,24 @@ import (
 // it started, so it sweeps from then. Each regular file is first passed to
 // salvage (its tree path), if not nil, which may keep what a Put tried
 // again can use. It stops when ctx is done. Temporary files that had to be
-// made beside their targets (TempName) are not swept: finding them would
-// take a walk of the whole tree.
+// made beside their targets (TempName: a file system mounted inside the
+// tree) are not swept, finding them taking a walk of the whole tree, but
+// for once: in a served tree without TempDir yet (first served by a
+// version without it), which it walks, then makes TempDir.
 func (t *Tree) SweepTemp(ctx context.Context, before time.Time, salvage func(p string)) (files int, bytes int64, err error) {
 	d, err := t.root.Open(TempDir)
 	if errors.Is(err, fs.ErrNotExist) {
-		return 0, 0, nil
+		if !t.apart {
+			return 0, 0, nil
+		}
+		// A tree served before there was a TempDir: its servers left
+		// their temporary files beside their targets. Walk it once;
+		// TempDir, made now, says it was done.
+		files, bytes, err = t.sweepBeside(ctx, before, salvage)
+		if err == nil {
+			t.tempDir()
+		}
+		return files, bytes, err
 	}
 	if err != nil {
 		return 0, 0, fail("local.SweepTemp", "/"+TempDir, err)
@@ -65,4 +77,39 @@ func (t *Tree) SetTempAttrs(tmp string, d ferry.Dir) error {
 		return fail("local.SetTempAttrs", tmp, err)
 	}
 	return nil
+}
+
+// sweepBeside is SweepTemp for temporary files beside their targets,
+// everywhere in the tree.
+func (t *Tree) sweepBeside(ctx context.Context, before time.Time, salvage func(p string)) (files int, bytes int64, err error) {
+	err = fs.WalkDir(t.root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+		if cerr := ctx.Err(); cerr != nil {
+			return cerr
+		}
+		if err != nil {
+			// An unreadable directory holds nothing to sweep that
+			// this server could have written.
+			if d != nil && d.IsDir() {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() || !strings.HasPrefix(d.Name(), TempPrefix) {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil || !fi.ModTime().Before(before) {
+			return nil
+		}
+		if salvage != nil {
+			salvage("/" + p)
+		}
+		err = t.root.Remove(p)
+		if err == nil || errors.Is(err, fs.ErrNotExist) {
+			files++
+			bytes += fi.Size()
+		}
+		return nil
+	})
+	return files, bytes, err
 }

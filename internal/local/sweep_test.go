@@ -140,3 +140,42 @@ func collect(s *ferry.Stream[ferry.Entry]) ([]ferry.Entry, error) {
 	}
 	return out, s.Err()
 }
+
+// TestSweepLegacy: a tree first served by a version that wrote temporary
+// files beside their targets is walked once, at the first sweep, which
+// removes them and makes TempDir; later sweeps read TempDir alone.
+func TestSweepLegacy(t *testing.T) {
+	dir := t.TempDir()
+	old := time.Now().Add(-time.Hour)
+	write := func(p string) {
+		full := filepath.Join(dir, p)
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(full, []byte("some bytes"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(full, old, old)
+	}
+	write("sub/deep/" + TempPrefix + "left")
+	write("sub/plain")
+	tree, err := NewServed(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tree.Close()
+	ctx := context.Background()
+	if n, _, err := tree.SweepTemp(ctx, time.Now(), nil); err != nil || n != 1 {
+		t.Fatalf("first sweep: %d files, %v; want the one left beside its target", n, err)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, TempDir)); err != nil || !fi.IsDir() {
+		t.Fatalf("no %s after the first sweep: %v", TempDir, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "sub/plain")); err != nil {
+		t.Errorf("the sweep removed a plain file: %v", err)
+	}
+	write("sub/" + TempPrefix + "later")
+	if n, _, err := tree.SweepTemp(ctx, time.Now(), nil); err != nil || n != 0 {
+		t.Errorf("second sweep: %d files, %v; want none (it reads %s alone)", n, err, TempDir)
+	}
+}
