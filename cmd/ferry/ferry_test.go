@@ -161,6 +161,9 @@ func sameTree(t *testing.T, a, b string) {
 				t.Fatal(err)
 			}
 			rel, _ := filepath.Rel(root, p)
+			if rel == local.TempDir {
+				return filepath.SkipDir // The server's, never served.
+			}
 			v := fi.Mode().String()
 			switch {
 			case fi.Mode().IsRegular():
@@ -444,6 +447,23 @@ func TestFileTooLarge(t *testing.T) {
 	}
 	if left := fstest.Leftovers(e.dir); len(left) != 1 {
 		t.Errorf("the served tree holds %v, want small alone", left)
+	}
+}
+
+// TestNoCacheForUnreachedServer: a command that never reaches its server
+// (nothing listens there) leaves no chunk cache made for it; one that
+// reached it keeps its cache.
+func TestNoCacheForUnreachedServer(t *testing.T) {
+	e := &env{t: t, home: t.TempDir()}
+	refused := freeAddr(t)
+	e.run(false, "get", refused+":/x", t.TempDir())
+	if ents, _ := os.ReadDir(filepath.Join(e.home, "cache")); len(ents) != 0 {
+		t.Errorf("a get from %s, never reached, left caches: %v", refused, ents)
+	}
+	s := start(t)
+	s.run(false, "get", s.at("/no-such-file"), t.TempDir())
+	if ents, _ := os.ReadDir(filepath.Join(s.home, "cache")); len(ents) != 1 {
+		t.Errorf("a get from a server reached left %d caches, want its own", len(ents))
 	}
 }
 

@@ -70,21 +70,27 @@ func cacheHome() string {
 // or returns nil if the command has none, it is turned off, or it cannot be
 // opened (pebble locks it, so a second process sharing one gets none): the
 // transfer then works without it, and says so.
-func openCache(cmd *cobra.Command, addr string) *store.Cache {
+//
+// made is the directory if this call made it (it did not exist), so that a
+// command that never reached the server can leave nothing behind.
+func openCache(cmd *cobra.Command, addr string) (c *store.Cache, made string) {
 	if cmd.Flags().Lookup("cache") == nil {
-		return nil
+		return nil, ""
 	}
 	if off, _ := cmd.Flags().GetBool("no-cache"); off {
-		return nil
+		return nil, ""
 	}
 	dir, _ := cmd.Flags().GetString("cache")
 	if dir == "" {
 		dir = cacheDir(addr)
 	}
 	max, _ := cmd.Flags().GetInt64("cache-max")
+	if _, err := os.Stat(dir); os.IsNotExist(err) {
+		made = dir
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		fmt.Fprintf(cmd.ErrOrStderr(), "ferry: no chunk cache: %v\n", err)
-		return nil
+		return nil, ""
 	}
 	memtable := int64(store.DefaultCacheMemTable)
 	if f := cmd.Flags().Lookup("memory"); f != nil {
@@ -95,7 +101,7 @@ func openCache(cmd *cobra.Command, addr string) *store.Cache {
 	c, err := store.OpenCacheMem(dir, max, memtable)
 	if err != nil {
 		fmt.Fprintf(cmd.ErrOrStderr(), "ferry: no chunk cache (%v); going on without\n", err)
-		return nil
+		return nil, ""
 	}
-	return c
+	return c, made
 }

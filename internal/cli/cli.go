@@ -357,14 +357,27 @@ func dial(cmd *cobra.Command, addr string, tune ...func(*remote.Config)) (*remot
 	if _, ok := cmd.Annotations[briefFinds]; ok {
 		cfg.FindOmit = remote.BriefAttrs
 	}
-	cfg.Cache = openCache(cmd, addr)
+	var made string
+	cfg.Cache, made = openCache(cmd, addr)
 	cfg.CloseCache = true
+	if made != "" {
+		// A cache made for a server never reached (a typo, a refusal)
+		// is not left behind.
+		cfg.AfterClose = func(reached bool) {
+			if !reached {
+				os.RemoveAll(made)
+			}
+		}
+	}
 	for _, f := range tune {
 		f(&cfg)
 	}
 	c, err := remote.Dial(cfg)
 	if err != nil && cfg.Cache != nil {
 		cfg.Cache.Close()
+		if made != "" {
+			os.RemoveAll(made)
+		}
 	}
 	return c, err
 }

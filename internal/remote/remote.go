@@ -28,6 +28,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
@@ -65,6 +66,10 @@ type Config struct {
 	// in Close only if CloseCache is set.
 	Cache      *store.Cache
 	CloseCache bool
+	// AfterClose, if set, is called at the end of Close with whether a
+	// connection to the server was ever ready: a command can then take
+	// back what it made for a server it never reached (its cache).
+	AfterClose func(reached bool)
 	// ChunkMin is the least size of a file that Put and Get move by
 	// chunks; 0 means DefaultChunkMin, < 0 never.
 	ChunkMin int64
@@ -144,6 +149,7 @@ type Client struct {
 	addr         string
 	resumeFor    time.Duration
 	handshakeErr atomic.Pointer[error]
+	afterClose func(reached bool) // Config.AfterClose.
 	// connected is set once a connection was ready: from then on a call
 	// waits for a broken one to come back (see awaitReady).
 	connected atomic.Bool
@@ -242,6 +248,7 @@ func Dial(cfg Config) (*Client, error) {
 		c.resumeFor = DefaultResumeFor
 	}
 	c.cache, c.closeCache, c.chunkMin, c.noFine = cfg.Cache, cfg.CloseCache, cfg.ChunkMin, cfg.NoFine
+	c.afterClose = cfg.AfterClose
 	if c.chunkMin == 0 {
 		c.chunkMin = DefaultChunkMin
 	}
@@ -356,6 +363,9 @@ func (c *Client) Close() error {
 	}
 	if c.cache != nil && c.closeCache {
 		err = errors.Join(err, c.cache.Close())
+	}
+	if c.afterClose != nil {
+		c.afterClose(c.connected.Load())
 	}
 	return err
 }
@@ -595,12 +605,26 @@ func (c *Client) Put(ctx context.Context, p string, d ferry.Dir, off int64, data
 // the file again costs less than that copy.
 const ResumableSize = 4 << 20
 
+// silent reports whether a connection of the client is up but has received
+// nothing for ResumeFor: the link has gone silent, and waiting for it to
+// come back has taken its bound already.
+func (c *Client) silent() bool {
+	acts := append([]*activity{c.callAct}, c.bulkActs...)
+	for i, cc := range append([]*grpc.ClientConn{c.conn}, c.bulks...) {
+		idle := time.Since(time.Unix(0, acts[i].last.Load()))
+		if cc.GetState() == connectivity.Ready && idle >= c.resumeFor {
+			return true
+		}
+	}
+	return false
+}
+
 // rideOut reports whether a call that failed with err should be made
 // again once the client has reconnected: the connection broke (not went
-// silent for the whole bound: errStalled), and less than ResumeFor has
+// silent for the whole bound: errStalled, silent), and less than ResumeFor has
 // passed since the first break, which *deadline (set on the first) marks.
 func (c *Client) rideOut(ctx context.Context, err error, deadline *time.Time) bool {
-	if ferry.KindOf(err) != ferry.KindUnavailable || errors.Is(err, errStalled) || c.handshakeErr.Load() != nil || ctx.Err() != nil {
+	if ferry.KindOf(err) != ferry.KindUnavailable || errors.Is(err, errStalled) || c.silent() || c.handshakeErr.Load() != nil || ctx.Err() != nil {
 		return false
 	}
 	if deadline.IsZero() {
