@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"sync"
 	"testing"
 	"time"
 
@@ -330,4 +331,46 @@ func (b *batchConn) recv(put uint32) *proto.ChunkPutReply {
 	r := b.replies[put][0]
 	b.replies[put] = b.replies[put][1:]
 	return r
+}
+
+// progressSource is a put's source that counts the put's progress as a
+// command's bar does (remote.PutProgress).
+type progressSource struct {
+	data  []byte
+	mu    sync.Mutex
+	dones []int64
+}
+
+func (s *progressSource) ReadAt(b []byte, off int64) (int, error) {
+	return bytes.NewReader(s.data).ReadAt(b, off)
+}
+func (s *progressSource) Uncounted() io.ReaderAt { return bytes.NewReader(s.data) }
+func (s *progressSource) Done(n int64) {
+	s.mu.Lock()
+	s.dones = append(s.dones, n)
+	s.mu.Unlock()
+}
+
+// TestPutProgress: a chunked put counts as done the bytes it sends as it
+// sends them and what the server held at the end, the file's size in
+// all, not its reads (it reads the whole file to cut it before it sends).
+func TestPutProgress(t *testing.T) {
+	e := start(t, 0)
+	doc := randomDoc(1 << 20)
+	for round, wantSent := range []bool{true, false} { // The second time the server holds it all.
+		src := &progressSource{data: doc}
+		if _, err := e.c.Replace(ctxT(t), "/f", nil, io.NewSectionReader(src, 0, int64(len(doc)))).Wait(); err != nil {
+			t.Fatal(err)
+		}
+		var sum int64
+		for _, n := range src.dones {
+			sum += n
+		}
+		if sum != int64(len(doc)) {
+			t.Errorf("round %d: progress %d of %d bytes (%d calls)", round, sum, len(doc), len(src.dones))
+		}
+		if sent := len(src.dones) > 1; sent != wantSent {
+			t.Errorf("round %d: %d progress calls, want them as chunks were sent: %v", round, len(src.dones), wantSent)
+		}
+	}
 }

@@ -543,7 +543,7 @@ func putOne(ctx context.Context, t ferry.Tree, e localEntry, prog *progress, rp 
 	if err != nil {
 		return err
 	}
-	return putLocal(ctx, t, e.dst, e.d, &progressFile{f: f, p: prog}, fi.Size(), rp)
+	return putLocal(ctx, t, e.dst, e.d, &progressFile{f: f, p: prog, size: fi.Size()}, fi.Size(), rp)
 }
 
 // localFile is a local file being put: read in order by a plain Put,
@@ -568,14 +568,36 @@ func putLocal(ctx context.Context, t ferry.Tree, p string, d ferry.Dir, r localF
 
 // progressFile is a local file being put that counts toward the progress
 // the furthest byte read, by Read or by ReadAt. It reads at offsets and
-// seeks, so that the remote client can put it by chunks (which reads it
-// twice, at offsets) and resume it; a byte read twice counts once.
+// seeks, so that the remote client can put it by chunks and resume it; a
+// byte read twice counts once. A chunked put, which reads the whole file
+// to cut it before it sends anything, counts through remote.PutProgress
+// instead: the bytes it has sent or found on the server.
 type progressFile struct {
 	f        *os.File
 	p        *progress
+	size     int64
 	mu       sync.Mutex
 	pos      int64 // The offset of the next Read.
 	furthest int64
+	byPut    bool // Counting by Done, not by reads.
+}
+
+var _ remote.PutProgress = (*progressFile)(nil)
+
+// Uncounted implements remote.PutProgress: from now on reads do not count.
+func (r *progressFile) Uncounted() io.ReaderAt {
+	r.mu.Lock()
+	r.byPut = true
+	r.mu.Unlock()
+	return r.f
+}
+
+// Done implements remote.PutProgress; a put tried again counts no further
+// than the file's size.
+func (r *progressFile) Done(n int64) {
+	r.mu.Lock()
+	r.reached(min(r.furthest+n, r.size))
+	r.mu.Unlock()
 }
 
 func (r *progressFile) reached(end int64) {
@@ -597,7 +619,9 @@ func (r *progressFile) Read(b []byte) (int, error) {
 func (r *progressFile) ReadAt(b []byte, off int64) (int, error) {
 	n, err := r.f.ReadAt(b, off)
 	r.mu.Lock()
-	r.reached(off + int64(n))
+	if !r.byPut {
+		r.reached(off + int64(n))
+	}
 	r.mu.Unlock()
 	return n, err
 }

@@ -277,6 +277,21 @@ func (c *Client) PutChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.ReaderAt, size int64, known func(chunk.Hash) bool, keep func(chunk.Hash, []byte), via *PutBatch, opts ...grpc.CallOption) (ferry.Dir, ChunkStats, error) {
 	const op = "remote.PutChunked"
 	var stats ChunkStats
+	// cut is what the file is read from to cut it into chunks; a source
+	// that counts progress itself is cut through its uncounted view and
+	// told the bytes done as they are sent, the rest when the put ends.
+	cut := src
+	pp := putProgressOf(src)
+	if pp != nil {
+		cut = pp.view
+	}
+	var reported int64
+	progress := func(n int64) {
+		if pp != nil {
+			reported += n
+			pp.p.Done(n)
+		}
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var st chunkPutStream
@@ -321,6 +336,7 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 		} else {
 			stats.SentChunks++
 		}
+		progress(int64(len(data)))
 		stats.SentBytes += int64(len(data))
 		stats.WireBytes += int64(len(m.Data))
 	}
@@ -459,7 +475,7 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 	}
 	seen := map[chunk.Hash]bool{}
 	var procErr error // What process said while the list was cut.
-	err = chunk.Refs(io.NewSectionReader(src, 0, size), chunk.Default, func(r chunk.Ref, data []byte) error {
+	err = chunk.Refs(io.NewSectionReader(cut, 0, size), chunk.Default, func(r chunk.Ref, data []byte) error {
 		refs = append(refs, r)
 		pending = append(pending, r)
 		stats.Chunks++
@@ -503,7 +519,41 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 			return nil, stats, c.fail(op, p, ctx.Err())
 		}
 	}
+	progress(max(size-reported, 0)) // What the server held already.
 	return result, stats, nil
+}
+
+// PutProgress is implemented by a source of a put that counts the put's
+// progress itself (a command's progress bar). A chunked put reads the
+// whole file once to cut it and again for the chunks the server lacks, so
+// counting reads would reach the end long before the upload does: it
+// cuts through Uncounted and calls Done with the bytes of each chunk as it
+// sends it, and with the rest (what the server held) when the put ends.
+type PutProgress interface {
+	Uncounted() io.ReaderAt
+	Done(n int64)
+}
+
+// sourceProgress is a PutProgress and its uncounted view of the source's
+// bytes from 0.
+type sourceProgress struct {
+	p    PutProgress
+	view io.ReaderAt
+}
+
+// putProgressOf returns the PutProgress of src, or of the source it is a
+// section of, if any.
+func putProgressOf(src io.ReaderAt) *sourceProgress {
+	if pp, ok := src.(PutProgress); ok {
+		return &sourceProgress{pp, pp.Uncounted()}
+	}
+	if sr, ok := src.(*io.SectionReader); ok {
+		outer, off, n := sr.Outer()
+		if pp, ok := outer.(PutProgress); ok {
+			return &sourceProgress{pp, io.NewSectionReader(pp.Uncounted(), off, n)}
+		}
+	}
+	return nil
 }
 
 // putReply is a reply of a chunked put, or why none came.
