@@ -433,6 +433,24 @@ func (tr *trash) evict(now time.Time) {
 	}
 }
 
+// empty removes every file of the trash and returns how many and their
+// bytes.
+func (tr *trash) empty() (files int, bytes int64) {
+	if tr == nil {
+		return 0, 0
+	}
+	tr.mu.Lock()
+	out := tr.items
+	files, bytes = len(tr.items), tr.bytes
+	tr.items, tr.bytes = nil, 0
+	tr.mu.Unlock()
+	for _, it := range out {
+		tr.dir.Remove(it.name)
+		tr.index.Drop(it.path())
+	}
+	return files, bytes
+}
+
 // reindex indexes every file of the trash again, for a rebuild of the
 // index.
 func (tr *trash) reindex(ctx context.Context) {
@@ -449,6 +467,11 @@ func (tr *trash) reindex(ctx context.Context) {
 		tr.index.Chunks(ctx, it.path(), func(chunk.Ref) error { return nil })
 	}
 }
+
+// EmptyTrash removes every file the trash keeps, freeing their space at
+// once; later puts of their content then send it whole. It returns how many
+// files and bytes went.
+func (t *Tree) EmptyTrash() (files int, bytes int64) { return t.trash.empty() }
 
 // Trash reports what the trash holds.
 func (t *Tree) Trash() TrashStats {

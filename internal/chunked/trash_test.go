@@ -366,3 +366,24 @@ func TestSalvage(t *testing.T) {
 	}
 	t.Logf("sent %d of %d chunks; %d had arrived", stats.SentChunks, len(refs), arrived)
 }
+
+// TestTrashEmpty: "trash empty" through the control file frees what the
+// trash keeps at once, on disk and in the counts.
+func TestTrashEmpty(t *testing.T) {
+	trashDir := t.TempDir()
+	e := startWith(t, 0, setup{opts: chunked.Options{TrashDir: trashDir}})
+	e.put(t, e.c, "/doc", randomDoc(200<<10))
+	ctx := ctxT(t)
+	if _, err := e.c.Remove(ctx, "/doc").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if ents, _ := os.ReadDir(trashDir); len(ents) == 0 || e.tree.Trash().Files == 0 {
+		t.Fatalf("nothing in the trash after a remove: %d files on disk, %+v", len(ents), e.tree.Trash())
+	}
+	if _, err := e.c.Put(ctx, ferry.CtlPath, nil, 0, strings.NewReader("trash empty\n")).Wait(); err != nil {
+		t.Fatalf("trash empty: %v", err)
+	}
+	if ents, _ := os.ReadDir(trashDir); len(ents) != 0 || e.tree.Trash().Files != 0 || e.tree.Trash().Bytes != 0 {
+		t.Errorf("after trash empty: %d files on disk, %+v", len(ents), e.tree.Trash())
+	}
+}

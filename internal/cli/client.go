@@ -210,7 +210,12 @@ func rmCmd() *cobra.Command {
 subtree in one request. With -r and a predicate it removes the entries below
 PATH that match it: the removes are issued while the find's entries stream
 in, without waiting for each, and their errors are reported at the end;
-directories go last, deepest first, and only if they are then empty.`,
+directories go last, deepest first, and only if they are then empty.
+
+A server that keeps chunks keeps what rm removes in its trash for a while
+(up to 1 GiB, for 24 h, outside the tree), so that a file put again costs
+only what changed: the space comes back then, not at once. "ferry ctl
+HOST trash empty" frees it now.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return withRemote(cmd, args[0], func(ctx context.Context, c *remote.Client, t Target) error {

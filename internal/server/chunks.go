@@ -57,6 +57,7 @@ var _ Indexer = (*chunked.Tree)(nil)
 // the control file and the metrics report its size.
 type Trasher interface {
 	Trash() chunked.TrashStats
+	EmptyTrash() (files int, bytes int64)
 }
 
 var _ Trasher = (*chunked.Tree)(nil)

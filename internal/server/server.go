@@ -616,11 +616,19 @@ func (s *Server) Command(_ context.Context, args []string) error {
 		return nil
 	case len(args) == 1 && args[0] == "reindex":
 		return s.Reindex()
+	case len(args) == 2 && args[0] == "trash" && args[1] == "empty":
+		t, ok := ferry.As[Trasher](s.fs)
+		if !ok {
+			return ferry.E(op, "", ferry.KindInvalid, "this server keeps no trash")
+		}
+		files, bytes := t.EmptyTrash()
+		s.cfg.Log.Info("trash emptied", "files", files, "bytes", bytes)
+		return nil
 	case len(args) == 1 && args[0] == "sync":
 		// Nothing waits here: every put is synced before it commits.
 		return nil
 	}
-	return ferry.E(op, "", ferry.KindInvalid, fmt.Sprintf("unknown command %q (known: debug on|off, reindex, sync, pass CMD)", strings.Join(args, " ")))
+	return ferry.E(op, "", ferry.KindInvalid, fmt.Sprintf("unknown command %q (known: debug on|off, reindex, trash empty, sync, pass CMD)", strings.Join(args, " ")))
 }
 
 // Reindex starts rebuilding the served tree's chunk index in the
