@@ -78,7 +78,7 @@ func BenchmarkGetTree(b *testing.B) {
 	n := 0
 	overLinks(b, s, func(c *remote.Client, _ int) {
 		n++
-		if err := get(ctx, c, "/", filepath.Join(dst, fmt.Sprint(n)), newProgress(io.Discard, "", -1), io.Discard); err != nil {
+		if err := get(ctx, c, "/", filepath.Join(dst, fmt.Sprint(n)), newProgress(io.Discard, "", -1, progressOpts{}), io.Discard); err != nil {
 			b.Fatal(err)
 		}
 	})
@@ -94,7 +94,7 @@ func BenchmarkPutTree(b *testing.B) {
 	n := 0
 	overLinks(b, s, func(c *remote.Client, _ int) {
 		n++
-		if err := put(ctx, c, src, fmt.Sprintf("/up%d", n), nil, io.Discard); err != nil {
+		if err := put(ctx, c, src, fmt.Sprintf("/up%d", n), nil, progressOpts{}, io.Discard); err != nil {
 			b.Fatal(err)
 		}
 	})

@@ -115,7 +115,7 @@ Keys and lists live in $FERRY_HOME (default ~/.config/ferry).`,
 	root.AddCommand(
 		serveCmd(),
 		timeoutFlag(findCmd()), timeoutFlag(lsCmd()), timeoutFlag(statCmd()), timeoutFlag(cacheFlags(catCmd())),
-		excludeFlag(timeoutFlag(cacheFlags(getCmd()))), excludeFlag(timeoutFlag(cacheFlags(putCmd()))), excludeFlag(timeoutFlag(cacheFlags(syncCmd()))),
+		progressFlags(excludeFlag(timeoutFlag(cacheFlags(getCmd())))), progressFlags(excludeFlag(timeoutFlag(cacheFlags(putCmd())))), excludeFlag(timeoutFlag(cacheFlags(syncCmd()))),
 		timeoutFlag(rmCmd()), timeoutFlag(mvCmd()), timeoutFlag(cacheFlags(ctlCmd())),
 		cacheFlags(mountCmd()), umountCmd(),
 		keyCmd(), authorizeCmd(), tokenCmd(), manCmd(),

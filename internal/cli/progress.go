@@ -1,12 +1,14 @@
 package cli
 
 import (
+	"fmt"
 	"io"
 	"os"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/spf13/cobra"
 	"github.com/vbauerster/mpb/v8"
 	"github.com/vbauerster/mpb/v8/decor"
 	"golang.org/x/term"
@@ -26,13 +28,45 @@ type progress struct {
 	wg    sync.WaitGroup
 }
 
+// progressOpts are the --progress and --stats flags: draw the bar even
+// when standard error is no terminal, and write a line of statistics
+// every interval (for logs).
+type progressOpts struct {
+	force bool
+	every time.Duration
+}
+
+// progressFlags gives a transfer command --progress and --stats.
+func progressFlags(c *cobra.Command) *cobra.Command {
+	c.Flags().Bool("progress", false, "draw the progress bar even when standard error is not a terminal")
+	c.Flags().Duration("stats", 0, "write a line of progress (bytes, percentage, rate, time left) every `interval`, for logs")
+	return c
+}
+
+// progressOptsOf reads a command's progress flags.
+func progressOptsOf(cmd *cobra.Command) progressOpts {
+	var o progressOpts
+	if cmd.Flags().Lookup("progress") != nil {
+		o.force, _ = cmd.Flags().GetBool("progress")
+		o.every, _ = cmd.Flags().GetDuration("stats")
+	}
+	return o
+}
+
 // newProgress returns the progress of a transfer of total bytes, or of a
 // size still unknown (total < 0) that Expect makes known as it goes.
-func newProgress(w io.Writer, name string, total int64) *progress {
+func newProgress(w io.Writer, name string, total int64, o progressOpts) *progress {
 	p := &progress{done: make(chan struct{})}
 	p.total.Store(total)
+	if o.every > 0 {
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.stats(w, name, o.every)
+		}()
+	}
 	f, ok := w.(*os.File)
-	if !ok || !term.IsTerminal(int(f.Fd())) {
+	if !o.force && (!ok || !term.IsTerminal(int(f.Fd()))) {
 		return p
 	}
 	p.wg.Add(1)
@@ -68,6 +102,36 @@ func newProgress(w io.Writer, name string, total int64) *progress {
 		}
 	}()
 	return p
+}
+
+// stats writes a line of progress every interval until the transfer ends.
+func (p *progress) stats(w io.Writer, name string, every time.Duration) {
+	start := time.Now()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-p.done:
+			return
+		case <-tick.C:
+		}
+		fmt.Fprintln(w, p.line(name, time.Since(start)))
+	}
+}
+
+// line says how far the transfer is after elapsed.
+func (p *progress) line(name string, elapsed time.Duration) string {
+	n, total := p.n.Load(), p.total.Load()
+	rate := float64(n) / max(elapsed.Seconds(), 1e-3)
+	s := fmt.Sprintf("ferry: %s: %s", name, sizeString(n))
+	if total > 0 {
+		s += fmt.Sprintf(" of %s (%d%%)", sizeString(total), n*100/total)
+	}
+	s += fmt.Sprintf(", %s/s", sizeString(int64(rate)))
+	if total > n && rate > 0 {
+		s += fmt.Sprintf(", %v left", time.Duration(float64(total-n)/rate*float64(time.Second)).Round(time.Second))
+	}
+	return s
 }
 
 // Add counts n more bytes.

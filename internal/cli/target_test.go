@@ -1,10 +1,12 @@
 package cli
 
 import (
+	"bytes"
 	"io"
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/ferryfs/ferry"
 )
@@ -62,7 +64,7 @@ func FuzzParseTarget(f *testing.F) {
 }
 
 func TestProgressReaderSeeks(t *testing.T) {
-	p := newProgress(io.Discard, "", -1)
+	p := newProgress(io.Discard, "", -1, progressOpts{})
 	defer p.Finish()
 	r := p.Reader(strings.NewReader("0123456789"))
 	rs, ok := r.(io.ReadSeeker)
@@ -109,7 +111,7 @@ func TestProgressExpect(t *testing.T) {
 		{-1, []int64{0}, 0},
 		{7, []int64{3}, 10},
 	} {
-		p := newProgress(io.Discard, "", tc.start)
+		p := newProgress(io.Discard, "", tc.start, progressOpts{})
 		for _, n := range tc.expect {
 			p.Expect(n)
 		}
@@ -117,5 +119,19 @@ func TestProgressExpect(t *testing.T) {
 			t.Errorf("total from %d after %v = %d, want %d", tc.start, tc.expect, got, tc.want)
 		}
 		p.Finish()
+	}
+}
+
+// TestProgressStats: --stats writes a line of progress every interval,
+// with the bytes, the share of the total, the rate and the time left.
+func TestProgressStats(t *testing.T) {
+	var buf bytes.Buffer
+	p := newProgress(&buf, "put", 1000, progressOpts{every: 10 * time.Millisecond})
+	p.Add(500)
+	time.Sleep(50 * time.Millisecond)
+	p.Finish()
+	out := buf.String()
+	if !strings.Contains(out, "ferry: put: 500 B of 1000 B (50%), ") || !strings.Contains(out, "/s, ") || !strings.Contains(out, " left") {
+		t.Errorf("stats lines: %q", out)
 	}
 }

@@ -54,7 +54,7 @@ says how many bytes crossed the wire for how many bytes of files.`,
 				// host:/src/ copies what src holds into an existing
 				// LOCAL, not src itself (rsync's convention).
 				o := getOpts{nest: !contentsOf(args[0]), split: split, exclude: excludes(cmd)}
-				err := getSplit(ctx, c, t.Path, dst, o, newProgress(cmd.ErrOrStderr(), "get", -1), cmd.ErrOrStderr())
+				err := getSplit(ctx, c, t.Path, dst, o, newProgress(cmd.ErrOrStderr(), "get", -1, progressOptsOf(cmd)), cmd.ErrOrStderr())
 				summary(cmd.ErrOrStderr(), "got", c.Traffic().Sub(before), err)
 				return err
 			})
@@ -372,7 +372,7 @@ hard links are copied as separate files.`,
 					dst = path.Join(dst, filepath.Base(filepath.Clean(args[0])))
 				}
 				before := c.Traffic()
-				err := put(ctx, c, args[0], dst, excludes(cmd), cmd.ErrOrStderr())
+				err := put(ctx, c, args[0], dst, excludes(cmd), progressOptsOf(cmd), cmd.ErrOrStderr())
 				summary(cmd.ErrOrStderr(), "put", c.Traffic().Sub(before), err)
 				return err
 			})
@@ -396,7 +396,7 @@ type localEntry struct {
 }
 
 // put uploads the local tree src to dst on t.
-func put(ctx context.Context, t ferry.Tree, src, dst string, exclude []string, errOut io.Writer) error {
+func put(ctx context.Context, t ferry.Tree, src, dst string, exclude []string, po progressOpts, errOut io.Writer) error {
 	var dirs, files []localEntry
 	var total int64
 	// What is excluded is decided as the server decides for get and sync,
@@ -456,7 +456,7 @@ func put(ctx context.Context, t ferry.Tree, src, dst string, exclude []string, e
 	if err != nil {
 		return err
 	}
-	prog := newProgress(errOut, "put", total)
+	prog := newProgress(errOut, "put", total, po)
 	defer prog.Finish()
 	errs := errorList{w: errOut}
 

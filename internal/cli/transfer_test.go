@@ -32,7 +32,7 @@ func TestGetTreeTraffic(t *testing.T) {
 	defer cancel()
 	dst := filepath.Join(t.TempDir(), "copy")
 	before := c.Traffic()
-	if err := get(ctx, c, "/src", dst, newProgress(io.Discard, "get", 0), io.Discard); err != nil {
+	if err := get(ctx, c, "/src", dst, newProgress(io.Discard, "get", 0, progressOpts{}), io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	sameTree(t, "copy", snapshot(t, dst), snapshot(t, filepath.Join(s.Dir, "src")))
