@@ -2,6 +2,7 @@ package server
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+	"net"
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/transport"
@@ -14,7 +15,7 @@ func (s *Server) Collector() prometheus.Collector { return collector{s} }
 type collector struct{ s *Server }
 
 var (
-	connLabels     = []string{"addr", "user"}
+	connLabels     = []string{"host", "user"}
 	descCalls      = prometheus.NewDesc("ferry_calls_total", "Calls answered, by operation.", []string{"op"}, nil)
 	descErrors     = prometheus.NewDesc("ferry_errors_total", "Calls that failed.", nil, nil)
 	descBytes      = prometheus.NewDesc("ferry_payload_bytes_total", "Payload bytes of all calls, by direction.", []string{"dir"}, nil)
@@ -22,14 +23,14 @@ var (
 	descRACanc     = prometheus.NewDesc("ferry_readahead_cancelled_total", "Read-aheads stopped by a cancelled stream or a broken connection.", nil, nil)
 	descRAStreams  = prometheus.NewDesc("ferry_readahead_streams", "Streams reading ahead.", nil, nil)
 	descRAOrphan   = prometheus.NewDesc("ferry_readahead_orphaned_bytes", "Bytes still held by the read-ahead of cancelled streams and broken connections, not yet freed.", nil, nil)
-	descConnRAT    = prometheus.NewDesc("ferry_conn_readahead_target_bytes", "The sum of the target read-ahead depths of a connection's streams.", connLabels, nil)
-	descConnRA     = prometheus.NewDesc("ferry_conn_readahead_bytes", "Bytes read ahead for a connection.", connLabels, nil)
-	descConnRTT    = prometheus.NewDesc("ferry_conn_rtt_seconds", "Smoothed round trip of a connection.", connLabels, nil)
-	descConnBW     = prometheus.NewDesc("ferry_conn_delivery_rate_bytes", "Recent delivery rate of a connection, bytes per second.", connLabels, nil)
-	descConnTx     = prometheus.NewDesc("ferry_conn_sent_bytes_total", "Bytes a connection sent, retransmissions included.", connLabels, nil)
-	descConnRx     = prometheus.NewDesc("ferry_conn_received_bytes_total", "Bytes a connection received.", connLabels, nil)
-	descConnRe     = prometheus.NewDesc("ferry_conn_retransmits_total", "Segments a connection retransmitted.", connLabels, nil)
-	descConnCC     = prometheus.NewDesc("ferry_conn_info", "A connection's congestion controller, as a label.", append(connLabels, "congestion"), nil)
+	descConnRAT    = prometheus.NewDesc("ferry_conn_readahead_target_bytes", "The sum of the target read-ahead depths of the streams of a host's connections for a user.", connLabels, nil)
+	descConnRA     = prometheus.NewDesc("ferry_conn_readahead_bytes", "Bytes read ahead for a host's connections for a user.", connLabels, nil)
+	descConnRTT    = prometheus.NewDesc("ferry_conn_rtt_seconds", "Smoothed round trip of the slowest of a host's connections for a user.", connLabels, nil)
+	descConnBW     = prometheus.NewDesc("ferry_conn_delivery_rate_bytes", "Recent delivery rate of a host's connections for a user, bytes per second.", connLabels, nil)
+	descConnTx     = prometheus.NewDesc("ferry_conn_sent_bytes_total", "Bytes a host's connections for a user sent, retransmissions included.", connLabels, nil)
+	descConnRx     = prometheus.NewDesc("ferry_conn_received_bytes_total", "Bytes a host's connections for a user received.", connLabels, nil)
+	descConnRe     = prometheus.NewDesc("ferry_conn_retransmits_total", "Segments a host's connections for a user retransmitted.", connLabels, nil)
+	descConnCC     = prometheus.NewDesc("ferry_conn_info", "The congestion controllers of a host's connections for a user, as a label.", append(connLabels, "congestion"), nil)
 	descZstd       = prometheus.NewDesc("ferry_zstd_bytes_total", "Payload bytes that zstd shrank, before and after compression.", []string{"stage"}, nil)
 	descZSkip      = prometheus.NewDesc("ferry_zstd_skipped_total", "Payloads sent uncompressed because they did not shrink.", nil, nil)
 	descIxSize     = prometheus.NewDesc("ferry_chunk_index_chunks", "Chunk entries in the chunk index.", nil, nil)
@@ -92,12 +93,32 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 			ch <- prometheus.MustNewConstMetric(descTrashBytes, prometheus.GaugeValue, float64(ts.Bytes))
 		}
 	}
+	// Connection series are by client host and user, not by connection
+	// (whose port is new each time): the series do not grow with the
+	// connections a server has seen. Counters add what ended connections
+	// had sent, as last seen, so they never go back.
+	type group struct {
+		ra, rat, bw float64
+		rtt         float64 // The slowest connection's.
+		tx, rx, re  float64
+		congestion  map[string]bool
+	}
+	groups := map[hostUser]*group{}
+	get := func(k hostUser) *group {
+		g := groups[k]
+		if g == nil {
+			g = &group{congestion: map[string]bool{}}
+			groups[k] = g
+		}
+		return g
+	}
 	for _, cn := range s.connections() {
 		cn.mu.Lock()
-		labels := []string{cn.addr, cn.user}
+		k := hostUser{hostOf(cn.addr), cn.user}
 		cn.mu.Unlock()
-		ch <- prometheus.MustNewConstMetric(descConnRA, prometheus.GaugeValue, float64(cn.readAhead.Load()), labels...)
-		ch <- prometheus.MustNewConstMetric(descConnRAT, prometheus.GaugeValue, float64(cn.readAheadTarget.Load()), labels...)
+		g := get(k)
+		g.ra += float64(cn.readAhead.Load())
+		g.rat += float64(cn.readAheadTarget.Load())
 		if cn.raw == nil {
 			continue
 		}
@@ -105,11 +126,47 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		if err != nil {
 			continue
 		}
-		ch <- prometheus.MustNewConstMetric(descConnRTT, prometheus.GaugeValue, info.RTT.Seconds(), labels...)
-		ch <- prometheus.MustNewConstMetric(descConnBW, prometheus.GaugeValue, float64(info.DeliveryRate), labels...)
-		ch <- prometheus.MustNewConstMetric(descConnTx, prometheus.CounterValue, float64(info.BytesSent), labels...)
-		ch <- prometheus.MustNewConstMetric(descConnRx, prometheus.CounterValue, float64(info.BytesRecv), labels...)
-		ch <- prometheus.MustNewConstMetric(descConnRe, prometheus.CounterValue, float64(info.Retrans), labels...)
-		ch <- prometheus.MustNewConstMetric(descConnCC, prometheus.GaugeValue, 1, append(labels, info.Congestion)...)
+		cn.mu.Lock()
+		cn.seen = connTotals{tx: float64(info.BytesSent), rx: float64(info.BytesRecv), re: float64(info.Retrans)}
+		cn.mu.Unlock()
+		g.rtt = max(g.rtt, info.RTT.Seconds())
+		g.bw += float64(info.DeliveryRate)
+		g.tx += float64(info.BytesSent)
+		g.rx += float64(info.BytesRecv)
+		g.re += float64(info.Retrans)
+		g.congestion[info.Congestion] = true
 	}
+	s.mu.Lock()
+	for k, t := range s.ended {
+		g := get(k)
+		g.tx, g.rx, g.re = g.tx+t.tx, g.rx+t.rx, g.re+t.re
+	}
+	s.mu.Unlock()
+	for k, g := range groups {
+		labels := []string{k.host, k.user}
+		ch <- prometheus.MustNewConstMetric(descConnRA, prometheus.GaugeValue, g.ra, labels...)
+		ch <- prometheus.MustNewConstMetric(descConnRAT, prometheus.GaugeValue, g.rat, labels...)
+		ch <- prometheus.MustNewConstMetric(descConnRTT, prometheus.GaugeValue, g.rtt, labels...)
+		ch <- prometheus.MustNewConstMetric(descConnBW, prometheus.GaugeValue, g.bw, labels...)
+		ch <- prometheus.MustNewConstMetric(descConnTx, prometheus.CounterValue, g.tx, labels...)
+		ch <- prometheus.MustNewConstMetric(descConnRx, prometheus.CounterValue, g.rx, labels...)
+		ch <- prometheus.MustNewConstMetric(descConnRe, prometheus.CounterValue, g.re, labels...)
+		for cc := range g.congestion {
+			ch <- prometheus.MustNewConstMetric(descConnCC, prometheus.GaugeValue, 1, append(labels, cc)...)
+		}
+	}
+}
+
+// hostUser keys the connection series: a client host and a user.
+type hostUser struct{ host, user string }
+
+// connTotals are a connection's counters as a scrape last saw them.
+type connTotals struct{ tx, rx, re float64 }
+
+// hostOf is addr without its port.
+func hostOf(addr string) string {
+	if h, _, err := net.SplitHostPort(addr); err == nil {
+		return h
+	}
+	return addr
 }

@@ -104,6 +104,9 @@ type Server struct {
 
 	mu    sync.Mutex
 	conns map[*conn]struct{}
+	// ended holds the counters of connections that ended, by host and
+	// user, for the metrics (see Collect).
+	ended map[hostUser]connTotals
 	raw   map[string]net.Conn // Accepted TCP connections by remote address.
 	// hostConns counts the open connections of each remote host, and
 	// userCalls the calls in progress of each user.
@@ -153,7 +156,8 @@ type conn struct {
 	readAheadTarget atomic.Int64
 
 	mu   sync.Mutex
-	user string // Set by the first call that authenticated.
+	user string     // Set by the first call that authenticated.
+	seen connTotals // Its counters at the last scrape of the metrics.
 }
 
 type connKey struct{}
@@ -199,7 +203,7 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxStreams == 0 {
 		cfg.MaxStreams = DefaultMaxStreams
 	}
-	s := &Server{cfg: cfg, start: time.Now(), authLimit: newAuthLimit(time.Now), conns: map[*conn]struct{}{}, raw: map[string]net.Conn{}, hostConns: map[string]int{}, userCalls: map[string]int{}, budget: newBudget(cfg.ReadAheadBudget, cfg.ReadAheadFixed),
+	s := &Server{cfg: cfg, start: time.Now(), authLimit: newAuthLimit(time.Now), conns: map[*conn]struct{}{}, ended: map[hostUser]connTotals{}, raw: map[string]net.Conn{}, hostConns: map[string]int{}, userCalls: map[string]int{}, budget: newBudget(cfg.ReadAheadBudget, cfg.ReadAheadFixed),
 		zip: zwire.New(proto.MaxData), zstd: !cfg.NoZstd}
 	if cfg.StagingDir == "" {
 		dir, err := os.MkdirTemp("", "ferry-uploads-")
@@ -367,6 +371,14 @@ func (s *Server) HandleConn(ctx context.Context, st stats.ConnStats) {
 		s.conns[c] = struct{}{}
 	case *stats.ConnEnd:
 		delete(s.conns, c)
+		// Its counters go on counting in its host's series.
+		c.mu.Lock()
+		k, t := hostUser{hostOf(c.addr), c.user}, c.seen
+		c.mu.Unlock()
+		if t != (connTotals{}) {
+			e := s.ended[k]
+			s.ended[k] = connTotals{e.tx + t.tx, e.rx + t.rx, e.re + t.re}
+		}
 	}
 }
 

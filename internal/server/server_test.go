@@ -13,6 +13,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -443,42 +444,82 @@ func TestCancelledGetFreesReadAhead(t *testing.T) {
 	}
 }
 
+// TestMetrics: calls are counted by operation, and connections are
+// series by client host and user: more connections from one host add no
+// series, and the bytes they sent keep counting after they end.
 func TestMetrics(t *testing.T) {
 	s := servertest.Start(t, "")
-	c := s.Client(t, "metrics-user")
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(s.Srv.Collector())
+	gather := func() map[string]string {
+		t.Helper()
+		fams, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got := map[string]string{}
+		for _, f := range fams {
+			for _, m := range f.Metric {
+				key := f.GetName()
+				for _, l := range m.Label {
+					key += "," + l.GetName() + "=" + l.GetValue()
+				}
+				got[key] = m.String()
+			}
+		}
+		return got
+	}
+	var clients []*remote.Client
 	for range 3 {
+		c := s.Client(t, "metrics-user")
+		clients = append(clients, c)
 		if _, err := c.Stat(ctx(t), "/").Wait(); err != nil {
 			t.Fatal(err)
 		}
 	}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(s.Srv.Collector())
-	fams, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := map[string]string{}
-	for _, f := range fams {
-		for _, m := range f.Metric {
-			key := f.GetName()
-			for _, l := range m.Label {
-				key += "," + l.GetName() + "=" + l.GetValue()
-			}
-			got[key] = m.String()
-		}
-	}
+	got := gather()
 	if v := got["ferry_calls_total,op=stat"]; !strings.Contains(v, "value:3") {
 		t.Errorf("ferry_calls_total{op=stat} = %q, want 3", v)
 	}
-	found := false
+	var infos, sent []string
 	for k := range got {
-		if strings.HasPrefix(k, "ferry_conn_info,addr=") && strings.Contains(k, "user=metrics-user") && strings.Contains(k, "congestion=") {
-			found = true
+		if strings.HasPrefix(k, "ferry_conn_info,") && strings.Contains(k, "user=metrics-user") && strings.Contains(k, "congestion=") {
+			infos = append(infos, k)
+		}
+		if strings.HasPrefix(k, "ferry_conn_sent_bytes_total,") && strings.Contains(k, "user=metrics-user") {
+			sent = append(sent, k)
 		}
 	}
-	if !found {
-		t.Errorf("no ferry_conn_info for the client among %d series", len(got))
+	if len(infos) != 1 || len(sent) != 1 || !strings.Contains(sent[0], "host=127.0.0.1,") {
+		t.Fatalf("series of three clients from one host: %v and %v, want one each, by host", infos, sent)
 	}
+	before := counterValue(got[sent[0]])
+	for _, c := range clients {
+		c.Close()
+	}
+	// The connections have ended when their congestion series has gone.
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, live := gather()[infos[0]]; !live {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if _, live := gather()[infos[0]]; live {
+		t.Fatal("the closed clients' connections never ended")
+	}
+	if after := counterValue(gather()[sent[0]]); after < before || before == 0 {
+		t.Errorf("bytes sent to the host: %v before its connections ended, %v after; want no decrease", before, after)
+	}
+}
+
+// counterValue reads the value of a gathered counter's text.
+func counterValue(m string) float64 {
+	_, v, _ := strings.Cut(m, "counter:")
+	_, v, _ = strings.Cut(v, "value:")
+	v, _, _ = strings.Cut(strings.TrimSpace(v), " ")
+	f, _ := strconv.ParseFloat(strings.TrimRight(v, "}"), 64)
+	return f
 }
 
 // TestTokenGuessingLimited: an address that keeps presenting wrong tokens
