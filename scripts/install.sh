@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # install.sh BIN: installs the ferry binary BIN with what a system needs to
 # use it as sshfs and rclone are used: mount.ferry for /etc/fstab and
-# mount -t ferry, man pages, shell completion and a systemd unit for the
-# server. DESTDIR (a staging root) and PREFIX (default /usr/local) as
+# mount -t ferry, man pages, shell completion, a templated systemd unit
+# for the server and an example mount unit. DESTDIR (a staging root) and PREFIX (default /usr/local) as
 # make install takes them.
 set -euo pipefail
 bin=${1:?usage: install.sh BIN}
@@ -20,7 +20,9 @@ install -d "$root$prefix/share/bash-completion/completions" "$root$prefix/share/
 "$bin" completion bash > "$root$prefix/share/bash-completion/completions/ferry"
 "$bin" completion zsh > "$root$prefix/share/zsh/site-functions/_ferry"
 "$bin" completion fish > "$root$prefix/share/fish/vendor_completions.d/ferry.fish"
-# The unit names the binary where PREFIX put it.
-install -d "$root/etc/systemd/system"
-sed "s|/usr/local/bin/ferry|$prefix/bin/ferry|" "$src/systemd/ferry-serve.service" > "$root/etc/systemd/system/ferry-serve.service"
-echo "installed ferry in $root$prefix (mount.ferry in $root/sbin, ferry-serve.service in $root/etc/systemd/system)"
+# The server's unit names the binary where PREFIX put it; the mount unit
+# is an example, beside the documentation.
+install -d "$root/etc/systemd/system" "$root$prefix/share/doc/ferry/examples"
+sed "s|/usr/local/bin/ferry|$prefix/bin/ferry|" "$src/systemd/ferry-serve@.service" > "$root/etc/systemd/system/ferry-serve@.service"
+install -m 644 "$src/systemd/mnt-src.mount" "$root$prefix/share/doc/ferry/examples/mnt-src.mount"
+echo "installed ferry in $root$prefix (mount.ferry in $root/sbin, ferry-serve@.service in $root/etc/systemd/system)"

@@ -553,6 +553,7 @@ func TestInstall(t *testing.T) {
 		"opt/ferry/share/bash-completion/completions/ferry",
 		"opt/ferry/share/zsh/site-functions/_ferry",
 		"opt/ferry/share/fish/vendor_completions.d/ferry.fish",
+		"opt/ferry/share/doc/ferry/examples/mnt-src.mount",
 	} {
 		if fi, err := os.Stat(filepath.Join(dest, f)); err != nil || fi.Size() == 0 {
 			t.Errorf("%s: %v", f, err)
@@ -565,7 +566,7 @@ func TestInstall(t *testing.T) {
 	if !strings.Contains(string(man), "fstab") {
 		t.Errorf("ferry-mount.1 does not say how to mount from /etc/fstab")
 	}
-	unit, _ := os.ReadFile(filepath.Join(dest, "etc/systemd/system/ferry-serve.service"))
+	unit, _ := os.ReadFile(filepath.Join(dest, "etc/systemd/system/ferry-serve@.service"))
 	if !strings.Contains(string(unit), "ExecStart=/opt/ferry/bin/ferry serve") {
 		t.Errorf("the unit does not run the installed binary:\n%s", unit)
 	}
