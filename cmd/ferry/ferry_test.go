@@ -652,3 +652,33 @@ func TestExclude(t *testing.T) {
 	os.RemoveAll(filepath.Join(dst, ".git"))
 	check("sync", dst)
 }
+
+// TestRemoteCompletion: the shell's completion of HOST:PATH lists the
+// server's names in PATH's directory that begin with what was typed,
+// directories with a slash; a local path is left to the shell.
+func TestRemoteCompletion(t *testing.T) {
+	e := start(t)
+	writeTree(t, e.dir, map[string]string{"src/a.c": "a", "sub.txt": "s", "other": "o"})
+	// A server not yet trusted is not contacted to complete.
+	if out, _ := e.run(true, "__complete", "get", e.at("/s")); strings.Contains(out, ":/s") {
+		t.Errorf("completion contacted a server whose key is not pinned: %q", out)
+	}
+	e.run(true, "ls", e.at("/"))
+	out, _ := e.run(true, "__complete", "get", e.at("/s"))
+	for _, want := range []string{e.at("/src/"), e.at("/sub.txt")} {
+		if !strings.Contains(out, want+"\n") {
+			t.Errorf("completing %s: %q lacks %s", e.at("/s"), out, want)
+		}
+	}
+	if strings.Contains(out, "other") {
+		t.Errorf("completing %s offers other: %q", e.at("/s"), out)
+	}
+	out, _ = e.run(true, "__complete", "ls", e.at("/src/"))
+	if !strings.Contains(out, e.at("/src/a.c")+"\n") {
+		t.Errorf("completing %s: %q", e.at("/src/"), out)
+	}
+	out, _ = e.run(true, "__complete", "put", "./lo")
+	if strings.Contains(out, ":/") {
+		t.Errorf("completing a local path asked the server: %q", out)
+	}
+}

@@ -258,6 +258,22 @@ func (h *KnownHosts) Check(addr, fp string) error {
 	return nil
 }
 
+// Known reports whether a key is pinned for addr.
+func (h *KnownHosts) Known(addr string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	lines, err := readList(h.File)
+	if err != nil {
+		return false
+	}
+	for _, l := range lines {
+		if l[0] == addr {
+			return true
+		}
+	}
+	return false
+}
+
 // readList reads a whitespace-separated list file; a missing file is empty.
 // Lines with fewer than two fields are skipped.
 func readList(file string) ([][]string, error) {

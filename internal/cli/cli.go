@@ -112,12 +112,17 @@ Keys and lists live in $FERRY_HOME (default ~/.config/ferry).`,
 	}
 	root.PersistentFlags().String("token", "", "bearer token to present instead of the client key (or $FERRY_TOKEN)")
 	root.PersistentFlags().Int("bulk-conns", remote.DefaultBulkConns, "`connections` that carry file data; a large download spreads its chunks over them; with BBR one was fastest on every link measured")
+	// Each command with the flags and completion of its kind: commands on
+	// remote paths wait --timeout and complete HOST:PATH; transfers have
+	// the chunk cache, --exclude, and (get, put) progress flags.
+	remoteCmd := func(c *cobra.Command) *cobra.Command { return remoteCompletion(timeoutFlag(c)) }
+	transfer := func(c *cobra.Command) *cobra.Command { return excludeFlag(remoteCmd(cacheFlags(c))) }
 	root.AddCommand(
 		serveCmd(),
-		timeoutFlag(findCmd()), timeoutFlag(lsCmd()), timeoutFlag(statCmd()), timeoutFlag(cacheFlags(catCmd())),
-		progressFlags(excludeFlag(timeoutFlag(cacheFlags(getCmd())))), progressFlags(excludeFlag(timeoutFlag(cacheFlags(putCmd())))), excludeFlag(timeoutFlag(cacheFlags(syncCmd()))),
-		timeoutFlag(rmCmd()), timeoutFlag(mvCmd()), timeoutFlag(cacheFlags(ctlCmd())),
-		cacheFlags(mountCmd()), umountCmd(),
+		remoteCmd(findCmd()), remoteCmd(lsCmd()), remoteCmd(statCmd()), remoteCmd(cacheFlags(catCmd())),
+		progressFlags(transfer(getCmd())), progressFlags(transfer(putCmd())), transfer(syncCmd()),
+		remoteCmd(rmCmd()), remoteCmd(mvCmd()), timeoutFlag(cacheFlags(ctlCmd())),
+		remoteCompletion(cacheFlags(mountCmd())), umountCmd(),
 		keyCmd(), authorizeCmd(), tokenCmd(), manCmd(),
 		netemcmd.Command(),
 	)
