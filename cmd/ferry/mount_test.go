@@ -302,3 +302,46 @@ func TestMountHelper(t *testing.T) {
 		t.Errorf("still mounted after ferry umount")
 	}
 }
+
+// TestMountFstab: an fstab line of type ferry mounts with mount(8), which
+// runs /sbin/mount.ferry (linked to the binary under test for the test
+// when make install has not put one there), from a temporary fstab.
+func TestMountFstab(t *testing.T) {
+	needMount(t)
+	const helper = "/sbin/mount.ferry"
+	if _, err := os.Lstat(helper); os.IsNotExist(err) {
+		if err := os.Symlink(ferryBin, helper); err != nil {
+			testenv.Require(t, "cannot link "+helper+": "+err.Error())
+		}
+		t.Cleanup(func() { os.Remove(helper) })
+	} else if l, _ := os.Readlink(helper); l != ferryBin {
+		t.Logf("%s is %q, not this test's binary", helper, l)
+	}
+	e := start(t)
+	writeTree(t, e.dir, map[string]string{"hello.txt": "hello\n"})
+	e.run(true, "ls", e.at("/")) // Pins the server's key in e.home.
+	mnt := t.TempDir()
+	t.Cleanup(func() {
+		if mounted(t, mnt) {
+			syscall.Unmount(mnt, syscall.MNT_DETACH)
+		}
+	})
+	fstab := filepath.Join(t.TempDir(), "fstab")
+	line := fmt.Sprintf("%s %s ferry _netdev,noauto,ro,timeout=20s,home=%s 0 0\n", e.at("/"), mnt, e.home)
+	if err := os.WriteFile(fstab, []byte(line), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("mount", "-T", fstab, mnt).CombinedOutput(); err != nil {
+		t.Fatalf("mount -T %s %s: %v\n%s", fstab, mnt, err, out)
+	}
+	if !mounted(t, mnt) {
+		t.Fatal("mount returned 0 but nothing is mounted")
+	}
+	if b, err := os.ReadFile(filepath.Join(mnt, "hello.txt")); err != nil || string(b) != "hello\n" {
+		t.Errorf("read through the fstab mount: %q, %v", b, err)
+	}
+	if out, err := exec.Command("sh", "-c", "echo x > "+filepath.Join(mnt, "new")).CombinedOutput(); err == nil || !strings.Contains(string(out), "Read-only") {
+		t.Errorf("a write to the ro fstab mount: %v %s", err, out)
+	}
+	e.run(true, "umount", mnt)
+}
