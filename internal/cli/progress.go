@@ -22,6 +22,7 @@ const progressDelay = time.Second
 // progressDelay and standard error is a terminal, draws a bar.
 type progress struct {
 	n     atomic.Int64
+	cur   atomic.Pointer[string] // The file being moved, for the bar.
 	total atomic.Int64 // < 0 while unknown; grows as a walk finds files (Expect).
 	done  chan struct{}
 	once  sync.Once
@@ -80,7 +81,8 @@ func newProgress(w io.Writer, name string, total int64, o progressOpts) *progres
 		pb := mpb.New(mpb.WithOutput(w), mpb.WithRefreshRate(200*time.Millisecond))
 		bar := pb.AddBar(max(p.total.Load(), 0),
 			mpb.PrependDecorators(decor.Name(name+" "), decor.Counters(decor.SizeB1024(0), "% .1f / % .1f"), decor.Percentage(decor.WC{W: 5})),
-			mpb.AppendDecorators(decor.AverageSpeed(decor.SizeB1024(0), "% .1f"), decor.Name(" "), decor.AverageETA(decor.ET_STYLE_GO)),
+			mpb.AppendDecorators(decor.AverageSpeed(decor.SizeB1024(0), "% .1f"), decor.Name(" "), decor.AverageETA(decor.ET_STYLE_GO),
+				decor.Any(func(decor.Statistics) string { return " " + p.current() })),
 		)
 		tick := time.NewTicker(200 * time.Millisecond)
 		defer tick.Stop()
@@ -132,6 +134,21 @@ func (p *progress) line(name string, elapsed time.Duration) string {
 		s += fmt.Sprintf(", %v left", time.Duration(float64(total-n)/rate*float64(time.Second)).Round(time.Second))
 	}
 	return s
+}
+
+// Current names the file being moved now.
+func (p *progress) Current(name string) { p.cur.Store(&name) }
+
+// current is the file being moved, shortened for the bar.
+func (p *progress) current() string {
+	c := p.cur.Load()
+	if c == nil {
+		return ""
+	}
+	if s := *c; len(s) > 40 {
+		return "..." + s[len(s)-37:]
+	}
+	return *c
 }
 
 // Add counts n more bytes.

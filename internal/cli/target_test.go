@@ -135,3 +135,22 @@ func TestProgressStats(t *testing.T) {
 		t.Errorf("stats lines: %q", out)
 	}
 }
+
+// TestProgressCurrent: the bar names the file being moved, its tail if
+// the name is long.
+func TestProgressCurrent(t *testing.T) {
+	p := newProgress(io.Discard, "", -1, progressOpts{})
+	defer p.Finish()
+	if got := p.current(); got != "" {
+		t.Errorf("before any file: %q", got)
+	}
+	p.Current("/src/a.c")
+	if got := p.current(); got != "/src/a.c" {
+		t.Errorf("current = %q", got)
+	}
+	long := "/" + strings.Repeat("d/", 30) + "file.go"
+	p.Current(long)
+	if got := p.current(); len(got) != 40 || !strings.HasSuffix(got, "file.go") || !strings.HasPrefix(got, "...") {
+		t.Errorf("a long name shows as %q", got)
+	}
+}

@@ -116,6 +116,7 @@ func getSplit(ctx context.Context, f ferry.FS, p, dst string, o getOpts, prog *p
 		}
 		if e.Dir != nil && e.Dir.Type() == ferry.TypeFile {
 			prog.Expect(e.Dir.Size())
+			prog.Current(e.Dir.Path())
 		}
 		prog.Add(int64(len(e.Data)))
 	}
@@ -530,6 +531,7 @@ func (f freshPuts) Replace(ctx context.Context, p string, d ferry.Dir, src *io.S
 
 // putOne puts the local entry e, a regular file by rp if it is not nil.
 func putOne(ctx context.Context, t ferry.Tree, e localEntry, prog *progress, rp replacer) error {
+	prog.Current(e.dst)
 	if e.d.Type() != ferry.TypeFile {
 		_, err := t.Put(ctx, e.dst, e.d, 0, nil).Wait()
 		return err
