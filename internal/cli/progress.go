@@ -23,7 +23,7 @@ const progressDelay = time.Second
 type progress struct {
 	n     atomic.Int64
 	cur   atomic.Pointer[string] // The file being moved, for the bar.
-	total atomic.Int64 // < 0 while unknown; grows as a walk finds files (Expect).
+	total atomic.Int64           // < 0 while unknown; grows as a walk finds files (Expect).
 	done  chan struct{}
 	once  sync.Once
 	wg    sync.WaitGroup
