@@ -12,6 +12,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -680,5 +682,31 @@ func TestRemoteCompletion(t *testing.T) {
 	out, _ = e.run(true, "__complete", "put", "./lo")
 	if strings.Contains(out, ":/") {
 		t.Errorf("completing a local path asked the server: %q", out)
+	}
+}
+
+// TestInclude: --include keeps only the files that match (directories
+// are walked for them), --exclude still wins, and a pattern ending in a
+// slash matches directories only, as in .gitignore.
+func TestInclude(t *testing.T) {
+	e := start(t)
+	src := filepath.Join(t.TempDir(), "proj")
+	writeTree(t, src, map[string]string{
+		"main.c": "m", "main.o": "o", "sub/x.c": "x", "sub/README": "r",
+		"gen/g.c": "g", "sub/gen/h.c": "h", "doc/gen": "a file named gen",
+	})
+	e.run(true, "put", "--include", "*.c", "--include", "gen", "--exclude", "gen/", src, e.at("/p"))
+	var got []string
+	root := filepath.Join(e.dir, "p")
+	filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() {
+			rel, _ := filepath.Rel(root, p)
+			got = append(got, rel)
+		}
+		return nil
+	})
+	sort.Strings(got)
+	if want := []string{"doc/gen", "main.c", "sub/x.c"}; !slices.Equal(got, want) {
+		t.Errorf("put --include '*.c' --include gen --exclude gen/ copied %v, want %v", got, want)
 	}
 }

@@ -94,7 +94,7 @@ func BenchmarkPutTree(b *testing.B) {
 	n := 0
 	overLinks(b, s, func(c *remote.Client, _ int) {
 		n++
-		if err := put(ctx, c, src, fmt.Sprintf("/up%d", n), nil, progressOpts{}, io.Discard); err != nil {
+		if err := put(ctx, c, src, fmt.Sprintf("/up%d", n), filter{}, progressOpts{}, io.Discard); err != nil {
 			b.Fatal(err)
 		}
 	})

@@ -114,9 +114,10 @@ Keys and lists live in $FERRY_HOME (default ~/.config/ferry).`,
 	root.PersistentFlags().Int("bulk-conns", remote.DefaultBulkConns, "`connections` that carry file data; a large download spreads its chunks over them; with BBR one was fastest on every link measured")
 	// Each command with the flags and completion of its kind: commands on
 	// remote paths wait --timeout and complete HOST:PATH; transfers have
-	// the chunk cache, --exclude, and (get, put) progress flags.
+	// the chunk cache, --exclude and --include, and (get, put) progress
+	// flags.
 	remoteCmd := func(c *cobra.Command) *cobra.Command { return remoteCompletion(timeoutFlag(c)) }
-	transfer := func(c *cobra.Command) *cobra.Command { return excludeFlag(remoteCmd(cacheFlags(c))) }
+	transfer := func(c *cobra.Command) *cobra.Command { return filterFlags(remoteCmd(cacheFlags(c))) }
 	root.AddCommand(
 		serveCmd(),
 		remoteCmd(findCmd()), remoteCmd(lsCmd()), remoteCmd(statCmd()), remoteCmd(cacheFlags(catCmd())),

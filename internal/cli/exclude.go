@@ -7,42 +7,69 @@ import (
 	"github.com/spf13/cobra"
 )
 
-// excludeFlag gives a transfer command --exclude.
-func excludeFlag(c *cobra.Command) *cobra.Command {
-	c.Flags().StringArray("exclude", nil, "skip what matches this `glob`, a directory with all below it: a name (*.o, .git) or, with a /, a path under the copied tree (build/gen); repeatable")
+// filter is what a transfer leaves out (--exclude) or keeps alone
+// (--include).
+type filter struct {
+	exclude, include []string
+}
+
+// filterFlags gives a transfer command --exclude and --include.
+func filterFlags(c *cobra.Command) *cobra.Command {
+	c.Flags().StringArray("exclude", nil, "skip what matches this `glob`, a directory with all below it: a name (*.o, .git), a path under the copied tree if it holds a / (/build/gen), a directory alone if it ends with /; repeatable")
+	c.Flags().StringArray("include", nil, "copy only the files that match this `glob` (as --exclude reads it; directories are walked for them); repeatable, and --exclude wins")
 	return c
 }
 
-// excludes returns the command's --exclude patterns.
-func excludes(cmd *cobra.Command) []string {
-	ps, _ := cmd.Flags().GetStringArray("exclude")
-	return ps
+// filterOf returns the command's filter.
+func filterOf(cmd *cobra.Command) filter {
+	var f filter
+	f.exclude, _ = cmd.Flags().GetStringArray("exclude")
+	f.include, _ = cmd.Flags().GetStringArray("include")
+	return f
 }
 
-// excludePred returns the predicate that keeps what pred keeps (every
-// entry if pred is "") of the tree at root, less what the patterns
-// exclude: a matching entry is left out and, being pruned, so is all
-// below it. A pattern without a slash matches names, one with a slash
-// paths under root. The same predicate serves the server's walk (get,
-// sync) and the local one (put, through pred.Eval), so both sides skip
-// the same entries.
-func excludePred(root, pred string, patterns []string) string {
-	if len(patterns) == 0 {
+// filterPred returns the predicate that keeps what pred keeps (every
+// entry if pred is "") of the tree at root, less what f leaves out: an
+// excluded entry is left out and, being pruned, so is all below it; with
+// includes, only directories and the files that match one are kept. The
+// same predicate serves the server's walk (get, sync) and the local one
+// (put, through pred.Eval), so both sides skip the same entries.
+func filterPred(root, pred string, f filter) string {
+	if len(f.exclude) == 0 && len(f.include) == 0 {
 		return pred
 	}
+	keep := "true"
+	if pred != "" {
+		keep = "(" + pred + ")"
+	}
+	if len(f.include) > 0 {
+		keep = "(type=d | " + matchAny(root, f.include) + ") & " + keep
+	}
+	if len(f.exclude) == 0 {
+		return keep
+	}
+	m := matchAny(root, f.exclude)
+	return "(" + m + " & prune) | (!" + m + " & " + keep + ")"
+}
+
+// matchAny returns the predicate that matches any of the patterns, read
+// as .gitignore reads them: without a slash a name, with one a path under
+// root, with a trailing slash a directory only.
+func matchAny(root string, patterns []string) string {
 	var ms []string
 	for _, p := range patterns {
-		if strings.Contains(strings.TrimSuffix(p, "/"), "/") {
-			ms = append(ms, "path~"+quotePred(path.Join(root, strings.TrimPrefix(p, "/"))))
-		} else {
-			ms = append(ms, "name~"+quotePred(strings.TrimSuffix(p, "/")))
+		dirOnly := strings.HasSuffix(p, "/")
+		p = strings.TrimSuffix(p, "/")
+		m := "name~" + quotePred(p)
+		if strings.Contains(p, "/") {
+			m = "path~" + quotePred(path.Join(root, strings.TrimPrefix(p, "/")))
 		}
+		if dirOnly {
+			m = "(" + m + " & type=d)"
+		}
+		ms = append(ms, m)
 	}
-	m := "(" + strings.Join(ms, " | ") + ")"
-	if pred == "" {
-		pred = "true"
-	}
-	return "(" + m + " & prune) | (!" + m + " & (" + pred + "))"
+	return "(" + strings.Join(ms, " | ") + ")"
 }
 
 // quotePred quotes s as a value of the predicate language.

@@ -51,7 +51,7 @@ while it runs may or may not be carried over.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.out, o.errOut = cmd.OutOrStdout(), cmd.ErrOrStderr()
-			o.exclude = excludes(cmd)
+			o.filter = filterOf(cmd)
 			return runSync(cmd, args[0], args[1], o)
 		},
 	}
@@ -64,7 +64,7 @@ while it runs may or may not be carried over.`,
 // syncOpts are the choices of one sync.
 type syncOpts struct {
 	dryRun, delete, verbose bool
-	exclude                 []string // Left out on both sides (excludePred): neither copied nor deleted.
+	filter                  filter // Left out on both sides (filterPred): neither copied nor deleted.
 	out, errOut             io.Writer
 }
 
@@ -185,12 +185,12 @@ type listing struct {
 
 // list lists the tree at s.root in one Find request. A root that does not
 // exist is an empty listing when missingOK.
-func list(ctx context.Context, s syncSide, missingOK bool, exclude []string) (*listing, error) {
+func list(ctx context.Context, s syncSide, missingOK bool, f filter) (*listing, error) {
 	l := &listing{byRel: map[string]ferry.Dir{}}
 	if s.fs == nil {
 		return l, nil
 	}
-	st := s.fs.Find(ctx, s.root, excludePred(s.root, "", exclude))
+	st := s.fs.Find(ctx, s.root, filterPred(s.root, "", f))
 	for e := range st.All() {
 		p := e.Dir.Path()
 		if !ferry.HasPrefix(p, s.root) {
@@ -225,8 +225,8 @@ func syncTrees(ctx context.Context, src, dst syncSide, o syncOpts) (syncStats, e
 	var serr, derr error
 	var wg sync.WaitGroup
 	wg.Add(1)
-	go func() { defer wg.Done(); dl, derr = list(ctx, dst, true, o.exclude) }()
-	sl, serr = list(ctx, src, false, o.exclude)
+	go func() { defer wg.Done(); dl, derr = list(ctx, dst, true, o.filter) }()
+	sl, serr = list(ctx, src, false, o.filter)
 	wg.Wait()
 	if serr != nil {
 		return st, serr

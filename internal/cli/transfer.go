@@ -53,7 +53,7 @@ says how many bytes crossed the wire for how many bytes of files.`,
 				before := c.Traffic()
 				// host:/src/ copies what src holds into an existing
 				// LOCAL, not src itself (rsync's convention).
-				o := getOpts{nest: !contentsOf(args[0]), split: split, exclude: excludes(cmd)}
+				o := getOpts{nest: !contentsOf(args[0]), split: split, filter: filterOf(cmd)}
 				err := getSplit(ctx, c, t.Path, dst, o, newProgress(cmd.ErrOrStderr(), "get", -1, progressOptsOf(cmd)), cmd.ErrOrStderr())
 				summary(cmd.ErrOrStderr(), "got", c.Traffic().Sub(before), err)
 				return err
@@ -73,11 +73,11 @@ func get(ctx context.Context, f ferry.FS, p, dst string, prog *progress, errOut 
 
 // getOpts are a get's choices: whether an existing directory dst receives
 // p itself (nest) or what p holds; the size above which files go by chunks
-// beside the stream (split, 0 for none); what to leave out (exclude).
+// beside the stream (split, 0 for none); what to leave out (filter).
 type getOpts struct {
 	nest    bool
 	split   int64
-	exclude []string
+	filter  filter
 }
 
 // getSplit is get that, if o.split > 0, fetches files larger than split
@@ -104,10 +104,10 @@ func getSplit(ctx context.Context, f ferry.FS, p, dst string, o getOpts, prog *p
 	var big *ferry.Stream[ferry.Entry]
 	if split > 0 {
 		pred = fmt.Sprintf("type!=f | size<=%d", split)
-		big = f.Find(ctx, p, excludePred(p, fmt.Sprintf("type=f & size>%d", split), o.exclude))
+		big = f.Find(ctx, p, filterPred(p, fmt.Sprintf("type=f & size>%d", split), o.filter))
 		defer big.Close()
 	}
-	s := f.FindGet(ctx, p, excludePred(p, pred, o.exclude))
+	s := f.FindGet(ctx, p, filterPred(p, pred, o.filter))
 	for e := range s.All() {
 		if err := w.entry(e); err != nil {
 			s.Close()
@@ -373,7 +373,7 @@ hard links are copied as separate files.`,
 					dst = path.Join(dst, filepath.Base(filepath.Clean(args[0])))
 				}
 				before := c.Traffic()
-				err := put(ctx, c, args[0], dst, excludes(cmd), progressOptsOf(cmd), cmd.ErrOrStderr())
+				err := put(ctx, c, args[0], dst, filterOf(cmd), progressOptsOf(cmd), cmd.ErrOrStderr())
 				summary(cmd.ErrOrStderr(), "put", c.Traffic().Sub(before), err)
 				return err
 			})
@@ -397,15 +397,15 @@ type localEntry struct {
 }
 
 // put uploads the local tree src to dst on t.
-func put(ctx context.Context, t ferry.Tree, src, dst string, exclude []string, po progressOpts, errOut io.Writer) error {
+func put(ctx context.Context, t ferry.Tree, src, dst string, f filter, po progressOpts, errOut io.Writer) error {
 	var dirs, files []localEntry
 	var total int64
 	// What is excluded is decided as the server decides for get and sync,
 	// by the same predicate, on the paths as they will be under dst.
 	var skip *pred.Pred
-	if len(exclude) > 0 {
+	if fp := filterPred(dst, "", f); fp != "" {
 		var err error
-		if skip, err = pred.Parse(excludePred(dst, "", exclude)); err != nil {
+		if skip, err = pred.Parse(fp); err != nil {
 			return err
 		}
 	}
