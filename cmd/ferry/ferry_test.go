@@ -619,17 +619,12 @@ func TestExclude(t *testing.T) {
 	want := map[string]string{"main.c": "int main;\n", "sub/x.c": "x\n", "sub/gen/keep.c": "keep\n"}
 	check := func(what, dir string) {
 		t.Helper()
-		var got []string
-		filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
-			if err == nil && !fi.IsDir() {
-				rel, _ := filepath.Rel(dir, p)
-				got = append(got, rel)
-				if b, _ := os.ReadFile(p); want[rel] != string(b) {
-					t.Errorf("%s: %s holds %q, want it absent or %q", what, rel, b, want[rel])
-				}
+		got := filesUnder(dir)
+		for _, rel := range got {
+			if b, _ := os.ReadFile(filepath.Join(dir, rel)); want[rel] != string(b) {
+				t.Errorf("%s: %s holds %q, want it absent or %q", what, rel, b, want[rel])
 			}
-			return nil
-		})
+		}
 		if len(got) != len(want) {
 			t.Errorf("%s: %v, want %d files", what, got, len(want))
 		}
@@ -696,17 +691,22 @@ func TestInclude(t *testing.T) {
 		"gen/g.c": "g", "sub/gen/h.c": "h", "doc/gen": "a file named gen",
 	})
 	e.run(true, "put", "--include", "*.c", "--include", "gen", "--exclude", "gen/", src, e.at("/p"))
-	var got []string
-	root := filepath.Join(e.dir, "p")
-	filepath.Walk(root, func(p string, fi os.FileInfo, err error) error {
-		if err == nil && !fi.IsDir() {
-			rel, _ := filepath.Rel(root, p)
-			got = append(got, rel)
-		}
-		return nil
-	})
-	sort.Strings(got)
+	got := filesUnder(filepath.Join(e.dir, "p"))
 	if want := []string{"doc/gen", "main.c", "sub/x.c"}; !slices.Equal(got, want) {
 		t.Errorf("put --include '*.c' --include gen --exclude gen/ copied %v, want %v", got, want)
 	}
+}
+
+// filesUnder returns the files below dir, relative to it, sorted.
+func filesUnder(dir string) []string {
+	var out []string
+	filepath.Walk(dir, func(p string, fi os.FileInfo, err error) error {
+		if err == nil && !fi.IsDir() {
+			rel, _ := filepath.Rel(dir, p)
+			out = append(out, rel)
+		}
+		return nil
+	})
+	sort.Strings(out)
+	return out
 }

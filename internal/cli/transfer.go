@@ -75,9 +75,9 @@ func get(ctx context.Context, f ferry.FS, p, dst string, prog *progress, errOut 
 // p itself (nest) or what p holds; the size above which files go by chunks
 // beside the stream (split, 0 for none); what to leave out (filter).
 type getOpts struct {
-	nest    bool
-	split   int64
-	filter  filter
+	nest   bool
+	split  int64
+	filter filter
 }
 
 // getSplit is get that, if o.split > 0, fetches files larger than split
