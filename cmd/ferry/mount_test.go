@@ -180,6 +180,9 @@ func TestMountEndToEnd(t *testing.T) {
 	if _, errOut := e.run(false, "mount", "-o", "ro,bogus", e.at("/"), mnt); !strings.Contains(errOut, "unknown mount option") {
 		t.Errorf("mounting with -o bogus: %q", errOut)
 	}
+	if _, errOut := e.run(false, "mount", e.at("/"), filepath.Join(mnt, "no-such-dir")); !strings.Contains(errOut, "mount point does not exist") {
+		t.Errorf("mounting on a missing mount point: %q", errOut)
+	}
 
 	// -o ro: reads work, writes fail; df tells the server's numbers.
 	e.run(true, "mount", "-o", "ro", e.at("/"), mnt)

@@ -518,12 +518,22 @@ func exitCode(err error) string {
 	return err.Error()
 }
 
-// notMounted refuses a mount point that something is mounted on already:
-// a second mount would stack on the first and hide it.
+// notMounted refuses a mount point that does not exist or is no
+// directory, and one that something is mounted on already: a second
+// mount would stack on the first and hide it.
 func notMounted(mountpoint string) error {
 	abs, err := filepath.Abs(mountpoint)
 	if err != nil {
 		return ferry.E("mount", mountpoint, ferry.KindInvalid, err)
+	}
+	// Said here, before FUSE's helper says only that it failed.
+	switch fi, err := os.Stat(abs); {
+	case os.IsNotExist(err):
+		return ferry.E("mount", abs, ferry.KindNotExist, "the mount point does not exist (mkdir it first)")
+	case err != nil:
+		return ferry.E("mount", abs, err)
+	case !fi.IsDir():
+		return ferry.E("mount", abs, ferry.KindNotDir, "the mount point is not a directory")
 	}
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
