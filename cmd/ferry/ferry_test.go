@@ -252,6 +252,10 @@ func TestEndToEnd(t *testing.T) {
 	if !strings.Contains(out, "path=/a.txt") || !strings.Contains(out, "path=/src size=4096 type=d") {
 		t.Errorf("stat = %q", out)
 	}
+	// Times as dates, not the wire's nanoseconds.
+	if !regexp.MustCompile(`mtime=\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d`).MatchString(out) {
+		t.Errorf("stat shows no date for mtime: %q", out)
+	}
 	_, errOut = e.run(false, "stat", e.at("/nope"))
 	if !strings.Contains(errOut, "does not exist") {
 		t.Errorf("stat of a missing file: %q", errOut)

@@ -6,6 +6,7 @@ import (
 	"io"
 	"path"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,7 +47,7 @@ func find(ctx context.Context, fs ferry.Finder, p, pred string, long bool, out, 
 		case e.Err != nil:
 			errs.add(e.Err)
 		case long:
-			fmt.Fprintln(out, e.Dir)
+			fmt.Fprintln(out, readable(e.Dir))
 		default:
 			fmt.Fprintln(out, e.Dir.Path())
 		}
@@ -137,7 +138,7 @@ func statCmd() *cobra.Command {
 						errs.add(err)
 						continue
 					}
-					fmt.Fprintln(cmd.OutOrStdout(), d)
+					fmt.Fprintln(cmd.OutOrStdout(), readable(d))
 				}
 				return errs.err()
 			})
@@ -361,4 +362,18 @@ to the server instead, e.g.
 			})
 		},
 	}
+}
+
+// readable is d with its times as dates (RFC 3339, to the nanosecond, in
+// local time) instead of the wire's nanoseconds since 1970, for people.
+func readable(d ferry.Dir) ferry.Dir {
+	d = d.Clone()
+	for _, k := range []string{ferry.AttrAtime, ferry.AttrMtime, ferry.AttrCtime} {
+		if v, ok := d[k]; ok {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				d[k] = time.Unix(0, n).Format(time.RFC3339Nano)
+			}
+		}
+	}
+	return d
 }
