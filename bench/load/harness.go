@@ -193,7 +193,7 @@ type ferryServer struct {
 func (h *harness) startServer(ctx context.Context, m mode, extra ...string) (*ferryServer, error) {
 	args := []string{"serve", h.srv,
 		"--listen", h.serverAddr(),
-		"--metrics", metricsAddr,
+		"--metrics", metricsAddr, "--metrics-per-connection",
 		"--index", filepath.Join(h.work, "index"),
 		"--grace", "2s"}
 	if m.fixed > 0 {

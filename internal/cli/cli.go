@@ -142,6 +142,7 @@ func serveCmd() *cobra.Command {
 	var noSelf bool
 	var ix indexOpts
 	var raFixed int64
+	var metricsPerConn bool
 	c := &cobra.Command{
 		Use:   "serve DIR",
 		Short: "Serve the directory DIR",
@@ -177,7 +178,7 @@ Limitations: all admitted users have the server process's rights on DIR;
 a real file named Ctl at the top of DIR is shadowed by the control file.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return serve(cmd.Context(), args[0], listen, metrics, grace, !noSelf, ix, raFixed, cmd.ErrOrStderr())
+			return serve(cmd.Context(), args[0], listen, metrics, grace, !noSelf, ix, serverTuning{raFixed, metricsPerConn}, cmd.ErrOrStderr())
 		},
 	}
 	c.Flags().StringVar(&ix.dir, "index", "", "directory of the chunk index (default $FERRY_HOME/index/NAME-HASH)")
@@ -194,7 +195,16 @@ a real file named Ctl at the top of DIR is shadowed by the control file.`,
 	// (see server.Config.ReadAheadFixed).
 	c.Flags().Int64Var(&raFixed, "readahead-fixed", 0, "read this many `bytes` ahead of every download whatever its connection carries, instead of sizing read-ahead by the connection (for benchmarks; 0: adaptive)")
 	c.Flags().MarkHidden("readahead-fixed")
+	c.Flags().BoolVar(&metricsPerConn, "metrics-per-connection", false, "label the connection metrics with each connection's address (for benchmarks: the series grow with the connections)")
+	c.Flags().MarkHidden("metrics-per-connection")
 	return c
+}
+
+// serverTuning are serve's hidden flags, for benchmarks: a fixed
+// read-ahead and metrics per connection.
+type serverTuning struct {
+	readAheadFixed int64
+	metricsPerConn bool
 }
 
 // indexOpts are serve's chunk index flags.
@@ -222,7 +232,7 @@ func indexDir(dir string) (string, error) {
 	return filepath.Join(auth.Home(), "index", filepath.Base(abs)+"-"+hex.EncodeToString(sum[:8])), nil
 }
 
-func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration, self bool, ix indexOpts, raFixed int64, stderr io.Writer) error {
+func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration, self bool, ix indexOpts, tune serverTuning, stderr io.Writer) error {
 	home := auth.Home()
 	key, created, err := auth.LoadOrCreateKey(filepath.Join(home, auth.ServerKeyFile))
 	if err != nil {
@@ -267,7 +277,7 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 	// served tree; what a killed server left there is resumed by its
 	// clients (the server drops what waited longer than an hour).
 	staging := filepath.Join(home, "staging", filepath.Base(ix.dir))
-	srv, err := server.New(server.Config{FS: tree, Key: key, Auth: az, Version: Version, Log: log, Level: level, ReadAheadFixed: raFixed, StagingDir: staging})
+	srv, err := server.New(server.Config{FS: tree, Key: key, Auth: az, Version: Version, Log: log, Level: level, ReadAheadFixed: tune.readAheadFixed, MetricsPerConn: tune.metricsPerConn, StagingDir: staging})
 	if err != nil {
 		return err
 	}

@@ -1,8 +1,9 @@
 package server
 
 import (
-	"github.com/prometheus/client_golang/prometheus"
 	"net"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/transport"
@@ -15,7 +16,8 @@ func (s *Server) Collector() prometheus.Collector { return collector{s} }
 type collector struct{ s *Server }
 
 var (
-	connLabels     = []string{"host", "user"}
+	// connLabels: addr is empty but with Config.MetricsPerConn.
+	connLabels     = []string{"host", "user", "addr"}
 	descCalls      = prometheus.NewDesc("ferry_calls_total", "Calls answered, by operation.", []string{"op"}, nil)
 	descErrors     = prometheus.NewDesc("ferry_errors_total", "Calls that failed.", nil, nil)
 	descBytes      = prometheus.NewDesc("ferry_payload_bytes_total", "Payload bytes of all calls, by direction.", []string{"dir"}, nil)
@@ -114,7 +116,10 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for _, cn := range s.connections() {
 		cn.mu.Lock()
-		k := hostUser{hostOf(cn.addr), cn.user}
+		k := hostUser{host: hostOf(cn.addr), user: cn.user}
+		if s.cfg.MetricsPerConn {
+			k.addr = cn.addr
+		}
 		cn.mu.Unlock()
 		g := get(k)
 		g.ra += float64(cn.readAhead.Load())
@@ -143,7 +148,7 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 	s.mu.Unlock()
 	for k, g := range groups {
-		labels := []string{k.host, k.user}
+		labels := []string{k.host, k.user, k.addr}
 		ch <- prometheus.MustNewConstMetric(descConnRA, prometheus.GaugeValue, g.ra, labels...)
 		ch <- prometheus.MustNewConstMetric(descConnRAT, prometheus.GaugeValue, g.rat, labels...)
 		ch <- prometheus.MustNewConstMetric(descConnRTT, prometheus.GaugeValue, g.rtt, labels...)
@@ -157,8 +162,9 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// hostUser keys the connection series: a client host and a user.
-type hostUser struct{ host, user string }
+// hostUser keys the connection series: a client host and a user (and the
+// connection's address with Config.MetricsPerConn).
+type hostUser struct{ host, user, addr string }
 
 // connTotals are a connection's counters as a scrape last saw them.
 type connTotals struct{ tx, rx, re float64 }

@@ -64,6 +64,11 @@ type Config struct {
 	// what the adaptive sizing is worth (bench/load): a fixed size pins
 	// as much memory for a 1 Mbit/s client as for a fast one.
 	ReadAheadFixed int64
+	// MetricsPerConn labels the connection metrics with each
+	// connection's address instead of its host: a benchmark (bench/load)
+	// tells its slow and fast clients apart so, but the series then grow
+	// with every connection the server has seen.
+	MetricsPerConn bool
 	// MaxStreams bounds the calls one connection has in progress at once
 	// (default DefaultMaxStreams); further calls wait for a slot, so that
 	// a client cannot pin the server's memory with streams it never
@@ -371,11 +376,12 @@ func (s *Server) HandleConn(ctx context.Context, st stats.ConnStats) {
 		s.conns[c] = struct{}{}
 	case *stats.ConnEnd:
 		delete(s.conns, c)
-		// Its counters go on counting in its host's series.
+		// Its counters go on counting in its host's series (a series
+		// per connection goes with it).
 		c.mu.Lock()
-		k, t := hostUser{hostOf(c.addr), c.user}, c.seen
+		k, t := hostUser{host: hostOf(c.addr), user: c.user}, c.seen
 		c.mu.Unlock()
-		if t != (connTotals{}) {
+		if t != (connTotals{}) && !s.cfg.MetricsPerConn {
 			e := s.ended[k]
 			s.ended[k] = connTotals{e.tx + t.tx, e.rx + t.rx, e.re + t.re}
 		}
