@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -139,6 +140,16 @@ func TestMountEndToEnd(t *testing.T) {
 		if err != nil || !strings.Contains(string(out), want) {
 			t.Errorf("cat Ctl lacks %q (%v):\n%s", want, err, out)
 		}
+	}
+	// Six sections, from the mount down to the server's disk.
+	var sections []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "[") {
+			sections = append(sections, l)
+		}
+	}
+	if want := []string{"[mount]", "[cache]", "[client]", "[server]", "[index]", "[trash]"}; !slices.Equal(sections, want) {
+		t.Errorf("Ctl's sections are %v, want %v", sections, want)
 	}
 	if out, err := exec.Command("sh", "-c", "echo 'pass pass debug on' > "+filepath.Join(mnt, "Ctl")).CombinedOutput(); err != nil {
 		t.Errorf("echo 'pass pass debug on' > Ctl: %v %s", err, out)

@@ -39,6 +39,9 @@ func (s *Server) Status(context.Context) string {
 	fmt.Fprintf(&b, "writeback: %v\n", s.opt.WriteBack)
 	ops, bytes := s.wback.pending()
 	fmt.Fprintf(&b, "writeback.pending: %d calls, %d bytes\n", ops, bytes)
+	// The client cache is inside the adaptor for now (issue 14): its
+	// section is the mount's to write ("drop" is its command).
+	b.WriteString("[cache]\n")
 	c := s.data
 	c.mu.Lock()
 	size, files, st := c.size, len(c.ents), c.stats

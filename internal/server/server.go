@@ -576,19 +576,24 @@ func (s *Server) Status(context.Context) string {
 	fmt.Fprintf(&b, "bytes.in: %d\nbytes.out: %d\n", s.bytesIn.Load(), s.bytesOut.Load())
 	z := s.zip.Stats()
 	fmt.Fprintf(&b, "zstd.in: %d\nzstd.out: %d\nzstd.skipped: %d\nzstd.inflated: %d\n", z.In, z.Out, z.Skipped, z.Inflated)
+	// The chunk store below keeps no control file of its own: its index
+	// and trash get their sections here ("reindex" and "trash empty"
+	// are their commands).
 	if x, ok := ferry.As[Indexer](s.fs); ok {
 		st := x.Index().Stats()
+		b.WriteString("[index]\n")
 		fmt.Fprintf(&b, "index.chunks: %d of %d\nindex.files: %d\nindex.indexed: %d\n", st.Chunks, st.MaxChunks, st.Files, st.Indexed)
 		fmt.Fprintf(&b, "index.hits: %d\nindex.misses: %d\nindex.stale: %d\n", st.Hits, st.Misses, st.Stale)
-		if t, ok := ferry.As[Trasher](s.fs); ok {
-			ts := t.Trash()
-			fmt.Fprintf(&b, "trash.files: %d\ntrash.bytes: %d\n", ts.Files, ts.Bytes)
-		}
 		s.rebuildMu.Lock()
 		if s.rebuild != "" {
 			fmt.Fprintf(&b, "index.rebuild: %s\n", s.rebuild)
 		}
 		s.rebuildMu.Unlock()
+	}
+	if t, ok := ferry.As[Trasher](s.fs); ok {
+		ts := t.Trash()
+		b.WriteString("[trash]\n")
+		fmt.Fprintf(&b, "trash.files: %d\ntrash.bytes: %d\n", ts.Files, ts.Bytes)
 	}
 	return b.String()
 }
