@@ -61,12 +61,6 @@ var (
 	_ ferry.Watcher = (*Tree)(nil)
 )
 
-// New returns a Tree over t with a chunk index in indexDir ("" keeps it in
-// memory) of at most maxChunks entries, and a trash of the default bounds.
-func New(t *local.Tree, indexDir string, maxChunks int64) (*Tree, error) {
-	return Open(t, Options{IndexDir: indexDir, MaxChunks: maxChunks})
-}
-
 // Open returns a Tree over t configured by o.
 func Open(t *local.Tree, o Options) (*Tree, error) {
 	root, err := os.OpenRoot(t.Dir())
