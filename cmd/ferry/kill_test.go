@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ferryfs/ferry/internal/local"
+	"github.com/ferryfs/ferry/internal/fstest"
 	"github.com/ferryfs/ferry/internal/servertest"
 )
 
@@ -140,9 +140,9 @@ func TestKillDuringUpload(t *testing.T) {
 	if got, _ := os.ReadFile(filepath.Join(dir, "big")); !bytes.Equal(got, data) {
 		t.Fatalf("the stored file differs from the source (%d bytes)", len(got))
 	}
-	if !waitFor(30*time.Second, func() bool { return len(temps(dir)) == 0 }) {
+	if !waitFor(30*time.Second, func() bool { return len(fstest.Temps(dir)) == 0 }) {
 		logMu.Lock()
-		t.Fatalf("temporary files left in the tree: %v\nserver logs:\n%s", temps(dir), logs.String())
+		t.Fatalf("temporary files left in the tree: %v\nserver logs:\n%s", fstest.Temps(dir), logs.String())
 	}
 	// What the servers had received when they were killed is lost with
 	// them: up to a stream window each, more than the whole file over
@@ -160,26 +160,13 @@ func TestKillDuringUpload(t *testing.T) {
 // written since since (they are sparse until the chunks arrive).
 func tempBytes(dir string, since time.Time) int64 {
 	var n int64
-	for _, p := range temps(dir) {
+	for _, p := range fstest.Temps(dir) {
 		var st syscall.Stat_t
 		if syscall.Stat(p, &st) == nil && !time.Unix(st.Mtim.Unix()).Before(since) {
 			n += st.Blocks * 512
 		}
 	}
 	return n
-}
-
-// temps returns the Puts' temporary files in the served directory dir:
-// in its temporary directory, or beside their targets at the top.
-func temps(dir string) []string {
-	in, _ := filepath.Glob(filepath.Join(dir, local.TempDir, local.TempPrefix+"*"))
-	beside, _ := filepath.Glob(filepath.Join(dir, local.TempPrefix+"*"))
-	for _, p := range beside {
-		if filepath.Base(p) != local.TempDir {
-			in = append(in, p)
-		}
-	}
-	return in
 }
 
 // freeAddr returns a loopback address no one listens on.

@@ -57,6 +57,18 @@ func alive(pid int) bool {
 	return ok && !strings.HasPrefix(rest, "Z")
 }
 
+// mountPoint returns a new empty directory to mount on, unmounted when
+// the test ends if a test's mount is still there.
+func mountPoint(t *testing.T) string {
+	mnt := t.TempDir()
+	t.Cleanup(func() {
+		if mounted(t, mnt) {
+			syscall.Unmount(mnt, syscall.MNT_DETACH)
+		}
+	})
+	return mnt
+}
+
 // waitFor polls cond for up to d.
 func waitFor(d time.Duration, cond func() bool) bool {
 	end := time.Now().Add(d)
@@ -73,12 +85,7 @@ func TestMountEndToEnd(t *testing.T) {
 	needMount(t)
 	e := start(t)
 	writeTree(t, e.dir, map[string]string{"hello.txt": "hello\n", "src/a.c": "int a;\n"})
-	mnt := t.TempDir()
-	t.Cleanup(func() {
-		if mounted(t, mnt) {
-			syscall.Unmount(mnt, syscall.MNT_DETACH)
-		}
-	})
+	mnt := mountPoint(t)
 
 	// In the background: the command returns once mounted.
 	e.run(true, "mount", e.at("/"), mnt)
@@ -262,12 +269,7 @@ func TestMountHelper(t *testing.T) {
 	if err := os.Symlink(ferryBin, helper); err != nil {
 		t.Fatal(err)
 	}
-	mnt := t.TempDir()
-	t.Cleanup(func() {
-		if mounted(t, mnt) {
-			syscall.Unmount(mnt, syscall.MNT_DETACH)
-		}
-	})
+	mnt := mountPoint(t)
 	// As at boot: no FERRY_HOME in the environment, the keys named by
 	// the home option.
 	var env []string
@@ -334,12 +336,7 @@ func TestMountFstab(t *testing.T) {
 	e := start(t)
 	writeTree(t, e.dir, map[string]string{"hello.txt": "hello\n"})
 	e.run(true, "ls", e.at("/")) // Pins the server's key in e.home.
-	mnt := t.TempDir()
-	t.Cleanup(func() {
-		if mounted(t, mnt) {
-			syscall.Unmount(mnt, syscall.MNT_DETACH)
-		}
-	})
+	mnt := mountPoint(t)
 	fstab := filepath.Join(t.TempDir(), "fstab")
 	line := fmt.Sprintf("%s %s ferry _netdev,noauto,ro,timeout=20s,home=%s 0 0\n", e.at("/"), mnt, e.home)
 	if err := os.WriteFile(fstab, []byte(line), 0o644); err != nil {

@@ -146,7 +146,7 @@ func TestChunkStreamReadAhead(t *testing.T) {
 		t.Fatalf("the first chunk: %v, missing %v", err, m.GetMissing())
 	}
 	full := func() bool { held, _ := e.srv.ReadAhead(); return held >= fixed }
-	if !waitUntil(t, 10*time.Second, full) {
+	if !poll(10*time.Second, full) {
 		held, _ := e.srv.ReadAhead()
 		t.Errorf("a stalled chunk stream holds %d bytes read ahead, want %d", held, fixed)
 	}
@@ -156,24 +156,10 @@ func TestChunkStreamReadAhead(t *testing.T) {
 	}
 	cancel()
 	freed := func() bool { held, cancelled := e.srv.ReadAhead(); return held == 0 && cancelled >= 1 }
-	if !waitUntil(t, 10*time.Second, freed) {
+	if !poll(10*time.Second, freed) {
 		held, cancelled := e.srv.ReadAhead()
 		t.Errorf("after the stream was cancelled the server holds %d bytes read ahead, %d streams cancelled", held, cancelled)
 	}
-}
-
-// waitUntil polls cond until it holds or d has passed, and says whether it
-// held.
-func waitUntil(t *testing.T, d time.Duration, cond func() bool) bool {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return true
 }
 
 // TestInlineBounded: a ChunkList that asks for files of any size inline

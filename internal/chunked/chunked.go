@@ -432,15 +432,16 @@ func (u *Put) Assembled() (*Assembled, error) {
 	return &Assembled{u: u}, nil
 }
 
-// Commit puts the assembled content through this Tree alone; the server
-// puts it through the tree it serves (Assembled).
-func (u *Put) Commit() (ferry.Dir, error) {
+// Commit puts the assembled content (Assembled) through via, the top of
+// the stack the chunk store is part of (the server passes the tree it
+// serves), so that every layer above sees the put.
+func (u *Put) Commit(via ferry.Tree) (ferry.Dir, error) {
 	a, err := u.Assembled()
 	if err != nil {
 		return nil, err
 	}
 	defer a.Close()
-	return u.t.Put(u.ctx, u.path, u.d, ferry.Whole, a).Wait()
+	return via.Put(u.ctx, u.path, u.d, ferry.Whole, a).Wait()
 }
 
 // commit gives the temporary file the attributes in d, renames it over the

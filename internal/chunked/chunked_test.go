@@ -6,7 +6,6 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"io"
-	"io/fs"
 	"log/slog"
 	"net"
 	"os"
@@ -23,6 +22,7 @@ import (
 	"github.com/ferryfs/ferry/internal/auth"
 	"github.com/ferryfs/ferry/internal/chunk"
 	"github.com/ferryfs/ferry/internal/chunked"
+	"github.com/ferryfs/ferry/internal/fstest"
 	"github.com/ferryfs/ferry/internal/local"
 	"github.com/ferryfs/ferry/internal/proto"
 	"github.com/ferryfs/ferry/internal/remote"
@@ -191,16 +191,7 @@ func (e *env) read(t *testing.T, name string) []byte {
 }
 
 // temps returns the temporary files left anywhere in the served directory.
-func (e *env) temps() []string {
-	var out []string
-	filepath.WalkDir(e.dir, func(p string, de fs.DirEntry, err error) error {
-		if err == nil && !de.IsDir() && strings.HasPrefix(de.Name(), local.TempPrefix) {
-			out = append(out, p)
-		}
-		return nil
-	})
-	return out
-}
+func (e *env) temps() []string { return fstest.Temps(e.dir) }
 
 // document returns a text of about n bytes in numbered lines.
 func document(n int) []byte {

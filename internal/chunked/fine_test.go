@@ -142,7 +142,7 @@ func FuzzFinePut(f *testing.F) {
 		if err := os.WriteFile(filepath.Join(dir, "f"), old, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		u := beginPut(t, dir, int64(len(data)))
+		tree, u := beginPut(t, dir, int64(len(data)))
 		h := chunk.Sum(data)
 		if err := u.AddRefs([]chunk.Hash{h}, []int{len(data)}); err != nil {
 			t.Fatal(err)
@@ -187,7 +187,7 @@ func FuzzFinePut(f *testing.F) {
 		if !u.Complete() {
 			return
 		}
-		if _, err := u.Commit(); err != nil {
+		if _, err := u.Commit(tree); err != nil {
 			t.Fatalf("a complete put did not commit: %v", err)
 		}
 		got, _ := os.ReadFile(filepath.Join(dir, "f"))
@@ -225,7 +225,7 @@ func FuzzPutList(f *testing.F) {
 			content = append(content, b...)
 		}
 		dir := t.TempDir()
-		u := beginPut(t, dir, int64(len(content)))
+		tree, u := beginPut(t, dir, int64(len(content)))
 		listed := 0
 		sent := map[chunk.Hash]bool{}
 		send := func(i int) {
@@ -277,7 +277,7 @@ func FuzzPutList(f *testing.F) {
 		if !u.Complete() {
 			t.Fatalf("every chunk asked for was sent, but the put is not complete")
 		}
-		if _, err := u.Commit(); err != nil {
+		if _, err := u.Commit(tree); err != nil {
 			t.Fatalf("a complete put did not commit: %v", err)
 		}
 		if got, _ := os.ReadFile(filepath.Join(dir, "f")); !bytes.Equal(got, content) {
@@ -287,8 +287,8 @@ func FuzzPutList(f *testing.F) {
 }
 
 // beginPut begins a put of size bytes at /f of a chunked tree over dir,
-// both ended when the test ends.
-func beginPut(t *testing.T, dir string, size int64) *chunked.Put {
+// and returns the tree and the put, both ended when the test ends.
+func beginPut(t *testing.T, dir string, size int64) (*chunked.Tree, *chunked.Put) {
 	t.Helper()
 	lt, err := local.NewServed(dir)
 	if err != nil {
@@ -304,5 +304,5 @@ func beginPut(t *testing.T, dir string, size int64) *chunked.Put {
 		t.Fatal(err)
 	}
 	t.Cleanup(u.Abort)
-	return u
+	return tree, u
 }

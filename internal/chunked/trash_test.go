@@ -202,13 +202,23 @@ func TestTrashBounds(t *testing.T) {
 	}
 }
 
+// waitFor waits up to 10 s for ok, failing the test if it never holds.
 func waitFor(t *testing.T, what string, ok func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !ok(); time.Sleep(20 * time.Millisecond) {
+	if !poll(10*time.Second, ok) {
+		t.Fatalf("timed out waiting for %s", what)
+	}
+}
+
+// poll checks cond until it holds or d has passed, and says whether it
+// held.
+func poll(d time.Duration, cond func() bool) bool {
+	for deadline := time.Now().Add(d); !cond(); time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			return false
 		}
 	}
+	return true
 }
 
 // TestTrashHidden checks that nothing of the trash is reachable through the

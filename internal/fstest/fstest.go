@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -825,5 +826,18 @@ func Leftovers(dir string) []string {
 			out = append(out, local.TempDir+"/"+f.Name())
 		}
 	}
+	return out
+}
+
+// Temps returns the paths of the Puts' temporary files anywhere below the
+// served directory dir: in local.TempDir, or beside their targets.
+func Temps(dir string) []string {
+	var out []string
+	filepath.WalkDir(dir, func(p string, de fs.DirEntry, err error) error {
+		if err == nil && !de.IsDir() && strings.HasPrefix(de.Name(), local.TempPrefix) {
+			out = append(out, p)
+		}
+		return nil
+	})
 	return out
 }

@@ -170,9 +170,13 @@ func (m *meta) put(p string, e *entry) {
 	e.el = m.lru.PushFront(p)
 	m.ents[p] = e
 	if m.max > 0 && len(m.ents) > m.max {
-		m.evict(m.max - m.max/10)
+		m.evict(m.low())
 	}
 }
+
+// low is what evict leaves when the cache is over its bound: a tenth
+// under it, so that eviction runs once per many entries. m.mu is held.
+func (m *meta) low() int { return m.max - m.max/10 }
 
 // del forgets p's entry. m.mu is held.
 func (m *meta) del(p string) {
@@ -349,7 +353,7 @@ func (m *meta) lookup(ctx context.Context, dir, name string) (ferry.Dir, error) 
 func (m *meta) getattr(ctx context.Context, p string) (ferry.Dir, error) {
 	m.mu.Lock()
 	d := m.cached(p)
-	bounded := m.max > 0 && len(m.ents) >= m.max-m.max/10
+	bounded := m.max > 0 && len(m.ents) >= m.low()
 	m.mu.Unlock()
 	if d != nil {
 		return d, nil

@@ -3,6 +3,7 @@ package remote
 import (
 	"context"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -39,22 +40,31 @@ func (c *activeConn) Read(b []byte) (int, error) {
 }
 
 // watch calls stalled once the connection has received nothing for bound
-// since watch began, unless done is closed first.
-func (a *activity) watch(bound time.Duration, done <-chan struct{}, stalled func()) {
+// since watch began, unless the returned stop is called first. It costs a
+// timer, not a goroutine: it runs on every wait of every call.
+func (a *activity) watch(bound time.Duration, stalled func()) (stop func()) {
 	began := time.Now().UnixNano()
-	t := time.NewTimer(bound)
-	defer t.Stop()
-	for {
-		select {
-		case <-done:
+	var mu sync.Mutex
+	done := false
+	var t *time.Timer
+	t = time.AfterFunc(bound, func() {
+		mu.Lock()
+		defer mu.Unlock()
+		if done {
 			return
-		case <-t.C:
 		}
 		idle := time.Duration(time.Now().UnixNano() - max(began, a.last.Load()))
-		if idle >= bound {
-			stalled()
+		if idle < bound {
+			t.Reset(bound - idle)
 			return
 		}
-		t.Reset(bound - idle)
+		done = true
+		stalled()
+	})
+	return func() {
+		mu.Lock()
+		done = true
+		mu.Unlock()
+		t.Stop()
 	}
 }

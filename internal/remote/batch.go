@@ -147,7 +147,7 @@ func (b *PutBatch) start(wait context.Context, opts ...grpc.CallOption) (*batchS
 		cancel()
 		return nil, c.fail("remote.PutBatch", "", err)
 	}
-	s := &batchStream{st: st, cancel: cancel, puts: map[uint32]*batchPut{}, slots: make(chan struct{}, proto.BatchPuts), ended: make(chan struct{}), act: c.bulkAct}
+	s := &batchStream{st: st, cancel: cancel, puts: map[uint32]*batchPut{}, slots: make(chan struct{}, proto.BatchPuts), ended: make(chan struct{}), act: c.acts[1]}
 	if c.zip != nil {
 		s.in = zwire.NewDecoder(proto.MaxData)
 	}
@@ -297,12 +297,10 @@ func (p *batchPut) Recv() (*proto.ChunkPutReply, error) {
 	default:
 		// A link gone silent ends the stream, and so every put on it,
 		// after ResumeFor (as callGuard does for other calls).
-		done := make(chan struct{})
-		go p.s.act.watch(p.resumeFor, done, func() {
+		defer p.s.act.watch(p.resumeFor, func() {
 			p.s.stalled.Store(true)
 			p.s.cancel()
-		})
-		defer close(done)
+		})()
 		select {
 		case r = <-p.in:
 		case <-p.s.ended:

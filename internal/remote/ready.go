@@ -118,10 +118,10 @@ type callGuard struct {
 }
 
 func (c *Client) guard(cc *grpc.ClientConn, cancel context.CancelFunc) *callGuard {
-	act := c.callAct
+	act := c.acts[0]
 	for i, b := range c.bulks {
 		if b == cc {
-			act = c.bulkActs[i]
+			act = c.acts[1+i]
 		}
 	}
 	return &callGuard{c: c, act: act, cancel: cancel}
@@ -130,13 +130,12 @@ func (c *Client) guard(cc *grpc.ClientConn, cancel context.CancelFunc) *callGuar
 // wait runs fn, which waits for the server, under the guard, and turns the
 // cancellation of a stalled call into the error that says why.
 func (g *callGuard) wait(fn func() error) error {
-	done := make(chan struct{})
-	go g.act.watch(g.c.resumeFor, done, func() {
+	stop := g.act.watch(g.c.resumeFor, func() {
 		g.stalled.Store(true)
 		g.cancel()
 	})
 	err := fn()
-	close(done)
+	stop()
 	if err != nil && g.stalled.Load() {
 		err = ferry.E("", "", ferry.KindUnavailable, fmt.Errorf("%w for %v", errStalled, g.c.resumeFor))
 	}

@@ -137,10 +137,9 @@ type Client struct {
 	// bulk is the first bulk connection's client, bulkc all of them.
 	bulk  proto.FerryClient
 	bulkc []proto.FerryClient
-	// callAct and bulkAct record when the call connection and the first
-	// bulk connection last received bytes.
-	callAct, bulkAct *activity
-	bulkActs         []*activity // Of each of bulks.
+	// acts record when each connection last received bytes: the call
+	// connection's first, then the bulk ones', as Dial made them.
+	acts []*activity
 	// log, failLogged and failMuted: see logFailure.
 	log          *slog.Logger
 	failMu       sync.Mutex
@@ -276,7 +275,7 @@ func Dial(cfg Config) (*Client, error) {
 		conns[i].Connect()
 	}
 	c.conn, c.bulks = conns[0], conns[1:]
-	c.callAct, c.bulkActs, c.bulkAct = acts[0], acts[1:], acts[1]
+	c.acts = acts
 	c.c = proto.NewFerryClient(c.conn)
 	for _, cc := range c.bulks {
 		c.bulkc = append(c.bulkc, proto.NewFerryClient(cc))
@@ -449,9 +448,9 @@ type reader struct {
 func (r *reader) start(ctx context.Context, opts ...grpc.CallOption) {
 	req := &proto.GetReq{Path: r.path, Offset: r.off, Count: r.left, Zstd: r.c.zip != nil}
 	var cc proto.FerryClient
-	cc, r.act = r.c.bulk, r.c.bulkAct
+	cc, r.act = r.c.bulk, r.c.acts[1]
 	if r.left >= 0 && r.left <= SmallGet {
-		cc, r.act = r.c.c, r.c.callAct
+		cc, r.act = r.c.c, r.c.acts[0]
 	}
 	ctx, r.stopCall = context.WithCancel(ctx)
 	r.st = ferry.Go(func() (grpc.ServerStreamingClient[proto.Data], error) {
@@ -465,13 +464,12 @@ func (r *reader) start(ctx context.Context, opts ...grpc.CallOption) {
 // longer than the client waits for a server. A slow link that still
 // delivers bytes, however few, is not silent.
 func (r *reader) recv(st grpc.ServerStreamingClient[proto.Data]) (*proto.Data, error) {
-	done := make(chan struct{})
-	defer close(done)
-	go r.act.watch(r.c.resumeFor, done, func() {
+	stop := r.act.watch(r.c.resumeFor, func() {
 		r.stalled.Store(true)
 		r.stopCall()
 	})
 	m, err := st.Recv()
+	stop()
 	if err != nil && r.stalled.Load() && r.ctx.Err() == nil {
 		err = ferry.E("remote.Get", r.path, ferry.KindUnavailable, fmt.Sprintf("nothing from the server for %v", r.c.resumeFor))
 	}
@@ -609,9 +607,8 @@ const ResumableSize = 4 << 20
 // nothing for ResumeFor: the link has gone silent, and waiting for it to
 // come back has taken its bound already.
 func (c *Client) silent() bool {
-	acts := append([]*activity{c.callAct}, c.bulkActs...)
 	for i, cc := range append([]*grpc.ClientConn{c.conn}, c.bulks...) {
-		idle := time.Since(time.Unix(0, acts[i].last.Load()))
+		idle := time.Since(time.Unix(0, c.acts[i].last.Load()))
 		if cc.GetState() == connectivity.Ready && idle >= c.resumeFor {
 			return true
 		}

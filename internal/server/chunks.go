@@ -369,14 +369,7 @@ func (h *handler) putChunked(st putStream) error {
 			}
 		}
 		if u.Complete() {
-			// The commit is a Put through the served tree, so that every
-			// layer above the chunk store sees it.
-			a, err := u.Assembled()
-			var d ferry.Dir
-			if err == nil {
-				d, err = h.s.fs.Put(st.Context(), first.Path, d0, ferry.Whole, a).Wait()
-				a.Close()
-			}
+			d, err := u.Commit(h.s.fs)
 			if err = h.changed(st.Context(), err, callback.Change{Path: first.Path}); err != nil {
 				return err
 			}
