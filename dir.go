@@ -194,6 +194,12 @@ func (d Dir) Type() string {
 	return TypeFile
 }
 
+// Linked reports whether d is a file with other names (hard links), whose
+// link count, ctime and content every name shares.
+func (d Dir) Linked() bool {
+	return !d.IsDir() && d.Int(AttrNlink) > 1 && d[AttrIno] != ""
+}
+
 // IsDir reports whether d is a directory.
 func (d Dir) IsDir() bool { return d[AttrType] == TypeDir }
 

@@ -156,6 +156,15 @@ type Event struct {
 	// watch that had to be rebuilt): everything at or below Path may have
 	// changed, and a cache must drop it.
 	Lost bool
+	// Gone, if true, says the entry at Path is known to be gone, or to be
+	// of another type now. Without it a directory there may still be
+	// there, with only what it holds changed, and a layer above may keep
+	// its name: forgetting a directory's name breaks the programs working
+	// in it. Caches set it on the events they pass up.
+	Gone bool
+	// Attrs, if true, says only the attributes of the entry at Path
+	// changed: what it holds is as it was.
+	Attrs bool
 	// Ack, if not nil, must be called once the receiver no longer trusts
 	// what it holds for Path (or below it, if Lost): the change was made
 	// by another client, whose call waits for it (a callback break).

@@ -158,8 +158,8 @@ func TestMountEndToEnd(t *testing.T) {
 	if want := []string{"[mount]", "[cache]", "[client]", "[server]", "[index]", "[trash]"}; !slices.Equal(sections, want) {
 		t.Errorf("Ctl's sections are %v, want %v", sections, want)
 	}
-	if out, err := exec.Command("sh", "-c", "echo 'pass pass debug on' > "+filepath.Join(mnt, "Ctl")).CombinedOutput(); err != nil {
-		t.Errorf("echo 'pass pass debug on' > Ctl: %v %s", err, out)
+	if out, err := exec.Command("sh", "-c", "echo 'pass pass pass debug on' > "+filepath.Join(mnt, "Ctl")).CombinedOutput(); err != nil {
+		t.Errorf("echo 'pass pass pass debug on' > Ctl: %v %s", err, out)
 	}
 	if out, _ := os.ReadFile(filepath.Join(mnt, "Ctl")); !strings.Contains(string(out), "debug: true") {
 		t.Errorf("the server's debug is not on after a command through the mount:\n%s", out)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/auth"
+	"github.com/ferryfs/ferry/internal/cache"
 	"github.com/ferryfs/ferry/internal/ctl"
 	"github.com/ferryfs/ferry/internal/fusefs"
 	"github.com/ferryfs/ferry/internal/pred"
@@ -317,7 +318,7 @@ func mountForeground(cmd *cobra.Command, target, mountpoint string, readyFd int,
 	// entries at 128M: smaller, it made warm walks of such a tree pay a
 	// Find per directory (bench/REPORT-bigtree.md).
 	opt.Memory = memory / 4
-	opt.MetaEntries = int(max(memory/4/fusefs.MetaEntrySize, 1024))
+	opt.MetaEntries = int(max(memory/4/cache.MetaEntrySize, 1024))
 	window, _ := mountShares(memory)
 	c, err := dial(cmd, t.Addr, func(c *remote.Config) {
 		c.Window = window

@@ -29,7 +29,7 @@ func TestTwoMounts(t *testing.T) {
 	opt := Options{TTL: time.Hour}
 	a, sa := mountFS(t, ca, opt)
 	b, sb := mountFS(t, cb, opt)
-	if !waitFor(5*time.Second, func() bool { return sa.meta.leased() && sb.meta.leased() }) {
+	if !waitFor(5*time.Second, func() bool { return sa.cache.Leased() && sb.cache.Leased() }) {
 		t.Fatal("the mounts got no watch")
 	}
 	if got := readFile(t, filepath.Join(b, "f")); got != "v1" {
@@ -148,7 +148,7 @@ func TestListingExpiresWithoutLease(t *testing.T) {
 	// The watch does not come back within the test once it ends.
 	mnt, s := mountFS(t, w, Options{TTL: 200 * time.Millisecond, WatchBackoff: time.Hour})
 	events := <-w.watches
-	if !waitFor(5*time.Second, s.meta.leased) {
+	if !waitFor(5*time.Second, s.cache.Leased) {
 		t.Fatal("no lease after the watch's first event")
 	}
 	list := func() string { t.Helper(); return listNames(t, filepath.Join(mnt, "d")) }
@@ -159,7 +159,7 @@ func TestListingExpiresWithoutLease(t *testing.T) {
 		t.Fatal("the kernel still opens directories through the mount under a lease")
 	}
 	close(events)
-	if !waitFor(5*time.Second, func() bool { return !s.meta.leased() }) {
+	if !waitFor(5*time.Second, func() bool { return !s.cache.Leased() }) {
 		t.Fatal("the lease outlived its watch")
 	}
 	if got := list(); got != "a" {
@@ -216,7 +216,7 @@ func TestCloseToOpen(t *testing.T) {
 	}{
 		{"another mount", func(t *testing.T, c *remote.Client) writer {
 			a, sa := mountFS(t, c, Options{TTL: time.Hour})
-			if !waitFor(5*time.Second, sa.meta.leased) {
+			if !waitFor(5*time.Second, sa.cache.Leased) {
 				t.Fatal("the writing mount got no watch")
 			}
 			return writer{
@@ -260,7 +260,7 @@ func TestCloseToOpen(t *testing.T) {
 			w := tt.writer(t, srv.Client(t, "a"))
 			cb := srv.ClientVia(t, "b", servertest.DelayProxy(t, srv.Addr, 5*time.Millisecond))
 			b, sb := mountFS(t, cb, Options{TTL: time.Hour})
-			if !waitFor(5*time.Second, sb.meta.leased) {
+			if !waitFor(5*time.Second, sb.cache.Leased) {
 				t.Fatal("the reading mount got no watch")
 			}
 			const rounds = 30

@@ -33,25 +33,9 @@ func (n *node) isCtl(name string) bool {
 func (s *Server) Status(context.Context) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "root: %s\n", s.opt.Root)
-	fmt.Fprintf(&b, "lease: %v\n", s.meta.leased())
-	fmt.Fprintf(&b, "breaks: %d\n", s.breaks.Load())
 	fmt.Fprintf(&b, "timeout: %s\n", s.opt.CallTimeout)
-	fmt.Fprintf(&b, "writeback: %v\n", s.opt.WriteBack)
-	ops, bytes := s.wback.pending()
-	fmt.Fprintf(&b, "writeback.pending: %d calls, %d bytes\n", ops, bytes)
-	// The client cache is inside the adaptor for now (issue 14): its
-	// section is the mount's to write ("drop" is its command).
-	b.WriteString("[cache]\n")
-	c := s.data
-	c.mu.Lock()
-	size, files, st := c.size, len(c.ents), c.stats
-	c.mu.Unlock()
-	fmt.Fprintf(&b, "contents.bytes: %d of %d\ncontents.files: %d\ncontents.peak: %d\n", size, c.max, files, st.peak)
-	fmt.Fprintf(&b, "contents.fetched: %d files, %d bytes\ncontents.evicted: %d\ncontents.walks: %d\n", st.files, st.bytes, st.evicted, st.walks)
-	finds, stats := s.meta.counts()
-	fmt.Fprintf(&b, "meta.finds: %d\nmeta.stats: %d\n", finds, stats)
-	ents, evicted := s.meta.size()
-	fmt.Fprintf(&b, "meta.entries: %d of %d\nmeta.evicted: %d\n", ents, s.meta.max, evicted)
+	fmt.Fprintf(&b, "ttl: %s\nlease.ttl: %s\n", s.opt.TTL, s.opt.LeaseTTL)
+	fmt.Fprintf(&b, "readdirs: %d\n", s.readdirs.Load())
 	// The process's memory, beside the budget it was given (--memory
 	// bounds the whole process: the contents above, the Go heap's limit,
 	// what lies outside the heap).
@@ -78,18 +62,16 @@ func residentBytes() (int64, error) {
 	return pages * int64(os.Getpagesize()), err
 }
 
-// Command implements ctl.Controller. "sync" waits for every change still
-// in the background; "drop" forgets every cached entry and file here and
-// in the kernel.
+// Command implements ctl.Controller. "sync" has nothing to do here (the
+// control layer then syncs the cache and every layer below); "drop"
+// forgets every cached entry and file in the cache and in the kernel.
 func (s *Server) Command(ctx context.Context, args []string) error {
 	const op = "fusefs.Command"
 	switch args[0] {
 	case "sync":
-		ctx, cancel := context.WithTimeout(ctx, s.opt.CallTimeout)
-		defer cancel()
-		return s.wback.wait(ctx, s.opt.Root)
+		return nil
 	case "drop":
-		s.meta.dropAll()
+		s.cache.Drop()
 		s.notifyTree(s.opt.Root)
 		return nil
 	}

@@ -26,12 +26,12 @@ func TestCtlFile(t *testing.T) {
 	mnt, _ := mountFS(t, c, Options{CtlBelow: ctl.New("client", c, c)})
 	p := filepath.Join(mnt, "Ctl")
 	text := readFile(t, p)
-	for _, want := range []string{"[mount]\n", "contents.bytes: ", "lease: ", "[client]\n", "[server]\n", "debug: false"} {
+	for _, want := range []string{"[mount]\n", "[cache]\n", "contents.bytes: ", "lease: ", "[client]\n", "[server]\n", "debug: false"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("the control file lacks %q:\n%s", want, text)
 		}
 	}
-	for _, cmd := range []string{"drop\n", "sync\n", "pass pass debug on\n"} {
+	for _, cmd := range []string{"drop\n", "sync\n", "pass drop\n", "pass pass pass debug on\n"} {
 		if err := os.WriteFile(p, []byte(cmd), 0o644); err != nil {
 			t.Errorf("writing %q: %v", cmd, err)
 		}
@@ -39,7 +39,7 @@ func TestCtlFile(t *testing.T) {
 	if text := readFile(t, p); !strings.Contains(text, "debug: true") {
 		t.Errorf("the server's debug was not turned on through the mount:\n%s", text)
 	}
-	for _, cmd := range []string{"bogus\n", "pass pass bogus\n"} {
+	for _, cmd := range []string{"bogus\n", "pass bogus\n", "pass pass pass bogus\n"} {
 		if err := os.WriteFile(p, []byte(cmd), 0o644); !errors.Is(err, syscall.EINVAL) {
 			t.Errorf("writing %q: %v, want EINVAL", cmd, err)
 		}

@@ -82,7 +82,7 @@ func TestExerciser(t *testing.T) {
 				var sa, sb *Server
 				mnt, sa = mountFS(t, srv.Client(t, "a"), Options{TTL: time.Hour})
 				other, sb = mountFS(t, srv.ClientVia(t, "b", servertest.DelayProxy(t, srv.Addr, 5*time.Millisecond)), Options{TTL: time.Hour})
-				if !waitFor(5*time.Second, func() bool { return sa.meta.leased() && sb.meta.leased() }) {
+				if !waitFor(5*time.Second, func() bool { return sa.cache.Leased() && sb.cache.Leased() }) {
 					t.Fatal("the mounts got no watch")
 				}
 				// And a native client, as ferry get reads.

@@ -1,12 +1,10 @@
 package fusefs
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"io"
 	"os"
-	"path"
 	"sync"
 	"syscall"
 	"time"
@@ -15,6 +13,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/cache"
 )
 
 // wbuf buffers a file open for writing in a local temporary file, shared by
@@ -224,12 +223,12 @@ func (n *node) openRead(ctx context.Context) (*handle, uint32, syscall.Errno) {
 	var err error
 	cctx, cancel := n.s.ctx(ctx)
 	defer cancel()
-	if n.s.meta.leased() {
-		d, err = n.s.meta.getattr(cctx, p)
-	} else if err = n.s.wback.wait(cctx, p); err == nil {
+	if n.s.cache.Leased() {
+		d, err = n.s.cache.Stat(cctx, p).Wait()
+	} else {
 		// Without a watch, an open asks the server: it must see the
 		// last close by anyone.
-		d, err = n.s.meta.stat(cctx, p)
+		d, err = n.s.cache.Fresh(cctx, p)
 	}
 	if err != nil {
 		return nil, 0, errno(err)
@@ -250,7 +249,7 @@ func (n *node) openRead(ctx context.Context) (*handle, uint32, syscall.Errno) {
 		// it asks for one (see handle.Read).
 		return &handle{n: n, lazy: d}, keep, 0
 	}
-	if data, ok := n.s.data.open(cctx, d); ok {
+	if data, ok := n.s.cache.Contents(cctx, d); ok {
 		return &handle{n: n, mem: data}, keep, 0
 	}
 	return &handle{n: n, r: &stream{n: n}}, keep, 0
@@ -272,7 +271,7 @@ func (n *node) openWrite(ctx context.Context, trunc bool) (*wbuf, syscall.Errno)
 	defer cancel()
 	// Not under n.mu: the store in the background waited for here
 	// records its result on the node as it ends.
-	if err := n.s.wback.wait(cctx, p); err != nil {
+	if err := n.s.cache.Settle(cctx, p); err != nil {
 		return nil, errno(err)
 	}
 	// Content that will be loaded must be the latest, so the server is
@@ -281,10 +280,10 @@ func (n *node) openWrite(ctx context.Context, trunc bool) (*wbuf, syscall.Errno)
 	// keeps current will do, which spares a round trip per file.
 	var d ferry.Dir
 	var err error
-	if trunc && n.s.meta.leased() {
-		d, err = n.s.meta.getattr(cctx, p)
+	if trunc && n.s.cache.Leased() {
+		d, err = n.s.cache.Stat(cctx, p).Wait()
 	} else {
-		d, err = n.s.meta.stat(cctx, p)
+		d, err = n.s.cache.Fresh(cctx, p)
 	}
 	if err != nil {
 		return nil, errno(err)
@@ -300,7 +299,7 @@ func (n *node) openWrite(ctx context.Context, trunc bool) (*wbuf, syscall.Errno)
 		wb.dirty = d.Size() != 0
 	} else if d.Size() > 0 {
 		// The whole file is loaded: writes replace it whole.
-		r := n.s.fsys.Get(context.WithoutCancel(ctx), p, 0, -1)
+		r := n.s.cache.Get(context.WithoutCancel(ctx), p, 0, -1)
 		size, err := io.Copy(wb.f, r)
 		r.Close()
 		if err != nil {
@@ -348,7 +347,7 @@ func (n *node) flush(ctx context.Context) syscall.Errno {
 	n.mu.Unlock()
 	p, ok := n.path()
 	if ok {
-		if err := n.s.wback.failed(p); err != nil {
+		if err := n.s.cache.Failed(p); err != nil {
 			return errno(err)
 		}
 	}
@@ -380,31 +379,31 @@ func (n *node) flush(ctx context.Context) syscall.Errno {
 	// A file with other names is written in place, as on a local disk
 	// (and no more atomically): a new file renamed over this name would
 	// leave the other names with the old content.
-	inPlace := !wb.created && linked(wb.base)
-	if n.s.opt.WriteBack && !inPlace {
-		if e, done := n.flushBehind(wb, p, d); done {
-			return e
+	inPlace := !wb.created && wb.base.Linked()
+	if n.s.opt.WriteBack {
+		// The server takes the mtime the kernel has seen, so that the
+		// attributes shown until a store in the background ends stay
+		// true.
+		if _, ok := d[ferry.AttrMtime]; !ok {
+			d.SetMtime(wb.mtime)
 		}
 	}
 	// The Put is not interrupted with the request: see Server.ctx.
 	cctx := context.WithoutCancel(ctx)
-	if err := n.s.wback.wait(cctx, p); err != nil {
-		return errno(err)
-	}
 	off := ferry.Whole
 	if inPlace {
 		off = 0
 		if wb.base.Size() > wb.size {
 			size := ferry.Dir{}
 			size.SetInt(ferry.AttrSize, wb.size)
-			if _, err := n.s.fsys.Wstat(cctx, p, size).Wait(); err != nil {
+			if _, err := n.s.cache.Wstat(cctx, p, size).Wait(); err != nil {
 				return errno(err)
 			}
 		}
 	}
-	got, err := n.s.put(cctx, p, d, off, func() io.Reader {
-		return io.NewSectionReader(wb.f, 0, wb.size)
-	})
+	// With write-back the cache may store it in the background (see
+	// cache.FS.Put): got is then what the file will be.
+	got, err := n.s.cache.Put(cctx, p, d, off, io.NewSectionReader(wb.f, 0, wb.size)).Wait()
 	if err != nil {
 		n.s.log.Warn("storing a file failed", "path", p, "err", err)
 		if wb.created {
@@ -418,30 +417,23 @@ func (n *node) flush(ctx context.Context) syscall.Errno {
 	}
 	wb.dirty, wb.created = false, false
 	wb.base, wb.set = got, ferry.Dir{}
-	if inPlace {
-		n.s.meta.dropLinked(got)
-	}
-	n.record(p, got, false)
-	if wb.size <= treeFile {
-		data := make([]byte, wb.size)
-		if _, err := wb.f.ReadAt(data, 0); err == nil || err == io.EOF {
-			n.s.data.keep(got, data)
-		}
-	}
+	n.remember(got)
+	n.mu.Lock()
+	n.seenMtime, n.seenSize = got[ferry.AttrMtime], got.Size()
+	n.mu.Unlock()
 	// The kernel holds the attributes of the buffer (the mtime of the
 	// last write here); the server's are now the truth.
 	n.NotifyContent(-1, 0)
 	return 0
 }
 
-// forgetUnstored forgets the file at p, whose store failed, here and in
-// the kernel: this mount shows what the server has. It waits up to wait
-// for the kernel to take the notice, which is sent from a goroutine of
-// its own: an fsync waiting for a store may hold the directory's lock
+// forgetUnstored forgets the file at p, whose store failed, in the cache
+// and the kernel: this mount shows what the server has. It waits up to
+// wait for the kernel to take the notice, which is sent from a goroutine
+// of its own: an fsync waiting for a store may hold the directory's lock
 // that the kernel needs to take it.
 func (s *Server) forgetUnstored(p string, wait time.Duration) {
-	s.meta.dropPending(p)
-	s.meta.forget(p)
+	s.cache.Unstored(p)
 	done := make(chan struct{})
 	go func() {
 		s.notify(p, false, true)
@@ -451,78 +443,6 @@ func (s *Server) forgetUnstored(p string, wait time.Duration) {
 	case <-done:
 	case <-time.After(wait):
 	}
-}
-
-// record records that the file at p has the attributes d: on the server,
-// or, with pending, once its store in the background is done.
-func (n *node) record(p string, d ferry.Dir, pending bool) {
-	n.s.meta.set(d)
-	if pending {
-		n.s.meta.addPending(d)
-	} else {
-		n.s.meta.dropPending(p)
-	}
-	n.remember(d)
-	n.mu.Lock()
-	n.seenMtime, n.seenSize = d[ferry.AttrMtime], d.Size()
-	n.mu.Unlock()
-}
-
-// flushBehind stores the buffer of the file at p in the background, with
-// the attributes d, from a copy taken now. It reports false if the
-// write-back budget cannot take the file. wb.mu is held.
-func (n *node) flushBehind(wb *wbuf, p string, d ferry.Dir) (syscall.Errno, bool) {
-	if wb.size > snapshotMax {
-		return 0, false
-	}
-	data := make([]byte, wb.size)
-	if _, err := wb.f.ReadAt(data, 0); err != nil && err != io.EOF {
-		return errno(ferry.E("fusefs.Flush", p, ferry.KindIO, err)), true
-	}
-	// The server takes the mtime the kernel has seen, so that the
-	// attributes this mount shows until the store ends stay true.
-	if _, ok := d[ferry.AttrMtime]; !ok {
-		d.SetMtime(wb.mtime)
-	}
-	local := wb.attrsLocked()
-	local[ferry.AttrPath], local[ferry.AttrName] = p, path.Base(p)
-	local[ferry.AttrMtime] = d[ferry.AttrMtime]
-	n.mu.Lock()
-	n.stores++
-	gen := n.stores
-	n.mu.Unlock()
-	// Recorded as pending before the store can start: one that ends at
-	// once drops the pending entry, which recording it after would bring
-	// back for good (git then found its renamed lock files still there).
-	n.record(p, local, true)
-	ok := n.s.wback.start(p, wb.size, func(ctx context.Context) error {
-		got, err := n.s.put(ctx, p, d, ferry.Whole, func() io.Reader { return bytes.NewReader(data) })
-		if err != nil {
-			n.s.log.Error("storing a file in the background failed: its changes are lost", "path", p, "err", err)
-			n.s.forgetUnstored(p, 0)
-			return err
-		}
-		// A later store of the file is queued: what this mount shows
-		// is already newer than got.
-		n.mu.Lock()
-		last := n.stores == gen
-		n.mu.Unlock()
-		if last {
-			n.record(p, got, false)
-			n.s.data.keep(got, data)
-		}
-		return nil
-	})
-	if !ok {
-		n.s.meta.dropPending(p)
-		return 0, false
-	}
-	wb.dirty, wb.created = false, false
-	wb.base, wb.set = local, ferry.Dir{}
-	// As after a store: the kernel's attributes are those of its own
-	// writes, and the mtime is now the one sent.
-	n.NotifyContent(-1, 0)
-	return 0, true
 }
 
 // Read implements fs.FileReader: from the buffer while the file is open
@@ -556,7 +476,7 @@ func (h *handle) choose(ctx context.Context) {
 	}
 	cctx, cancel := h.n.s.ctx(ctx)
 	defer cancel()
-	if data, ok := h.n.s.data.open(cctx, h.lazy); ok {
+	if data, ok := h.n.s.cache.Contents(cctx, h.lazy); ok {
 		h.mem = data
 	} else {
 		h.r = &stream{n: h.n}
@@ -658,7 +578,7 @@ func (s *stream) start(off int64) syscall.Errno {
 	ctx, cancel := context.WithCancel(context.Background())
 	// The pump is bounded by the connection's own timeouts (see next);
 	// so is waiting for the file's background store.
-	if err := s.n.s.wback.wait(ctx, p); err != nil {
+	if err := s.n.s.cache.Settle(ctx, p); err != nil {
 		cancel()
 		return errno(err)
 	}
@@ -670,10 +590,10 @@ func (s *stream) start(off int64) syscall.Errno {
 	s.n.mu.Lock()
 	size := s.n.seenSize
 	s.n.mu.Unlock()
-	if size <= smallFile && off < size && !s.grew {
+	if size <= cache.SmallFile && off < size && !s.grew {
 		count = size - off
 	}
-	r := s.n.s.fsys.Get(ctx, p, off, count)
+	r := s.n.s.cache.Get(ctx, p, off, count)
 	ch := make(chan chunk, readAhead)
 	go func() {
 		defer close(ch)

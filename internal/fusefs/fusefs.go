@@ -2,43 +2,39 @@
 // that know only the one-call-at-a-time file interface (git, make, editors)
 // can work in a Ferry tree.
 //
-// The adaptor pays as few round trips as the kernel lets it:
+// The adaptor is about the kernel: inodes, open files, the kernel's caches
+// and the errno table. What the mount knows of the tree it holds in the
+// cache layer (internal/cache), which it stacks over the tree it is given:
+// metadata fed by Find, small files fed by FindGet, write-behind, and the
+// watch as lease. The adaptor adds:
 //
-//   - Metadata. On first use of a directory it issues one Find for the
-//     subtree below it, bounded by depth and by an entry budget, and answers
-//     lookup, getattr and readdir(plus) from what arrived; a name missing
-//     from a listed directory is answered "no such file" at once. See meta.
-//   - Coherence. If the tree implements ferry.Watcher, the adaptor holds one
-//     watch on the mounted path for the life of the mount. While it lasts
-//     the cache is trusted and the kernel is given long timeouts; each event
-//     drops the entry it names (and its parent's listing) here and in the
-//     kernel, through go-fuse's notify calls. A change another client made
-//     through the server comes as a callback break, acknowledged once the
-//     drop is done: that client's call waits for it, so an open here after
-//     its close returned sees the change (see dropBroken). Without a watch
+//   - Kernel caches. While the cache holds its lease the kernel is given
+//     long entry and attribute timeouts and keeps directory listings and
+//     pages across opens; each event the cache passes up through its Watch
+//     drops the kernel's copies through go-fuse's notify calls (watch.go,
+//     kernel.go). A callback break is acknowledged once the kernel has
+//     dropped what it names: the other client's call waits for it, so an
+//     open here after its close returned sees the change. Without a lease
 //     nothing is trusted for longer than Options.TTL, and an open asks the
-//     server.
+//     server (cache.FS.Fresh).
 //   - Writes. A file open for writing is buffered in a local temporary file
 //     shared by all its open descriptors and sent with one whole-file,
 //     atomic Put (ferry.Whole) when a descriptor is closed (flush) or
 //     synced: close-to-open consistency, the data is on the server when
-//     close returns. A new file exists only here until that Put, so creating
-//     a file costs one round trip, not two. With Options.WriteBack the Put
-//     runs in the background instead, ordered with every other call on the
-//     same paths (see writeback), and fsync waits for it.
+//     close returns. A new file exists only here (cache.FS.Created) until
+//     that Put, so creating a file costs one round trip, not two. With
+//     Options.WriteBack the cache stores it in the background instead, and
+//     fsync waits for it. A file with several names is written in place.
 //   - Reads. A file open for reading streams with one Get from the offset
 //     read, with read-ahead; a jump backwards or far ahead starts a new Get.
 //     Gets go by path: a descriptor open for reading only whose file is
 //     replaced by a rename reads the new file where the kernel's cache
-//     does not answer, unlike a local disk. The first read of a small
-//     file starts a FindGet of its directory's small files, and a program
-//     seen going through a tree gets the rest of it streamed in the order
-//     it reads, each file once, within Options.Memory (see contents).
-//   - Bytes. Whole-file Puts and Gets go through the Tree, which may send
-//     only the chunks the other side lacks (remote.Client does).
+//     does not answer, unlike a local disk. A small file the cache holds,
+//     or fetches with its directory's, is read from memory.
 //
 // With Options.CtlBelow the mount shows a control file, Ctl, at its top
-// (ctl.go): the mount's state over that of the layers below, and commands.
+// (ctl.go): the mount's state, the cache's and that of the layers below,
+// and commands.
 //
 // Errnos are made only at this boundary, from one kind-to-errno table
 // (errno.go). Hard links go through the Tree's Link; the names of a file
@@ -63,6 +59,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/cache"
 	"github.com/ferryfs/ferry/internal/ctl"
 )
 
@@ -89,7 +86,7 @@ type Options struct {
 	// 20000); what it completed is kept.
 	PrefetchBudget int
 	// MetaEntries bounds the entries of metadata the mount keeps (default
-	// DefaultMetaEntries; each costs about MetaEntrySize bytes): past it
+	// cache.DefaultMetaEntries; each costs about cache.MetaEntrySize bytes): past it
 	// the least recently used go, and are asked for again if used, so a
 	// tree of any size fits the mount's memory.
 	MetaEntries int
@@ -138,7 +135,7 @@ type Options struct {
 	// (default 100 ms); it doubles up to a minute.
 	WatchBackoff time.Duration
 	// Memory bounds the bytes of file contents the mount holds fetched
-	// ahead of their reads (default DefaultMemory); a walk of a bigger
+	// ahead of their reads (default cache.DefaultMemory); a walk of a bigger
 	// tree streams through it. What programs read stays in the kernel's
 	// page cache besides, as for any file system.
 	Memory int64
@@ -146,12 +143,13 @@ type Options struct {
 
 // Server is a mounted tree.
 type Server struct {
+	// cache is the layer the adaptor works through (internal/cache):
+	// metadata, small files fetched ahead of their reads, write-behind
+	// and the watch. fsys is the same, as the stack's top.
+	cache  *cache.FS
 	fsys   ferry.FS
 	opt    Options
 	log    *slog.Logger
-	meta   *meta
-	data   *contents  // Small files fetched ahead of their reads.
-	wback  *writeback // Orders calls with those in the background.
 	root   *node
 	srv    *fuse.Server
 	mnt    string
@@ -179,8 +177,6 @@ type Server struct {
 	ctl      *ctl.Tree
 	ctlOnce  sync.Once
 	ctlInode *fs.Inode
-	// breaks counts the callback breaks acknowledged.
-	breaks atomic.Int64
 
 	// The tree's last answer to Space (see space).
 	spaceMu  sync.Mutex
@@ -205,12 +201,6 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	if opt.Log == nil {
 		opt.Log = slog.New(slog.DiscardHandler)
 	}
-	if opt.PrefetchDepth <= 0 {
-		opt.PrefetchDepth = 16
-	}
-	if opt.PrefetchBudget <= 0 {
-		opt.PrefetchBudget = 20000
-	}
 	if opt.TTL <= 0 {
 		opt.TTL = time.Second
 	}
@@ -220,17 +210,8 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	if opt.LeaseTTL <= 0 {
 		opt.LeaseTTL = time.Minute
 	}
-	if opt.WatchBackoff <= 0 {
-		opt.WatchBackoff = 100 * time.Millisecond
-	}
 	if opt.TempDir == "" {
 		opt.TempDir = os.TempDir()
-	}
-	if opt.Memory <= 0 {
-		opt.Memory = DefaultMemory
-	}
-	if opt.MetaEntries <= 0 {
-		opt.MetaEntries = DefaultMetaEntries
 	}
 	if opt.FsName == "" {
 		opt.FsName = "ferry:" + root
@@ -245,19 +226,22 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 		return nil, ferry.E(op, root, ferry.KindNotDir)
 	}
 	s := &Server{
-		fsys: fsys, opt: opt, log: opt.Log,
-		meta:    newMeta(fsys, opt.PrefetchDepth, opt.PrefetchBudget, opt.MetaEntries, opt.TTL),
-		data:    newContents(fsys, opt.Log, opt.Memory),
-		wback:   newWriteback(opt.CallTimeout),
+		opt: opt, log: opt.Log,
 		done:    make(chan struct{}),
 		rootUid: d.Int(ferry.AttrUid), rootGid: d.Int(ferry.AttrGid),
 		inos: map[string]uint64{}, nextIno: 2,
 	}
+	s.cache = cache.New(fsys, cache.Options{
+		Root: root, Log: opt.Log,
+		PrefetchDepth: opt.PrefetchDepth, PrefetchBudget: opt.PrefetchBudget, MetaEntries: opt.MetaEntries,
+		TTL: opt.TTL, CallTimeout: opt.CallTimeout, WatchBackoff: opt.WatchBackoff, Memory: opt.Memory,
+		WriteBehind: opt.WriteBack, Uid: s.rootUid, Gid: s.rootGid,
+		HeldDir: s.heldDir,
+	})
+	s.fsys = s.cache
 	if opt.CtlBelow != nil {
-		s.ctl = ctl.New("mount", opt.CtlBelow, s)
+		s.ctl = ctl.New("mount", ctl.New("cache", opt.CtlBelow, s.cache), s)
 	}
-	s.meta.data = s.data
-	s.meta.settle = func(ctx context.Context, p string) error { return s.wback.wait(ctx, p) }
 	s.root = &node{s: s}
 	zero := time.Duration(0)
 	fopt := &fs.Options{
@@ -305,20 +289,21 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	s.kernel = &kernelFS{RawFileSystem: fs.NewNodeFS(s.root, fopt), s: s}
 	srv, err := fuse.NewServer(s.kernel, mnt, &fopt.MountOptions)
 	if err != nil {
+		s.cache.Close()
 		return nil, ferry.E(op, mnt, ferry.KindIO, err)
 	}
 	go srv.Serve()
 	if err := srv.WaitMount(); err != nil {
 		srv.Unmount()
+		s.cache.Close()
 		return nil, ferry.E(op, mnt, ferry.KindIO, err)
 	}
 	s.srv, s.mnt = srv, mnt
 	wctx, wcancel := context.WithCancel(context.Background())
 	s.cancel = wcancel
-	firstLease := make(chan struct{})
 	go func() {
 		defer close(s.done)
-		s.watch(wctx, firstLease)
+		s.watch(wctx)
 	}()
 	go func() {
 		srv.Wait()
@@ -329,37 +314,28 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	// again. Waiting costs a round trip here rather than in the first
 	// command; a watch slow to come is not waited for long.
 	select {
-	case <-firstLease:
+	case <-s.cache.Ready():
 	case <-time.After(5 * time.Second):
 	}
-	opt.Log.Info("mounted", "tree", root, "at", mnt, "memory", opt.Memory)
+	opt.Log.Info("mounted", "tree", root, "at", mnt)
 	return s, nil
 }
 
 // Wait blocks until the file system is unmounted.
 func (s *Server) Wait() {
 	s.srv.Wait()
-	s.data.close()
-	st := s.data.report()
-	s.log.Info("file contents prefetched", "files", st.files, "bytes", st.bytes, "hits", st.hits,
-		"directories", st.dirFetches, "walks", st.walks, "evicted", st.evicted, "peak", st.peak, "budget", s.opt.Memory)
 	s.drain()
 	s.cancel()
 	<-s.done
+	s.cache.Close()
 }
 
 // drain waits, for up to a minute, for the stores write-back has in the
 // background.
 func (s *Server) drain() {
-	if ops, bytes := s.wback.pending(); ops > 0 {
-		s.log.Info("storing what was written", "files", ops, "bytes", bytes)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := s.wback.wait(ctx, "/"); err != nil {
-		ops, bytes := s.wback.pending()
-		s.log.Error("changes not stored", "files", ops, "bytes", bytes)
-	}
+	s.cache.Drain(ctx)
 }
 
 // Unmount unmounts the file system and waits until it is no longer served.
@@ -382,7 +358,7 @@ func (s *Server) Unmount() error {
 func (s *Server) Mountpoint() string { return s.mnt }
 
 // Counts returns how many Finds and Stats the metadata cache has issued.
-func (s *Server) Counts() (finds, stats uint64) { return s.meta.counts() }
+func (s *Server) Counts() (finds, stats uint64) { return s.cache.Counts() }
 
 // treePath returns the path in the tree of a path relative to the mount.
 func (s *Server) treePath(rel string) string {
@@ -399,7 +375,7 @@ func (s *Server) treePath(rel string) string {
 // negative-entry timeout: long while a watch lets the adaptor revoke them,
 // short otherwise.
 func (s *Server) timeouts() (ttl, negative time.Duration) {
-	if s.meta.leased() {
+	if s.cache.Leased() {
 		return s.opt.LeaseTTL, s.opt.LeaseTTL
 	}
 	return s.opt.TTL, 0
@@ -421,7 +397,7 @@ func (s *Server) ino(p string, fresh bool) uint64 {
 // inoKey returns the key of d's inode number: its path, or for a file
 // with several names the server's inode number, which all names share.
 func inoKey(d ferry.Dir) string {
-	if linked(d) {
+	if d.Linked() {
 		return "#" + d[ferry.AttrIno]
 	}
 	return d.Path()

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/cache"
 	"github.com/ferryfs/ferry/internal/local"
 	"github.com/ferryfs/ferry/internal/testenv"
 )
@@ -553,7 +554,7 @@ func TestSmallFiles(t *testing.T) {
 		want[name] = strings.Repeat(name+" ", i*100)
 		writeFile(t, filepath.Join(dir, "src", name), want[name])
 	}
-	big := strings.Repeat("big ", smallFile/2)
+	big := strings.Repeat("big ", cache.SmallFile/2)
 	writeFile(t, filepath.Join(dir, "src", "big"), big)
 	readAll := func() {
 		t.Helper()
@@ -568,7 +569,7 @@ func TestSmallFiles(t *testing.T) {
 		t.Fatalf("f00.c: got %q", got)
 	}
 	// The other files arrive with the first one's prefetch.
-	held := func() int { _, _, n := s.data.counts(); return n }
+	held := func() int { _, _, n := s.cache.ContentCounts(); return n }
 	if !waitFor(5*time.Second, func() bool { return held() >= 30 }) {
 		t.Fatalf("prefetch brought %d files, want 30", held())
 	}
@@ -576,7 +577,7 @@ func TestSmallFiles(t *testing.T) {
 	if got := readFile(t, filepath.Join(mnt, "src", "big")); got != big {
 		t.Errorf("big: got %d bytes, want %d", len(got), len(big))
 	}
-	hits, fetches, _ := s.data.counts()
+	hits, fetches, _ := s.cache.ContentCounts()
 	if fg, g := c.findgets.Load(), c.gets.Load(); fg != 1 || g > 2 || fetches != 1 || hits < 29 {
 		t.Errorf("reading 30 small files and a big one: %d FindGets, %d Gets, %d prefetches, %d hits; want 1, at most 2, 1, at least 29", fg, g, fetches, hits)
 	}
@@ -645,7 +646,7 @@ func TestWatch(t *testing.T) {
 	// Without events nothing would ever be refreshed.
 	mnt, s := mountFS(t, w, Options{TTL: time.Hour, WatchBackoff: 10 * time.Millisecond})
 	events := <-w.watches
-	if !waitFor(5*time.Second, s.meta.leased) {
+	if !waitFor(5*time.Second, s.cache.Leased) {
 		t.Fatal("no lease after the watch's first event")
 	}
 	if got := readFile(t, filepath.Join(mnt, "a")); got != "one" {
@@ -706,7 +707,7 @@ func TestWatch(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the watch was not re-established")
 	}
-	if !waitFor(5*time.Second, s.meta.leased) {
+	if !waitFor(5*time.Second, s.cache.Leased) {
 		t.Fatal("no lease after the watch came back")
 	}
 	writeFile(t, filepath.Join(dir, "a"), "three")
@@ -739,13 +740,13 @@ func TestTreeFetch(t *testing.T) {
 	for i := range 6 {
 		for j := range 4 {
 			rel := fmt.Sprintf("t/d%d/f%d", i, j)
-			want[rel] = strings.Repeat(rel+" ", 1+j*(smallFile/8))
+			want[rel] = strings.Repeat(rel+" ", 1+j*(cache.SmallFile/8))
 			writeFile(t, filepath.Join(dir, rel), want[rel])
 		}
 	}
 	c.reset()
 	// d0's files, then d1's first: the second directory starts a walk
-	// of t from there on. d0's files above smallFile are Gets of their
+	// of t from there on. d0's files above cache.SmallFile are Gets of their
 	// own.
 	for _, rel := range []string{"t/d0/f0", "t/d0/f1", "t/d0/f2", "t/d0/f3", "t/d1/f0"} {
 		if got := readFile(t, filepath.Join(mnt, rel)); got != want[rel] {
@@ -756,12 +757,12 @@ func TestTreeFetch(t *testing.T) {
 	// taken from the stream, but this test counts what the walk brought.
 	brought := len(want)
 	for j := range 4 {
-		if len(want[fmt.Sprintf("t/d0/f%d", j)]) > smallFile {
+		if len(want[fmt.Sprintf("t/d0/f%d", j)]) > cache.SmallFile {
 			brought--
 		}
 	}
-	if !waitFor(5*time.Second, func() bool { _, _, n := s.data.counts(); return n >= brought }) {
-		_, _, n := s.data.counts()
+	if !waitFor(5*time.Second, func() bool { _, _, n := s.cache.ContentCounts(); return n >= brought }) {
+		_, _, n := s.cache.ContentCounts()
 		t.Fatalf("the fetches brought %d files, want %d", n, brought)
 	}
 	gets := c.gets.Load()
@@ -789,8 +790,8 @@ func TestTreeFetchClimbs(t *testing.T) {
 	c.reset()
 	held := func(n int) {
 		t.Helper()
-		if !waitFor(5*time.Second, func() bool { _, _, h := s.data.counts(); return h >= n }) {
-			_, _, h := s.data.counts()
+		if !waitFor(5*time.Second, func() bool { _, _, h := s.cache.ContentCounts(); return h >= n }) {
+			_, _, h := s.cache.ContentCounts()
 			t.Fatalf("fetches brought %d files, want at least %d", h, n)
 		}
 	}
@@ -947,7 +948,7 @@ func mountSlowFetch(t *testing.T, content string) (dir, mnt string, c *counting)
 	dir, tree := localTree(t)
 	c = &counting{FS: tree}
 	writeFile(t, filepath.Join(dir, "s/small"), content)
-	mnt, _ = mountFS(t, &slowFetch{counting: c, delay: awaitMax + 500*time.Millisecond}, Options{})
+	mnt, _ = mountFS(t, &slowFetch{counting: c, delay: cache.AwaitMax + 500*time.Millisecond}, Options{})
 	return dir, mnt, c
 }
 

@@ -55,7 +55,7 @@ func (k *kernelFS) Lookup(cancel <-chan struct{}, h *fuse.InHeader, name string,
 // OpenDir answers ENOSYS while a lease is held (see kernelFS).
 func (k *kernelFS) OpenDir(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	k.opendirs.Add(1)
-	if k.s.meta.leased() {
+	if k.s.cache.Leased() {
 		k.noOpendir.Store(true)
 		return fuse.ENOSYS
 	}
@@ -99,7 +99,7 @@ func (k *kernelFS) unopened(cancel <-chan struct{}, in *fuse.ReadIn, read func(*
 // if it was made while no lease is held: the kernel keeps the listings of
 // directories it did not open (kernelFS) until told otherwise.
 func (n *node) expireListing() {
-	if !n.s.kernel.noOpendir.Load() || n.s.meta.leased() {
+	if !n.s.kernel.noOpendir.Load() || n.s.cache.Leased() {
 		return
 	}
 	time.AfterFunc(n.s.opt.TTL, func() { n.NotifyContent(0, 0) })

@@ -31,9 +31,6 @@ type node struct {
 	// kernel's cached pages may be kept.
 	seenMtime string
 	seenSize  int64
-	// stores counts the background stores of the file begun
-	// (Options.WriteBack): only the last one's result is recorded.
-	stores uint64
 	// execs counts the opens of the file by execve(2) not yet released.
 	execs int
 }
@@ -172,7 +169,7 @@ func (n *node) attrs(ctx context.Context) (ferry.Dir, syscall.Errno) {
 	}
 	ctx, cancel := n.s.ctx(ctx)
 	defer cancel()
-	d, err := n.s.meta.getattr(ctx, p)
+	d, err := n.s.cache.Stat(ctx, p).Wait()
 	if err != nil {
 		return nil, errno(err)
 	}
@@ -260,7 +257,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	}
 	cctx, cancel := n.s.ctx(ctx)
 	defer cancel()
-	d, err := n.s.meta.lookup(cctx, dir, name)
+	d, err := n.s.cache.Lookup(cctx, dir, name)
 	if err != nil {
 		if ferry.IsKind(err, ferry.KindNotExist) {
 			_, neg := n.s.timeouts()
@@ -379,14 +376,9 @@ func (n *node) wstat(ctx context.Context, want ferry.Dir) syscall.Errno {
 	}
 	ctx, cancel := n.s.ctx(ctx)
 	defer cancel()
-	if err := n.s.wback.wait(ctx, p); err != nil {
+	if _, err := n.s.cache.Wstat(ctx, p, want).Wait(); err != nil {
 		return errno(err)
 	}
-	d, err := n.s.fsys.Wstat(ctx, p, want).Wait()
-	if err != nil {
-		return errno(err)
-	}
-	n.s.meta.set(d)
 	return 0
 }
 
@@ -400,7 +392,7 @@ func (n *node) wstat(ctx context.Context, want ferry.Dir) syscall.Errno {
 // Once a lease is held the kernel opens directories itself (kernelFS).
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	var fl uint32
-	if n.s.meta.leased() {
+	if n.s.cache.Leased() {
 		fl = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
 	}
 	return &dirHandle{n: n}, fl, 0
@@ -477,7 +469,7 @@ func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	}
 	cctx, cancel := n.s.ctx(ctx)
 	defer cancel()
-	ds, err := n.s.meta.list(cctx, dir)
+	ds, err := n.s.cache.List(cctx, dir)
 	if err != nil {
 		return nil, errno(err)
 	}
@@ -521,55 +513,6 @@ func (n *node) owner(ctx context.Context, d ferry.Dir) {
 	}
 }
 
-// put creates an entry with Put. If the server refuses the owner asked
-// for, it tries again without, as chown by a server not run by root fails.
-func (s *Server) put(ctx context.Context, p string, d ferry.Dir, off int64, data func() io.Reader) (ferry.Dir, error) {
-	var r io.Reader
-	if data != nil {
-		r = data()
-	}
-	until := time.Now().Add(s.opt.CallTimeout)
-	got, err := s.fsys.Put(ctx, p, d, off, r).Wait()
-	// A whole-file Put replaces the file atomically, so one that a
-	// connection broke under (it may have looked alive a moment after
-	// the server went) is made again for up to the call timeout (ctx
-	// may have none: see Server.ctx); each attempt waits for the
-	// connection to come back.
-	for off == ferry.Whole && ferry.IsKind(err, ferry.KindUnavailable) && ctx.Err() == nil && time.Now().Before(until) {
-		select {
-		case <-ctx.Done():
-		case <-time.After(100 * time.Millisecond):
-		}
-		if data != nil {
-			r = data()
-		}
-		s.log.Debug("storing again after a broken connection", "path", p, "err", err)
-		got, err = s.fsys.Put(ctx, p, d, off, r).Wait()
-	}
-	_, hasU := d[ferry.AttrUid]
-	_, hasG := d[ferry.AttrGid]
-	if ferry.IsKind(err, ferry.KindPermission) && (hasU || hasG) {
-		d = d.Clone()
-		delete(d, ferry.AttrUid)
-		delete(d, ferry.AttrGid)
-		if data != nil {
-			r = data()
-		}
-		s.log.Debug("put without the owner", "path", p, "err", err)
-		got, err = s.fsys.Put(ctx, p, d, off, r).Wait()
-	}
-	return got, err
-}
-
-// touch records locally that the directory changed: its times move on
-// without a round trip, as the server's will have (to those the server
-// reported with got, the entry the change made, if it did).
-func (n *node) touch(nlink int64, got ferry.Dir) {
-	if p, ok := n.path(); ok {
-		n.s.meta.touch(p, nlink, got)
-	}
-}
-
 // Create implements fs.NodeCreater. The file exists only in this mount
 // until its first flush, which stores it with one Put.
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
@@ -602,8 +545,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	wb.created, wb.dirty, wb.set, wb.refs, wb.mtime = true, true, set, 1, now
 	cn := &node{s: n.s, wb: wb}
 	c := n.NewInode(ctx, cn, fs.StableAttr{Mode: syscall.S_IFREG, Ino: n.s.ino(p, true)})
-	n.s.meta.addPending(d)
-	n.touch(0, nil)
+	n.s.cache.Created(d)
 	n.entryOut(c, d, out)
 	return c, &handle{n: cn, wb: wb}, 0, 0
 }
@@ -657,64 +599,18 @@ func (n *node) make(ctx context.Context, name string, mode uint32, d ferry.Dir, 
 	defer cancel()
 	// Put would replace a link or update a directory, where mkdir and
 	// symlink must fail; the lookup is usually answered from the cache.
-	if _, err := n.s.meta.lookup(cctx, dir, name); err == nil {
+	if _, err := n.s.cache.Lookup(cctx, dir, name); err == nil {
 		return nil, syscall.EEXIST
 	} else if !ferry.IsKind(err, ferry.KindNotExist) {
 		return nil, errno(err)
 	}
-	defer n.s.meta.expect(p)()
-	var got ferry.Dir
-	if n.s.opt.WriteBack && d.IsDir() {
-		got = n.makeBehind(p, d)
-	} else {
-		if err := n.s.wback.wait(cctx, p); err != nil {
-			return nil, errno(err)
-		}
-		var err error
-		if got, err = n.s.put(cctx, p, d, ferry.Whole, nil); err != nil {
-			return nil, errno(err)
-		}
+	got, err := n.s.cache.Make(cctx, p, d)
+	if err != nil {
+		return nil, errno(err)
 	}
-	n.s.meta.set(got)
-	var nlink int64
-	if got.IsDir() {
-		n.s.meta.created(p)
-		nlink = 1 // The new directory's "..".
-	}
-	n.touch(nlink, got)
 	c := n.child(ctx, name, got)
 	n.entryOut(c, got, out)
 	return c, 0
-}
-
-// makeBehind makes the directory p with the attributes d in the
-// background (Options.WriteBack) and returns what it will be.
-func (n *node) makeBehind(p string, d ferry.Dir) ferry.Dir {
-	local := d.Clone()
-	local[ferry.AttrPath], local[ferry.AttrName] = p, path.Base(p)
-	if _, ok := local[ferry.AttrUid]; !ok {
-		local.SetInt(ferry.AttrUid, n.s.rootUid)
-	}
-	if _, ok := local[ferry.AttrGid]; !ok {
-		local.SetInt(ferry.AttrGid, n.s.rootGid)
-	}
-	local.SetMtime(time.Now())
-	local.SetInt(ferry.AttrNlink, 2)
-	n.s.wback.start(p, 0, func(ctx context.Context) error {
-		got, err := n.s.put(ctx, p, d, ferry.Whole, nil)
-		if err != nil {
-			n.s.log.Error("making a directory in the background failed", "path", p, "err", err)
-			n.s.meta.forget(p)
-			// Not from here: an fsync waiting for this call may
-			// hold the directory's lock that the kernel needs to
-			// take the notice.
-			go n.s.notify(p, false, true)
-			return err
-		}
-		n.s.meta.set(got)
-		return nil
-	})
-	return local
 }
 
 // Unlink implements fs.NodeUnlinker. A file created here and not yet
@@ -744,69 +640,34 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 	}
 	if cn != nil && cn.unstored() {
 		cn.orphan()
-		n.s.meta.dropPending(p)
-		n.s.meta.forget(p)
+		n.s.cache.Discard(p)
 		n.s.dropIno(p)
-		n.touch(0, nil)
 		return 0
 	}
-	if n.s.opt.WriteBack && nlink == 0 {
-		// A file's removal goes in the background too, after the
-		// calls on it before it; only rmdir must hear from the server
-		// whether the directory was empty.
-		if d := n.s.meta.known(p); d != nil && !d.IsDir() && !linked(d) {
-			n.s.wback.start(p, 0, func(ctx context.Context) error {
-				_, err := n.s.fsys.Remove(ctx, p).Wait()
-				if err != nil {
-					n.s.log.Error("removing a file in the background failed", "path", p, "err", err)
-				}
-				// Whatever a store before it recorded is gone now.
-				n.s.meta.forget(p)
-				go n.s.notify(p, false, true)
-				return err
-			})
-			if cn != nil {
-				cn.orphan()
-				// A store of the file still under way must not
-				// record it again when it ends.
-				cn.mu.Lock()
-				cn.stores++
-				cn.mu.Unlock()
-			}
-			n.s.meta.dropPending(p)
-			n.s.meta.forget(p)
-			n.s.dropIno(p)
-			n.touch(nlink, nil)
-			return 0
-		}
-	}
-	known := n.s.meta.known(p)
+	known := n.s.cache.Known(p)
 	if known == nil && cn != nil {
 		known = cn.lastAttrs()
 	}
 	cctx, cancel := n.s.ctx(ctx)
 	defer cancel()
-	if err := n.s.wback.wait(cctx, p); err != nil {
-		return errno(err)
-	}
-	if _, err := n.s.fsys.Remove(cctx, p).Wait(); err != nil {
+	// With write-back a file's removal may go in the background, after
+	// the calls on it before it (see cache.FS.Remove).
+	if _, err := n.s.cache.Remove(cctx, p).Wait(); err != nil {
 		return errno(err)
 	}
 	// A file with other names lives on under them: its buffer, if open,
 	// is stored through those, and counts one name less (the kernel asks
 	// a node with a buffer for its attributes, and a descriptor's late
 	// release may keep the buffer past this).
-	if cn != nil && !linked(known) {
+	n.s.cache.LinkChanged(known)
+	if cn != nil && (known == nil || !known.Linked()) {
 		cn.orphan()
 	} else if cn != nil {
 		d := known.Clone()
 		d.SetInt(ferry.AttrNlink, known.Int(ferry.AttrNlink)-1)
 		cn.relinked(d)
 	}
-	n.s.meta.dropLinked(known)
-	n.s.meta.forget(p)
 	n.s.dropIno(p)
-	n.touch(nlink, nil)
 	return 0
 }
 
@@ -877,50 +738,32 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 			return e
 		}
 	}
-	// The Move follows every store of either name, those the flushes
-	// above may just have put in the background included: a store of
-	// the target landing after it would undo it.
-	if err := n.s.wback.wait(cctx, from, to); err != nil {
-		return errno(err)
-	}
 	if flags&renameNoReplace != 0 {
-		if _, err := n.s.fsys.Stat(cctx, to).Wait(); err == nil {
+		if _, err := n.s.cache.Fresh(cctx, to); err == nil {
 			return syscall.EEXIST
 		} else if !ferry.IsKind(err, ferry.KindNotExist) {
 			return errno(err)
 		}
 	}
-	kept, _ := n.s.data.held(from)
-	replaced := n.s.meta.known(to)
-	if replaced == nil && dst != nil {
+	// The Move follows every store of either name, those the flushes
+	// above may just have put in the background included.
+	var replaced ferry.Dir
+	if dst != nil {
 		replaced = dst.lastAttrs()
 	}
-	defer n.s.meta.expect(from, to)()
-	d, err := n.s.fsys.Move(cctx, from, to).Wait()
+	d, err := n.s.cache.Move(cctx, from, to).Wait()
 	if err != nil {
 		return errno(err)
 	}
 	// A replaced file with other names lost one.
-	n.s.meta.dropLinked(replaced)
+	n.s.cache.LinkChanged(replaced)
 	if dst != nil && dst != src {
 		dst.orphan()
-	}
-	n.s.meta.renamed(from, d)
-	if kept != nil && kept.mtime == d[ferry.AttrMtime] && kept.size == d.Size() {
-		// A file written and renamed into place (git's index.lock, an
-		// editor's save) is read back under its new name.
-		n.s.data.keep(d, kept.data)
 	}
 	n.s.moveIno(from, to)
 	if src != nil {
 		src.remember(d)
 	}
-	var nlink int64
-	if d.IsDir() && dir != ndir {
-		nlink = 1 // The directory's ".." moved.
-	}
-	n.touch(-nlink, nil)
-	np.touch(nlink, d)
 	return 0
 }
 
@@ -950,24 +793,13 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	p := path.Join(dir, name)
 	cctx, cancel := n.s.ctx(ctx)
 	defer cancel()
-	for _, q := range []string{from, p} {
-		if err := n.s.wback.wait(cctx, q); err != nil {
-			return nil, errno(err)
-		}
-	}
-	defer n.s.meta.expect(from, p)()
-	got, err := n.s.fsys.Link(cctx, from, p).Wait()
+	got, err := n.s.cache.Link(cctx, from, p).Wait()
 	if err != nil {
 		return nil, errno(err)
 	}
-	// The target's link count and ctime moved too, under all its names.
-	n.s.meta.dropLinked(got)
 	src := got.Clone()
 	src[ferry.AttrPath], src[ferry.AttrName] = from, path.Base(from)
-	n.s.meta.set(src)
-	n.s.meta.set(got)
 	tn.relinked(src)
-	n.touch(0, got)
 	c := target.EmbeddedInode()
 	n.s.shareIno(got, c.StableAttr().Ino)
 	n.entryOut(c, got, out)
@@ -999,7 +831,7 @@ func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscal
 	if !ok {
 		return 0
 	}
-	return errno(n.s.wback.sync(ctx, p))
+	return errno(n.s.cache.Sync(ctx, p))
 }
 
 // Statfs implements fs.NodeStatfser. The tree does not report its space,

@@ -3,7 +3,6 @@ package fusefs
 import (
 	"context"
 	"path"
-	"sync"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -11,89 +10,30 @@ import (
 	"github.com/ferryfs/ferry"
 )
 
-// watch holds one watch on the mounted path for the life of the mount, if
-// the tree offers watches. The watch is the cache's lease: from its first
-// (Lost) event the cache is trusted and the kernel given long timeouts;
-// each event drops what it names here and in the kernel. When the watch
-// ends, everything is dropped and it is re-established with backoff;
-// meanwhile nothing is trusted for longer than Options.TTL.
-func (s *Server) watch(ctx context.Context, firstLease chan struct{}) {
-	// firstLease is closed once the first watch is in place, or has
-	// failed or is not to be had.
-	var once sync.Once
-	first := func() { once.Do(func() { close(firstLease) }) }
-	defer first()
-	w, ok := ferry.As[ferry.Watcher](s.fsys)
-	if !ok {
-		s.log.Info("the tree offers no watch: metadata is trusted for a short time only", "ttl", s.opt.TTL)
-		return
-	}
-	root := s.opt.Root
-	backoff := s.opt.WatchBackoff
-	for ctx.Err() == nil {
-		began := time.Now()
-		st := w.Watch(ctx, root)
-		leased := false
-		for ev := range st.All() {
-			p, err := ferry.CleanPath(ev.Path)
-			if err != nil || !ferry.HasPrefix(p, root) && !(ev.Lost && ferry.HasPrefix(root, p)) {
-				if ev.Ack != nil {
-					ev.Ack()
-				}
-				continue
+// watch passes the cache's events to the kernel for the life of the mount:
+// each drops the kernel's entries, attributes and pages for what it names.
+// The cache's first watcher starts its lease (internal/cache); a callback
+// break is acknowledged once the kernel has dropped what it names.
+func (s *Server) watch(ctx context.Context) {
+	st := s.cache.Watch(ctx, s.opt.Root)
+	defer st.Close()
+	for ev := range st.All() {
+		p := ev.Path
+		if !ferry.HasPrefix(p, s.opt.Root) {
+			p = s.opt.Root // A change above the root: all of it is in doubt.
+		}
+		switch {
+		case ev.Ack != nil:
+			s.dropBroken(p, ev.Lost, ev.Ack)
+		case ev.Attrs:
+			if in := s.inode(p); in != nil {
+				in.NotifyContent(-1, 0)
 			}
-			if ev.Ack != nil {
-				if !ferry.HasPrefix(p, root) {
-					p = root // A change above the root: all of it is in doubt.
-				}
-				s.dropBroken(ctx, p, ev.Lost)
-				ev.Ack()
-				continue
-			}
-			if ev.Lost {
-				if p == root {
-					s.meta.dropAll()
-				} else {
-					s.meta.invalidateAll(p)
-				}
-				s.notifyTree(p)
-				if !leased && p == root {
-					leased = true
-					s.meta.setLease(true)
-					s.log.Info("watch in place: metadata is cached until it changes")
-					first()
-				}
-				continue
-			}
-			// A directory the kernel knows is checked too: its entry
-			// is forgotten only if the server says it is gone.
-			if in := s.inode(p); s.meta.worthChecking(p) || in != nil && in.IsDir() {
-				go s.check(ctx, p)
-				continue
-			}
-			s.meta.invalidate(p)
-			s.notify(p, false, true)
+		case ev.Lost:
+			s.notifyTree(p)
+		default:
+			s.notify(p, false, ev.Gone)
 		}
-		err := st.Err()
-		first()
-		if leased {
-			s.meta.setLease(false)
-		}
-		s.meta.dropAll()
-		s.notifyTree(root)
-		if ctx.Err() != nil {
-			return
-		}
-		if time.Since(began) > time.Minute {
-			backoff = s.opt.WatchBackoff
-		}
-		s.log.Warn("watch ended; cached metadata dropped", "err", err, "retry in", backoff)
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-			return
-		}
-		backoff = min(2*backoff, time.Minute)
 	}
 }
 
@@ -107,22 +47,17 @@ func (s *Server) watch(ctx context.Context, firstLease chan struct{}) {
 // kernel's entry for the one path shows late.
 const notifyWait = time.Second
 
-// dropBroken drops p (with tree, everything below it too) here and in the
-// kernel, for a callback break: another client changed it through the
-// server, and that client's call waits until this returns.
-func (s *Server) dropBroken(ctx context.Context, p string, tree bool) {
-	s.breaks.Add(1)
-	if tree {
-		s.meta.invalidateAll(p)
-	} else {
-		s.meta.invalidate(p)
-	}
+// dropBroken drops p (with tree, everything below it too) in the kernel
+// for a callback break: another client changed it through the server, and
+// that client's call waits until ack is called.
+func (s *Server) dropBroken(p string, tree bool, ack func()) {
 	in := s.inode(p)
 	dir := in != nil && in.IsDir()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		// A directory's entry is kept until the server says it is gone.
+		// A directory's entry is kept until the server says it is gone
+		// (the cache checks, and passes up what it learns).
 		s.notify(p, tree, !dir)
 	}()
 	select {
@@ -130,9 +65,18 @@ func (s *Server) dropBroken(ctx context.Context, p string, tree bool) {
 	case <-time.After(notifyWait):
 		s.log.Debug("the kernel held a callback break's drop; acknowledged it meanwhile", "path", p)
 	}
-	if dir {
-		go s.check(ctx, p)
+	ack()
+}
+
+// heldDir reports whether the kernel has a directory's node for p: an
+// event for it must not make the kernel forget its name unless it is
+// gone (see forgetEntry).
+func (s *Server) heldDir(p string) bool {
+	if !ferry.HasPrefix(p, s.opt.Root) {
+		return false
 	}
+	in := s.inode(p)
+	return in != nil && in.IsDir()
 }
 
 // inode returns the kernel's node for the tree path p, if it has one.
@@ -204,30 +148,3 @@ func forgetEntry(parent *fs.Inode, name string, child *fs.Inode, gone bool) {
 // notifyTree is notify for p and everything below it, with no answer
 // from the server for any of it.
 func (s *Server) notifyTree(p string) { s.notify(p, true, false) }
-
-// check handles an event for p that may be the echo of this mount's own
-// change, or a directory's change of times: it asks the server, and drops
-// the cache only if the cache does not already agree.
-func (s *Server) check(ctx context.Context, p string) {
-	ctx, cancel := context.WithTimeout(ctx, s.opt.CallTimeout)
-	defer cancel()
-	// The server's answer is not newer than this mount's own calls on p
-	// still in the background (an unlink behind a close, say): believed
-	// before they are done, it would bring back what they removed.
-	if s.wback.wait(ctx, p) != nil {
-		return
-	}
-	_, _, seq := s.meta.stamp()
-	d, err := s.fsys.Stat(ctx, p).Wait()
-	agrees, attrs := s.meta.check(p, d, err, seq)
-	switch {
-	case agrees && attrs:
-		if in := s.inode(p); in != nil {
-			in.NotifyContent(-1, 0)
-		}
-	case !agrees:
-		if s.meta.invalidateUnchanged(p, seq) {
-			s.notify(p, false, ferry.IsKind(err, ferry.KindNotExist) || err == nil && !d.IsDir())
-		}
-	}
-}

@@ -1,4 +1,4 @@
-package fusefs
+package cache
 
 import (
 	"context"
@@ -116,7 +116,7 @@ func (w *writeback) wait(ctx context.Context, ps ...string) error {
 		select {
 		case <-d.done:
 		case <-ctx.Done():
-			return ferry.E("fusefs.Sync", ps[0], ferry.KindCanceled, ctx.Err())
+			return ferry.E("cache.Sync", ps[0], ferry.KindCanceled, ctx.Err())
 		}
 	}
 	return nil

@@ -1,4 +1,4 @@
-package fusefs
+package cache
 
 import (
 	"container/list"
@@ -17,11 +17,11 @@ import (
 // Limits of the prefetch of file contents. A directory's small files are
 // worth fetching together when a program reads one of them: grep, diff and
 // compilers read most files of the directories they touch, and a file of a
-// few KiB costs a whole round trip on its own. smallFile is where a file
+// few KiB costs a whole round trip on its own. SmallFile is where a file
 // stops being small: above it, the round trip of its own Get is a minor
 // part of its transfer time at the rates Ferry is built for.
 const (
-	smallFile = 64 << 10
+	SmallFile = 64 << 10
 	// dirFiles bounds how many files one directory's prefetch brings.
 	dirFiles = 2000
 	// treeFile bounds the files a walk's stream carries (see walk). It
@@ -194,9 +194,9 @@ func (c *contents) get(d ferry.Dir) ([]byte, bool) {
 	return c.getLocked(d)
 }
 
-// awaitMax bounds how long await waits for a fetch that brings nothing:
+// AwaitMax bounds how long await waits for a fetch that brings nothing:
 // past it the file's own Get is likely the quicker.
-const awaitMax = time.Second
+const AwaitMax = time.Second
 
 // await is get, waiting (while ctx lasts) for a fetch in progress that
 // will bring the file d describes, as long as files keep arriving: a
@@ -223,7 +223,7 @@ func (c *contents) await(ctx context.Context, d ferry.Dir) ([]byte, bool) {
 		if c.arrived.After(since) {
 			since = c.arrived
 		}
-		left := awaitMax - time.Since(since)
+		left := AwaitMax - time.Since(since)
 		if left <= 0 {
 			return nil, false
 		}
@@ -236,7 +236,7 @@ func (c *contents) await(ctx context.Context, d ferry.Dir) ([]byte, bool) {
 // coming reports whether a fetch in progress will bring the file at p of
 // the given size. c.mu is held.
 func (c *contents) coming(p string, size int64) bool {
-	if size <= smallFile && c.running[path.Dir(p)] {
+	if size <= SmallFile && c.running[path.Dir(p)] {
 		return true
 	}
 	return c.walkFor(p) != nil
@@ -306,7 +306,7 @@ func (c *contents) want(d ferry.Dir) {
 		c.changed.Broadcast()
 		return
 	}
-	if d.Size() > smallFile || c.running[dir] {
+	if d.Size() > SmallFile || c.running[dir] {
 		return
 	}
 	again := c.evicted[p]
@@ -409,7 +409,7 @@ func (c *contents) startWalk(root, from string) {
 	for q := range c.dirs {
 		passed := walkLess(q, from) && !ferry.HasPrefix(from, q)
 		if len(skip) < maxExcluded && ferry.HasPrefix(q, root) && !passed {
-			skip = append(skip, "path~"+pred.Quote(childrenOf(q))+" & size<="+strconv.Itoa(smallFile))
+			skip = append(skip, "path~"+pred.Quote(childrenOf(q))+" & size<="+strconv.Itoa(SmallFile))
 		}
 	}
 	want := "type=f & size<=" + strconv.Itoa(treeFile)
@@ -481,7 +481,7 @@ func (c *contents) fetchDir(dir string) {
 	c.mu.Lock()
 	began := c.seq
 	c.mu.Unlock()
-	st := c.fsys.FindGet(ctx, dir, "depth=1 & type=f & size<="+strconv.Itoa(smallFile))
+	st := c.fsys.FindGet(ctx, dir, "depth=1 & type=f & size<="+strconv.Itoa(SmallFile))
 	defer st.Close()
 	n := 0
 	err := receive(st, func(ferry.Dir) bool { n++; return n <= dirFiles }, func(f *content) { c.add(f, began, nil) })

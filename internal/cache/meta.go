@@ -1,4 +1,4 @@
-package fusefs
+package cache
 
 import (
 	"container/list"
@@ -31,11 +31,14 @@ type meta struct {
 	budget int           // entries after which a prefetch stops
 	ttl    time.Duration // trust without a lease
 
-	max      int // Entries kept at most (0: no bound); see evict.
-	mu       sync.Mutex
-	cond     *sync.Cond // Broadcast as fetches make progress.
-	ents     map[string]*entry
-	lru      *list.List // Of the paths in ents, most recently used first.
+	max  int // Entries kept at most (0: no bound); see evict.
+	mu   sync.Mutex
+	cond *sync.Cond // Broadcast as fetches make progress.
+	ents map[string]*entry
+	lru  *list.List // Of the paths in ents, most recently used first.
+	// links holds, by the server's inode number, the paths of the
+	// entries in ents that are files with several names.
+	links    map[string]map[string]struct{}
 	dirs     map[string]*listing
 	fetching map[string]*fetch
 	pending  map[string]ferry.Dir // Files created here but not yet on the server.
@@ -124,6 +127,7 @@ func newMeta(fsys ferry.FS, depth, budget, most int, ttl time.Duration) *meta {
 		fsys: fsys, depth: depth, budget: budget, ttl: ttl, max: most,
 		ents:     map[string]*entry{},
 		lru:      list.New(),
+		links:    map[string]map[string]struct{}{},
 		dirs:     map[string]*listing{},
 		fetching: map[string]*fetch{},
 		pending:  map[string]ferry.Dir{},
@@ -166,9 +170,18 @@ func (m *meta) cached(p string) ferry.Dir {
 func (m *meta) put(p string, e *entry) {
 	if old := m.ents[p]; old != nil {
 		m.lru.Remove(old.el)
+		m.unlink(p, old.d)
 	}
 	e.el = m.lru.PushFront(p)
 	m.ents[p] = e
+	if e.d.Linked() {
+		ps := m.links[e.d[ferry.AttrIno]]
+		if ps == nil {
+			ps = map[string]struct{}{}
+			m.links[e.d[ferry.AttrIno]] = ps
+		}
+		ps[p] = struct{}{}
+	}
 	if m.max > 0 && len(m.ents) > m.max {
 		m.evict(m.low())
 	}
@@ -183,6 +196,17 @@ func (m *meta) del(p string) {
 	if e := m.ents[p]; e != nil {
 		m.lru.Remove(e.el)
 		delete(m.ents, p)
+		m.unlink(p, e.d)
+	}
+}
+
+// unlink forgets that p is a name of the linked file d. m.mu is held.
+func (m *meta) unlink(p string, d ferry.Dir) {
+	if ps := m.links[d[ferry.AttrIno]]; ps != nil {
+		delete(ps, p)
+		if len(ps) == 0 {
+			delete(m.links, d[ferry.AttrIno])
+		}
 	}
 }
 
@@ -210,11 +234,6 @@ func (m *meta) evict(n int) {
 	}
 }
 
-// linked reports whether d is a file with other names.
-func linked(d ferry.Dir) bool {
-	return !d.IsDir() && d.Int(ferry.AttrNlink) > 1 && d[ferry.AttrIno] != ""
-}
-
 // dropLinked drops the cached entries and contents of all the names of
 // the file d describes, if it has several: a link, an unlink or a write
 // through one name changes the link count, ctime or content that the
@@ -222,13 +241,25 @@ func linked(d ferry.Dir) bool {
 // another client is seen only under the name it was made through: the
 // server's watch reports names, not files.)
 func (m *meta) dropLinked(d ferry.Dir) {
-	if !linked(d) {
+	if d == nil || !d.Linked() {
 		return
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for q, e := range m.ents {
-		if !e.d.IsDir() && e.d[ferry.AttrIno] == d[ferry.AttrIno] {
+	for q := range m.links[d[ferry.AttrIno]] {
+		m.del(q)
+		m.data.drop(q, false)
+	}
+}
+
+// dropAllLinked drops every cached file with several names: a name the
+// cache knew nothing about was removed or replaced, and it may have been
+// one of theirs.
+func (m *meta) dropAllLinked() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, ps := range m.links {
+		for q := range ps {
 			m.del(q)
 			m.data.drop(q, false)
 		}
@@ -241,6 +272,20 @@ func (m *meta) known(p string) ferry.Dir {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.cached(p)
+}
+
+// last returns what the cache last held for p, trusted or not: a base
+// for what a change made in the background will show.
+func (m *meta) last(p string) ferry.Dir {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if d, ok := m.pending[p]; ok {
+		return d
+	}
+	if e := m.ents[p]; e != nil {
+		return e.d
+	}
+	return nil
 }
 
 // listed returns the trusted listing of dir, if any. m.mu is held.
@@ -323,7 +368,7 @@ func (m *meta) lookup(ctx context.Context, dir, name string) (ferry.Dir, error) 
 			}
 			if _, ok := l.names[name]; !ok {
 				m.mu.Unlock()
-				return nil, ferry.E("fusefs.Lookup", p, ferry.KindNotExist)
+				return nil, ferry.E("cache.Lookup", p, ferry.KindNotExist)
 			}
 			break // Listed, but its entry has expired or was dropped.
 		}
@@ -341,7 +386,7 @@ func (m *meta) lookup(ctx context.Context, dir, name string) (ferry.Dir, error) 
 		}
 		if ctx.Err() != nil {
 			m.mu.Unlock()
-			return nil, ferry.E("fusefs.Lookup", p, ferry.KindCanceled, ctx.Err())
+			return nil, ferry.E("cache.Lookup", p, ferry.KindCanceled, ctx.Err())
 		}
 		m.cond.Wait()
 	}
@@ -483,7 +528,7 @@ func (m *meta) list(ctx context.Context, dir string) ([]ferry.Dir, error) {
 		if f == nil {
 			if whole {
 				m.mu.Unlock()
-				return nil, ferry.E("fusefs.Readdir", dir, ferry.KindIO, "directory changed while being listed")
+				return nil, ferry.E("cache.List", dir, ferry.KindIO, "directory changed while being listed")
 			}
 			if started {
 				whole = true
@@ -497,7 +542,7 @@ func (m *meta) list(ctx context.Context, dir string) ([]ferry.Dir, error) {
 		last = f
 		if ctx.Err() != nil {
 			m.mu.Unlock()
-			return nil, ferry.E("fusefs.Readdir", dir, ferry.KindCanceled, ctx.Err())
+			return nil, ferry.E("cache.List", dir, ferry.KindCanceled, ctx.Err())
 		}
 		m.cond.Wait()
 	}
@@ -696,7 +741,11 @@ func (m *meta) invalidateAll(p string) {
 	defer m.mu.Unlock()
 	m.invalidated(p)
 	m.data.drop(p, true)
-	deleteBelow(m.ents, p)
+	for q := range m.ents {
+		if ferry.HasPrefix(q, p) {
+			m.del(q)
+		}
+	}
 	deleteBelow(m.dirs, p)
 	if l := m.dirs[path.Dir(p)]; l != nil && p != "/" {
 		if l.doubt == nil {
@@ -736,6 +785,7 @@ func (m *meta) dropAll() {
 	m.allSeq = m.seq
 	m.data.drop("/", true)
 	clear(m.ents)
+	clear(m.links)
 	m.lru.Init()
 	clear(m.dirs)
 }
@@ -869,9 +919,25 @@ func (m *meta) markOwn(p string) {
 // Stat before the cache is dropped: p was changed by this mount a moment
 // ago (the event is likely its echo), or p is a cached directory (whose
 // listing is worth keeping when only its times changed).
-func (m *meta) worthChecking(p string) bool {
+// invalidateForeign is invalidate, unless p is worth checking first: in
+// one step, so that this mount's own change of p recorded in between
+// (with the content it stored) is not dropped as if another's.
+func (m *meta) invalidateForeign(p string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.worthCheckingLocked(p) {
+		return false
+	}
+	m.invalidateLocked(p)
+	return true
+}
+
+// worthCheckingLocked reports whether an event for p should be checked
+// with a Stat before the cache is dropped: p was changed by this mount a
+// moment ago (the event is likely its echo), or p is a cached directory
+// (whose listing is worth keeping when only its times changed). m.mu is
+// held.
+func (m *meta) worthCheckingLocked(p string) bool {
 	if t, ok := m.own[p]; ok && time.Since(t) < ownWindow {
 		return true
 	}

@@ -1,4 +1,4 @@
-package fusefs
+package cache
 
 import (
 	"path"

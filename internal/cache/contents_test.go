@@ -1,9 +1,10 @@
-package fusefs
+package cache
 
 import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -92,7 +93,7 @@ func testTree(t *testing.T, dir string, size int64, seed uint64) {
 		case i%97 == 0:
 			n = treeFile + r.IntN(treeFile)
 		case i%17 == 0:
-			n = smallFile + r.IntN(treeFile-smallFile)
+			n = SmallFile + r.IntN(treeFile-SmallFile)
 		}
 		// Files of a directory come before and after its
 		// subdirectories, as go/src's Make.dist and make.bash do.
@@ -246,7 +247,12 @@ func TestWalkLess(t *testing.T) {
 func TestWalkFrom(t *testing.T) {
 	dir := t.TempDir()
 	for _, p := range []string{"a/x", "a/y/z", "a.c", "a-b/c", "b/[*]/q", "b/[*]/r", "b/c d/'e\"", "c"} {
-		writeFile(t, filepath.Join(dir, p), p)
+		if err := os.MkdirAll(filepath.Join(dir, filepath.Dir(p)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, p), []byte(p), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	tree, err := local.New(dir)
 	if err != nil {
@@ -278,4 +284,11 @@ func TestWalkFrom(t *testing.T) {
 			}
 		}
 	}
+}
+
+func testLog(t *testing.T) *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.DiscardHandler)
 }

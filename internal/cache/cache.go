@@ -1,0 +1,440 @@
+// Package cache is the client's cache as a layer: a ferry.FS and
+// ferry.Watcher over any ferry.FS, holding what a front end (the FUSE
+// adaptor, a native command) would otherwise ask the tree below for again
+// and again.
+//
+// It holds four things, each fed by the calls that pay least on a slow link:
+//
+//   - Metadata (meta.go): on first use of a directory one Find of the
+//     subtree below it, bounded by depth and by an entry budget; entries,
+//     complete listings and the absence of names in them are answered here
+//     while they can be trusted. Bounded in entries, least recently used
+//     first.
+//   - Small-file contents (contents.go): a directory's small files with one
+//     FindGet on the first read of one, and the rest of a tree streamed in
+//     the order a program is seen reading it (walkorder.go), within a
+//     memory budget.
+//   - Write-behind (writeback.go, Options.WriteBehind): whole-file puts,
+//     new directories and removals of files return at once and run in the
+//     background, ordered per path with every later call on it; Sync waits
+//     for them and reports their failures.
+//   - The watch as lease: one watch on the cached root, taken when a layer
+//     above first calls Watch. While it lasts what was fetched under it is
+//     trusted; each event drops what it names, and is passed up through
+//     Watch, so the layer above (the FUSE adaptor: the kernel's caches)
+//     drops its copies too. A callback break (an event with Ack) is
+//     acknowledged below once every watcher above has acknowledged it.
+//     Without a watch nothing is trusted longer than Options.TTL.
+//
+// Every change goes through the layer's Tree methods (or Make, Created and
+// Discard, which a front end that makes files locally needs), which record
+// what the change did, so the cache never asks the tree about its own
+// writes.
+package cache
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"path"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ferryfs/ferry"
+)
+
+// Options configure a cache. The zero value is usable.
+type Options struct {
+	// Root is the subtree the cache watches; "/" if empty.
+	Root string
+	// Log receives the cache's messages; nothing is logged if nil.
+	Log *slog.Logger
+	// PrefetchDepth bounds the Find issued on first use of a directory
+	// (default 16). The entry budget is what bounds a walk of a big tree;
+	// the depth mostly keeps a deep one from delaying the listings near
+	// its top.
+	PrefetchDepth int
+	// PrefetchBudget stops a prefetch after this many entries (default
+	// 20000); what it completed is kept.
+	PrefetchBudget int
+	// MetaEntries bounds the entries of metadata kept (default
+	// DefaultMetaEntries; each costs about MetaEntrySize bytes).
+	MetaEntries int
+	// TTL is how long metadata is trusted without a watch (default 1 s).
+	TTL time.Duration
+	// CallTimeout bounds each background call and each check the cache
+	// makes of its own accord (default 1 min).
+	CallTimeout time.Duration
+	// WatchBackoff is the first wait before re-establishing a lost watch
+	// (default 100 ms); it doubles up to a minute.
+	WatchBackoff time.Duration
+	// Memory bounds the bytes of file contents held fetched ahead of
+	// their reads (default DefaultMemory).
+	Memory int64
+	// WriteBehind makes whole-file Puts of files up to 16 MiB (while
+	// less than 256 MiB waits), Makes of directories and Removes of files
+	// with one name return before the tree below has them: the call runs
+	// in the background, in order with every other call on the same
+	// paths, and Sync reports its failure.
+	WriteBehind bool
+	// Uid and Gid are the owner the tree gives entries made without one;
+	// what a change made in the background shows until it is done.
+	Uid, Gid int64
+	// HeldDir, if set, reports whether the layer above holds p as a
+	// directory (the kernel's node, for the FUSE adaptor). An event for
+	// such a path is checked with a Stat before it is passed up, so a
+	// directory whose times alone changed keeps its name above.
+	HeldDir func(p string) bool
+}
+
+// FS is a caching layer over a ferry.FS.
+type FS struct {
+	below ferry.FS
+	opt   Options
+	log   *slog.Logger
+	meta  *meta
+	data  *contents
+	wback *writeback
+
+	ctx       context.Context // Ends with Close.
+	cancel    context.CancelFunc
+	watchOnce sync.Once
+	ready     chan struct{} // Closed once the first lease is held, or cannot be.
+	readyOnce sync.Once
+	done      chan struct{} // Closed when the watch loop ends.
+
+	subMu sync.Mutex
+	subs  map[*sub]struct{}
+
+	// breaks counts the callback breaks acknowledged.
+	breaks atomic.Int64
+
+	// gens counts, by path, the changes whose background store may
+	// still end: a store that ends after a later change of its path
+	// must not record what it stored over what that change recorded.
+	genMu sync.Mutex
+	gens  map[string]uint64
+}
+
+var (
+	_ ferry.FS        = (*FS)(nil)
+	_ ferry.Watcher   = (*FS)(nil)
+	_ ferry.Unwrapper = (*FS)(nil)
+)
+
+// New returns a cache over below. It watches below from the first call
+// of its own Watch, and until Close.
+func New(below ferry.FS, opt Options) *FS {
+	if opt.Root == "" {
+		opt.Root = "/"
+	}
+	if r, err := ferry.CleanPath(opt.Root); err == nil {
+		opt.Root = r
+	}
+	if opt.Log == nil {
+		opt.Log = slog.New(slog.DiscardHandler)
+	}
+	if opt.PrefetchDepth <= 0 {
+		opt.PrefetchDepth = 16
+	}
+	if opt.PrefetchBudget <= 0 {
+		opt.PrefetchBudget = 20000
+	}
+	if opt.MetaEntries <= 0 {
+		opt.MetaEntries = DefaultMetaEntries
+	}
+	if opt.TTL <= 0 {
+		opt.TTL = time.Second
+	}
+	if opt.CallTimeout <= 0 {
+		opt.CallTimeout = time.Minute
+	}
+	if opt.WatchBackoff <= 0 {
+		opt.WatchBackoff = 100 * time.Millisecond
+	}
+	if opt.Memory <= 0 {
+		opt.Memory = DefaultMemory
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &FS{
+		below: below, opt: opt, log: opt.Log,
+		meta:  newMeta(below, opt.PrefetchDepth, opt.PrefetchBudget, opt.MetaEntries, opt.TTL),
+		data:  newContents(below, opt.Log, opt.Memory),
+		wback: newWriteback(opt.CallTimeout),
+		ctx:   ctx, cancel: cancel,
+		ready: make(chan struct{}),
+		done:  make(chan struct{}),
+		subs:  map[*sub]struct{}{},
+		gens:  map[string]uint64{},
+	}
+	c.meta.data = c.data
+	c.meta.settle = func(ctx context.Context, p string) error { return c.wback.wait(ctx, p) }
+	return c
+}
+
+// Unwrap implements ferry.Unwrapper.
+func (c *FS) Unwrap() ferry.FS { return c.below }
+
+// Close stops the watch and the fetches in progress. Changes still in the
+// background go on; Drain waits for them.
+func (c *FS) Close() error {
+	c.cancel()
+	c.data.close()
+	c.watchOnce.Do(func() { close(c.done) }) // Never watched.
+	<-c.done
+	st := c.data.report()
+	c.log.Info("file contents prefetched", "files", st.files, "bytes", st.bytes, "hits", st.hits,
+		"directories", st.dirFetches, "walks", st.walks, "evicted", st.evicted, "peak", st.peak, "budget", c.opt.Memory)
+	return nil
+}
+
+// Drain waits until every change in the background is done, or ctx is.
+func (c *FS) Drain(ctx context.Context) error {
+	if ops, bytes := c.wback.pending(); ops > 0 {
+		c.log.Info("storing what was written", "files", ops, "bytes", bytes)
+	}
+	if err := c.wback.wait(ctx, "/"); err != nil {
+		ops, bytes := c.wback.pending()
+		c.log.Error("changes not stored", "files", ops, "bytes", bytes)
+		return err
+	}
+	return nil
+}
+
+// Ready is closed once the cache holds its first lease, or has learned
+// that it cannot have one yet: a front end that waits for it before its
+// first walk makes that walk under the lease.
+func (c *FS) Ready() <-chan struct{} { return c.ready }
+
+func (c *FS) setReady() { c.readyOnce.Do(func() { close(c.ready) }) }
+
+// Leased reports whether the cache holds a lease (its watch is in place).
+func (c *FS) Leased() bool { return c.meta.leased() }
+
+// Lookup returns the entry for name in dir: from the cache, from a
+// prefetch of dir (which it starts, or waits for), or from a Stat. A
+// name missing from a listed directory fails with KindNotExist at once.
+func (c *FS) Lookup(ctx context.Context, dir, name string) (ferry.Dir, error) {
+	return c.meta.lookup(ctx, dir, name)
+}
+
+// List returns the entries of dir sorted by name, prefetching it (and
+// below it) if it is not cached.
+func (c *FS) List(ctx context.Context, dir string) ([]ferry.Dir, error) {
+	return c.meta.list(ctx, dir)
+}
+
+// Fresh returns the entry at p as the tree below has it now, after this
+// cache's changes to it in the background: what an open must see without
+// a lease (close-to-open).
+func (c *FS) Fresh(ctx context.Context, p string) (ferry.Dir, error) {
+	return c.meta.stat(ctx, p)
+}
+
+// Known returns the trusted entry at p, if the cache holds one, without
+// asking below.
+func (c *FS) Known(p string) ferry.Dir { return c.meta.known(p) }
+
+// Contents returns the content of the file d describes if the cache holds
+// it, or it arrives soon by a prefetch in progress or one this starts.
+func (c *FS) Contents(ctx context.Context, d ferry.Dir) ([]byte, bool) {
+	return c.data.open(ctx, d)
+}
+
+// Settle waits until the changes in the background on ps (and on paths
+// above or below them) are done.
+func (c *FS) Settle(ctx context.Context, ps ...string) error { return c.wback.wait(ctx, ps...) }
+
+// Sync waits until the changes in the background at or below p are done,
+// and returns (and forgets) the first failure among them.
+func (c *FS) Sync(ctx context.Context, p string) error { return c.wback.sync(ctx, p) }
+
+// Failed returns (and forgets) the failure of a background change of p,
+// without waiting.
+func (c *FS) Failed(p string) error { return c.wback.failed(p) }
+
+// Created records d, a file made above and not yet stored (the FUSE
+// adaptor stores a new file at its first close): it is looked up and
+// listed as d until a Put stores it or Discard forgets it.
+func (c *FS) Created(d ferry.Dir) {
+	c.meta.addPending(d)
+	c.meta.touch(path.Dir(d.Path()), 0, nil)
+}
+
+// Discard forgets the file at p, made above and never stored, as
+// removed.
+func (c *FS) Discard(p string) {
+	c.nextGen(p)
+	c.Unstored(p)
+	c.meta.touch(path.Dir(p), 0, nil)
+}
+
+// Unstored forgets the file at p, whose store failed: it shows as the
+// tree below has it.
+func (c *FS) Unstored(p string) {
+	c.meta.dropPending(p)
+	c.meta.forget(p)
+}
+
+// LinkChanged drops the entries and contents of every name of the file d
+// describes, if it has several: one of its names was made or removed, and
+// the link count and ctime the others show changed. A front end that knew
+// the file when the cache did not tells it so.
+func (c *FS) LinkChanged(d ferry.Dir) { c.meta.dropLinked(d) }
+
+// Drop forgets everything cached, here and (through Watch) above.
+func (c *FS) Drop() {
+	c.meta.dropAll()
+	c.emit(ferry.Event{Path: c.opt.Root, Lost: true})
+}
+
+// Counts returns how many Finds and Stats the metadata cache has issued.
+func (c *FS) Counts() (finds, stats uint64) { return c.meta.counts() }
+
+// ContentCounts returns the reads answered from prefetched contents, the
+// prefetches started and the files held.
+func (c *FS) ContentCounts() (hits, fetches int64, files int) { return c.data.counts() }
+
+// Status implements ctl.Controller: the cache's section of the control
+// file.
+func (c *FS) Status(context.Context) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "lease: %v\n", c.meta.leased())
+	fmt.Fprintf(&b, "breaks: %d\n", c.breaks.Load())
+	fmt.Fprintf(&b, "writeback: %v\n", c.opt.WriteBehind)
+	ops, bytes := c.wback.pending()
+	fmt.Fprintf(&b, "writeback.pending: %d calls, %d bytes\n", ops, bytes)
+	d := c.data
+	d.mu.Lock()
+	size, files, st := d.size, len(d.ents), d.stats
+	d.mu.Unlock()
+	fmt.Fprintf(&b, "contents.bytes: %d of %d\ncontents.files: %d\ncontents.peak: %d\n", size, d.max, files, st.peak)
+	fmt.Fprintf(&b, "contents.fetched: %d files, %d bytes\ncontents.evicted: %d\ncontents.walks: %d\n", st.files, st.bytes, st.evicted, st.walks)
+	finds, stats := c.meta.counts()
+	fmt.Fprintf(&b, "meta.finds: %d\nmeta.stats: %d\n", finds, stats)
+	ents, evicted := c.meta.size()
+	fmt.Fprintf(&b, "meta.entries: %d of %d\nmeta.evicted: %d\n", ents, c.meta.max, evicted)
+	return b.String()
+}
+
+// Command implements ctl.Controller. "sync" waits for every change still
+// in the background; "drop" forgets everything cached, here and above.
+func (c *FS) Command(ctx context.Context, args []string) error {
+	switch args[0] {
+	case "sync":
+		ctx, cancel := context.WithTimeout(ctx, c.opt.CallTimeout)
+		defer cancel()
+		return c.wback.wait(ctx, c.opt.Root)
+	case "drop":
+		c.Drop()
+		return nil
+	}
+	return ferry.E("cache.Command", ferry.CtlPath, ferry.KindInvalid, "the cache knows no command "+args[0]+" (sync, drop)")
+}
+
+// nextGen counts a change of p that a store in the background must not
+// undo, and returns its number.
+func (c *FS) nextGen(p string) uint64 {
+	c.genMu.Lock()
+	defer c.genMu.Unlock()
+	c.gens[p]++
+	return c.gens[p]
+}
+
+// lastGen reports whether gen is still the last change of p, and forgets
+// p's count if so.
+func (c *FS) lastGen(p string, gen uint64) bool {
+	c.genMu.Lock()
+	defer c.genMu.Unlock()
+	if c.gens[p] != gen {
+		return false
+	}
+	delete(c.gens, p)
+	return true
+}
+
+// Stat implements ferry.Tree: from the cache where it can.
+func (c *FS) Stat(ctx context.Context, p string) *ferry.Future[ferry.Dir] {
+	if d := c.meta.known(p); d != nil {
+		return ferry.Resolved(d, nil)
+	}
+	return ferry.Go(func() (ferry.Dir, error) {
+		p, err := ferry.CleanPath(p)
+		if err != nil {
+			return nil, err
+		}
+		return c.meta.getattr(ctx, p)
+	})
+}
+
+// Get implements ferry.Tree: a whole file held here is read from memory;
+// otherwise the tree below is asked once the changes of p in the
+// background are done.
+func (c *FS) Get(ctx context.Context, p string, off, count int64) io.ReadCloser {
+	if d := c.meta.known(p); d != nil && off == 0 && count < 0 {
+		if data, ok := c.data.get(d); ok {
+			return io.NopCloser(bytes.NewReader(data))
+		}
+	}
+	return &settledReader{open: func() (io.ReadCloser, error) {
+		if err := c.wback.wait(ctx, p); err != nil {
+			return nil, err
+		}
+		return c.below.Get(ctx, p, off, count), nil
+	}}
+}
+
+// settledReader opens its reader at the first Read.
+type settledReader struct {
+	open func() (io.ReadCloser, error)
+	r    io.ReadCloser
+	err  error
+}
+
+func (s *settledReader) Read(b []byte) (int, error) {
+	if s.r == nil && s.err == nil {
+		s.r, s.err = s.open()
+	}
+	if s.err != nil {
+		return 0, s.err
+	}
+	return s.r.Read(b)
+}
+
+func (s *settledReader) Close() error {
+	if s.r != nil {
+		return s.r.Close()
+	}
+	return nil
+}
+
+// Find implements ferry.Finder: below, after this cache's changes there.
+func (c *FS) Find(ctx context.Context, p, pred string) *ferry.Stream[ferry.Entry] {
+	return c.settledStream(ctx, p, func() *ferry.Stream[ferry.Entry] { return c.below.Find(ctx, p, pred) })
+}
+
+// FindGet implements ferry.Finder: below, after this cache's changes
+// there.
+func (c *FS) FindGet(ctx context.Context, p, pred string) *ferry.Stream[ferry.Entry] {
+	return c.settledStream(ctx, p, func() *ferry.Stream[ferry.Entry] { return c.below.FindGet(ctx, p, pred) })
+}
+
+func (c *FS) settledStream(ctx context.Context, p string, open func() *ferry.Stream[ferry.Entry]) *ferry.Stream[ferry.Entry] {
+	return ferry.NewStream(ctx, func(ctx context.Context, send func(ferry.Entry) error) error {
+		if err := c.wback.wait(ctx, p); err != nil {
+			return err
+		}
+		st := open()
+		defer st.Close()
+		for e := range st.All() {
+			if err := send(e); err != nil {
+				return err
+			}
+		}
+		return st.Err()
+	})
+}

@@ -1,0 +1,200 @@
+package cache_test
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/cache"
+	"github.com/ferryfs/ferry/internal/fstest"
+	"github.com/ferryfs/ferry/internal/local"
+	"github.com/ferryfs/ferry/internal/servertest"
+)
+
+// stacks are the stacks the product builds with the cache on top: over a
+// directory (as a library user might), and over the remote client of a
+// server over the chunk store (the mount's), each write-through and
+// write-behind, with the contents' memory large and tiny.
+var stacks = []struct {
+	name   string
+	remote bool
+	opt    cache.Options
+}{
+	{"local", false, cache.Options{}},
+	{"local-writebehind", false, cache.Options{WriteBehind: true}},
+	{"remote", true, cache.Options{}},
+	{"remote-writebehind", true, cache.Options{WriteBehind: true}},
+	{"remote-small-memory", true, cache.Options{Memory: 64 << 10, MetaEntries: 64}},
+}
+
+// below returns the tree a stack's cache goes over, and its directory.
+func below(t *testing.T, remote bool) (ferry.FS, string) {
+	if remote {
+		s := servertest.StartChunked(t, "")
+		return s.Client(t, "tester"), s.Dir
+	}
+	dir := t.TempDir()
+	tree, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tree.Close() })
+	return tree, dir
+}
+
+// open returns a cache over fsys that holds its lease, closed when the
+// test ends.
+func open(t *testing.T, fsys ferry.FS, opt cache.Options) *cache.FS {
+	c := cache.New(fsys, opt)
+	ctx, cancel := context.WithCancel(context.Background())
+	w := c.Watch(ctx, "/")
+	go func() {
+		for ev := range w.All() {
+			if ev.Ack != nil {
+				ev.Ack()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		w.Close()
+		c.Close()
+	})
+	select {
+	case <-c.Ready():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cache's watch did not come")
+	}
+	return c
+}
+
+// TestSuite runs the shared tree suite through the cache on every stack:
+// what the cache answers from memory, and what it does in the background,
+// must look like the tree below.
+func TestSuite(t *testing.T) {
+	for _, st := range stacks {
+		t.Run(st.name, func(t *testing.T) {
+			fstest.Run(t, func(t *testing.T) (ferry.FS, string) {
+				fsys, dir := below(t, st.remote)
+				return syncing{open(t, fsys, st.opt)}, dir
+			})
+		})
+	}
+}
+
+// syncing waits for the cache's changes in the background before each
+// read, as a program's fsync would: the suite checks the disk below
+// behind the cache's back.
+type syncing struct{ *cache.FS }
+
+func (s syncing) Put(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) *ferry.Future[ferry.Dir] {
+	f := s.FS.Put(ctx, p, d, off, data)
+	return ferry.Go(func() (ferry.Dir, error) {
+		got, err := f.Wait()
+		if err == nil {
+			err = s.FS.Sync(ctx, p)
+		}
+		return got, err
+	})
+}
+
+func (s syncing) Remove(ctx context.Context, p string) *ferry.Future[struct{}] {
+	f := s.FS.Remove(ctx, p)
+	return ferry.Go(func() (struct{}, error) {
+		_, err := f.Wait()
+		if err == nil {
+			err = s.FS.Sync(ctx, p)
+		}
+		return struct{}{}, err
+	})
+}
+
+// TestWatchPassesUp: changes made below the cache, behind its back, reach
+// a watcher of the cache.
+func TestWatchPassesUp(t *testing.T) {
+	for _, remote := range []bool{false, true} {
+		name := "local"
+		if remote {
+			name = "remote"
+		}
+		t.Run(name, func(t *testing.T) {
+			fstest.RunWatch(t, func(t *testing.T) (ferry.Watcher, ferry.FS, string) {
+				fsys, dir := below(t, remote)
+				c := cache.New(fsys, cache.Options{})
+				t.Cleanup(func() { c.Close() })
+				return c, fsys, dir
+			})
+		})
+	}
+}
+
+// TestChangeThroughOtherClient: a change made through a second client of
+// the server is seen through the first client's cache as soon as the
+// second client's call returns (the callback break the cache passes up
+// and acknowledges), for entries and for contents held.
+func TestChangeThroughOtherClient(t *testing.T) {
+	s := servertest.Start(t, "")
+	ctx := context.Background()
+	if err := os.WriteFile(filepath.Join(s.Dir, "f"), []byte("one"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := open(t, s.Client(t, "a"), cache.Options{})
+	other := s.Client(t, "b")
+	read := func() string {
+		t.Helper()
+		r := c.Get(ctx, "/f", 0, -1)
+		defer r.Close()
+		b, err := io.ReadAll(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	for i, want := range []string{"two", "three!", "4"} {
+		if _, err := c.Stat(ctx, "/f").Wait(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.List(ctx, "/"); err != nil {
+			t.Fatal(err)
+		}
+		d, _ := c.Stat(ctx, "/f").Wait()
+		c.Contents(ctx, d)
+		if _, err := other.Put(ctx, "/f", ferry.Dir{}, ferry.Whole, stringsReader(want)).Wait(); err != nil {
+			t.Fatal(err)
+		}
+		d, err := c.Stat(ctx, "/f").Wait()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Size() != int64(len(want)) {
+			t.Errorf("round %d: the cache says %d bytes after the other client's put of %d", i, d.Size(), len(want))
+		}
+		if got := read(); got != want {
+			t.Errorf("round %d: read %q through the cache, want %q", i, got, want)
+		}
+		if _, err := other.Put(ctx, "/new"+want, ferry.Dir{}, ferry.Whole, stringsReader(want)).Wait(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Lookup(ctx, "/", "new"+want); err != nil {
+			t.Errorf("round %d: a file the other client made is not found through the cache: %v", i, err)
+		}
+	}
+}
+
+func stringsReader(s string) io.Reader { return &onceReader{s: s} }
+
+// onceReader is a reader that cannot be read again, as a program's pipe.
+type onceReader struct{ s string }
+
+func (r *onceReader) Read(b []byte) (int, error) {
+	if r.s == "" {
+		return 0, io.EOF
+	}
+	n := copy(b, r.s)
+	r.s = r.s[n:]
+	return n, nil
+}

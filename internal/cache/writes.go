@@ -1,0 +1,400 @@
+package cache
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"path"
+	"time"
+
+	"github.com/ferryfs/ferry"
+)
+
+// Put implements ferry.Tree. The call follows this cache's changes of p in
+// the background, and records what it made. With Options.WriteBehind a
+// whole file of up to 16 MiB whose data can say its size (a
+// *bytes.Reader, an *io.SectionReader) is stored in the background from a
+// copy: the Future holds at once what the file will be.
+func (c *FS) Put(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) *ferry.Future[ferry.Dir] {
+	if c.opt.WriteBehind && off == ferry.Whole && d.Type() == ferry.TypeFile {
+		if f, ok := c.putBehind(ctx, p, d, data); ok {
+			return f
+		}
+	}
+	return ferry.Go(func() (ferry.Dir, error) {
+		if err := c.wback.wait(ctx, p); err != nil {
+			return nil, err
+		}
+		return c.putNow(ctx, p, d, off, data)
+	})
+}
+
+// putNow makes the Put and records it.
+func (c *FS) putNow(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) (ferry.Dir, error) {
+	got, kept, err := c.store(ctx, p, d, off, data)
+	if err != nil {
+		return nil, err
+	}
+	if off != ferry.Whole {
+		// Written in place: a file with other names changed under
+		// all of them.
+		c.meta.dropLinked(got)
+	}
+	c.meta.set(got)
+	c.meta.dropPending(p)
+	if kept != nil {
+		c.data.keep(got, kept)
+	}
+	return got, nil
+}
+
+// sized is data that can say how much of it there is.
+type sized interface{ Size() int64 }
+
+// putBehind stores a whole file in the background, from a copy of data
+// taken now, if the write-back budget takes it and the cache knows what
+// the file is (the entry it shows until the store is done).
+func (c *FS) putBehind(ctx context.Context, p string, d ferry.Dir, data io.Reader) (*ferry.Future[ferry.Dir], bool) {
+	var size int64
+	if data != nil {
+		s, ok := data.(sized)
+		if !ok {
+			return nil, false
+		}
+		size = s.Size()
+	}
+	base := c.meta.last(p)
+	if size > snapshotMax || base == nil || base.IsDir() {
+		return nil, false
+	}
+	buf := make([]byte, size)
+	if size > 0 {
+		if _, err := io.ReadFull(data, buf); err != nil {
+			return ferry.Resolved[ferry.Dir](nil, ferry.E("cache.Put", p, ferry.KindIO, err)), true
+		}
+	}
+	// The tree takes the mtime shown here until the store is done, so
+	// that what this cache shows meanwhile stays true.
+	d = d.Clone()
+	if _, ok := d[ferry.AttrMtime]; !ok {
+		d.SetMtime(time.Now())
+	}
+	local := base.Clone()
+	for k, v := range d {
+		local[k] = v
+	}
+	local[ferry.AttrPath], local[ferry.AttrName] = p, path.Base(p)
+	local.SetInt(ferry.AttrSize, size)
+	gen := c.nextGen(p)
+	// Recorded as pending before the store can start: one that ends at
+	// once drops the pending entry, which recording it after would bring
+	// back for good (git then found its renamed lock files still there).
+	c.meta.set(local)
+	c.meta.addPending(local)
+	ok := c.wback.start(p, size, func(ctx context.Context) error {
+		got, _, err := c.store(ctx, p, d, ferry.Whole, bytes.NewReader(buf))
+		if err != nil {
+			c.log.Error("storing a file in the background failed: its changes are lost", "path", p, "err", err)
+			c.Unstored(p)
+			go c.emit(ferry.Event{Path: p, Gone: true})
+			return err
+		}
+		// A later change of the file is queued: what this cache shows
+		// is already newer than got.
+		if c.lastGen(p, gen) {
+			c.meta.set(got)
+			c.meta.dropPending(p)
+			c.data.keep(got, buf)
+		}
+		return nil
+	})
+	if !ok {
+		c.meta.dropPending(p)
+		return ferry.Go(func() (ferry.Dir, error) {
+			if err := c.wback.wait(ctx, p); err != nil {
+				return nil, err
+			}
+			return c.putNow(ctx, p, d, ferry.Whole, bytes.NewReader(buf))
+		}), true
+	}
+	return ferry.Resolved(local, nil), true
+}
+
+// store makes a Put below. A whole-file Put that a connection broke under
+// (it may have looked alive a moment after the server went) is made again
+// for up to Options.CallTimeout, if its data can be read again; a Put
+// whose owner the tree refuses (chown by a server not run by root) is made
+// again without it. It returns the content put if the file is one the
+// cache keeps.
+func (c *FS) store(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) (ferry.Dir, []byte, error) {
+	var start int64
+	seeker, canRewind := data.(io.Seeker)
+	if canRewind {
+		var err error
+		if start, err = seeker.Seek(0, io.SeekCurrent); err != nil {
+			canRewind = false
+		}
+	}
+	var kept *capture
+	attempt := func(d ferry.Dir) (ferry.Dir, error) {
+		var r io.Reader
+		if data != nil {
+			kept = &capture{r: data, max: treeFile}
+			r = kept
+		}
+		return c.below.Put(ctx, p, d, off, r).Wait()
+	}
+	rewind := func() bool {
+		if data == nil {
+			return true
+		}
+		if !canRewind {
+			return false
+		}
+		_, err := seeker.Seek(start, io.SeekStart)
+		return err == nil
+	}
+	until := time.Now().Add(c.opt.CallTimeout)
+	got, err := attempt(d)
+	for off == ferry.Whole && ferry.IsKind(err, ferry.KindUnavailable) && ctx.Err() == nil && time.Now().Before(until) && rewind() {
+		select {
+		case <-ctx.Done():
+		case <-time.After(100 * time.Millisecond):
+		}
+		c.log.Debug("storing again after a broken connection", "path", p, "err", err)
+		got, err = attempt(d)
+	}
+	_, hasU := d[ferry.AttrUid]
+	_, hasG := d[ferry.AttrGid]
+	if ferry.IsKind(err, ferry.KindPermission) && (hasU || hasG) && rewind() {
+		d = d.Clone()
+		delete(d, ferry.AttrUid)
+		delete(d, ferry.AttrGid)
+		c.log.Debug("put without the owner", "path", p, "err", err)
+		got, err = attempt(d)
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	if kept != nil && !kept.over && int64(len(kept.buf)) == got.Size() {
+		return got, kept.buf, nil
+	}
+	return got, nil, nil
+}
+
+// capture keeps a copy of what is read through it, up to max bytes.
+type capture struct {
+	r    io.Reader
+	max  int
+	buf  []byte
+	over bool
+}
+
+func (c *capture) Read(b []byte) (int, error) {
+	n, err := c.r.Read(b)
+	if !c.over {
+		if len(c.buf)+n > c.max {
+			c.over, c.buf = true, nil
+		} else {
+			c.buf = append(c.buf, b[:n]...)
+		}
+	}
+	return n, err
+}
+
+// Make creates the entry d describes at p, where there is none (mkdir,
+// symlink, mknod): unlike Put, it knows that a directory it makes is
+// empty. With Options.WriteBehind a directory is made in the background.
+func (c *FS) Make(ctx context.Context, p string, d ferry.Dir) (ferry.Dir, error) {
+	defer c.meta.expect(p)()
+	var got ferry.Dir
+	if c.opt.WriteBehind && d.IsDir() {
+		got = c.makeBehind(p, d)
+	} else {
+		if err := c.wback.wait(ctx, p); err != nil {
+			return nil, err
+		}
+		var err error
+		if got, _, err = c.store(ctx, p, d, ferry.Whole, nil); err != nil {
+			return nil, err
+		}
+	}
+	c.meta.set(got)
+	var nlink int64
+	if got.IsDir() {
+		c.meta.created(p)
+		nlink = 1 // The new directory's "..".
+	}
+	c.meta.touch(path.Dir(p), nlink, got)
+	return got, nil
+}
+
+// makeBehind makes the directory p with the attributes d in the
+// background and returns what it will be.
+func (c *FS) makeBehind(p string, d ferry.Dir) ferry.Dir {
+	local := d.Clone()
+	local[ferry.AttrPath], local[ferry.AttrName] = p, path.Base(p)
+	if _, ok := local[ferry.AttrUid]; !ok {
+		local.SetInt(ferry.AttrUid, c.opt.Uid)
+	}
+	if _, ok := local[ferry.AttrGid]; !ok {
+		local.SetInt(ferry.AttrGid, c.opt.Gid)
+	}
+	local.SetMtime(time.Now())
+	local.SetInt(ferry.AttrNlink, 2)
+	c.wback.start(p, 0, func(ctx context.Context) error {
+		got, _, err := c.store(ctx, p, d, ferry.Whole, nil)
+		if err != nil {
+			c.log.Error("making a directory in the background failed", "path", p, "err", err)
+			c.meta.forget(p)
+			// Not from here: an fsync waiting for this call may hold
+			// the directory's lock that the kernel needs to take the
+			// notice.
+			go c.emit(ferry.Event{Path: p, Gone: true})
+			return err
+		}
+		c.meta.set(got)
+		return nil
+	})
+	return local
+}
+
+// Remove implements ferry.Tree. With Options.WriteBehind a file with one
+// name is removed in the background, after the calls on it before it;
+// rmdir must hear from the tree whether the directory was empty.
+func (c *FS) Remove(ctx context.Context, p string) *ferry.Future[struct{}] {
+	dir := path.Dir(p)
+	if c.opt.WriteBehind {
+		if d := c.meta.known(p); d != nil && !d.IsDir() && !d.Linked() {
+			// A store of the file still under way must not record it
+			// again when it ends.
+			c.nextGen(p)
+			c.wback.start(p, 0, func(ctx context.Context) error {
+				_, err := c.below.Remove(ctx, p).Wait()
+				if err != nil {
+					c.log.Error("removing a file in the background failed", "path", p, "err", err)
+				}
+				// Whatever a store before it recorded is gone now.
+				c.meta.forget(p)
+				go c.emit(ferry.Event{Path: p, Gone: true})
+				return err
+			})
+			c.meta.dropPending(p)
+			c.meta.forget(p)
+			c.meta.touch(dir, 0, nil)
+			return ferry.Resolved(struct{}{}, nil)
+		}
+	}
+	return ferry.Go(func() (struct{}, error) {
+		known := c.meta.known(p)
+		if err := c.wback.wait(ctx, p); err != nil {
+			return struct{}{}, err
+		}
+		if _, err := c.below.Remove(ctx, p).Wait(); err != nil {
+			return struct{}{}, err
+		}
+		if known != nil {
+			c.meta.dropLinked(known)
+		} else {
+			c.meta.dropAllLinked()
+		}
+		c.meta.forget(p)
+		var nlink int64
+		if known != nil && known.IsDir() {
+			nlink = -1 // Its "..".
+		}
+		c.meta.touch(dir, nlink, nil)
+		return struct{}{}, nil
+	})
+}
+
+// RemoveAll implements ferry.Tree.
+func (c *FS) RemoveAll(ctx context.Context, p string) *ferry.Future[struct{}] {
+	return ferry.Go(func() (struct{}, error) {
+		if err := c.wback.wait(ctx, p); err != nil {
+			return struct{}{}, err
+		}
+		if _, err := c.below.RemoveAll(ctx, p).Wait(); err != nil {
+			return struct{}{}, err
+		}
+		c.meta.forget(p)
+		return struct{}{}, nil
+	})
+}
+
+// Move implements ferry.Tree.
+func (c *FS) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
+	return ferry.Go(func() (ferry.Dir, error) {
+		// The Move follows every change of either name in the
+		// background: a store of the target landing after it would
+		// undo it.
+		if err := c.wback.wait(ctx, from, to); err != nil {
+			return nil, err
+		}
+		kept, _ := c.data.held(from)
+		replaced := c.meta.known(to)
+		defer c.meta.expect(from, to)()
+		d, err := c.below.Move(ctx, from, to).Wait()
+		if err != nil {
+			return nil, err
+		}
+		// A replaced file with other names lost one.
+		if replaced != nil {
+			c.meta.dropLinked(replaced)
+		} else {
+			c.meta.dropAllLinked()
+		}
+		c.meta.renamed(from, d)
+		if kept != nil && kept.mtime == d[ferry.AttrMtime] && kept.size == d.Size() {
+			// A file written and renamed into place (git's
+			// index.lock, an editor's save) is read back under its
+			// new name.
+			c.data.keep(d, kept.data)
+		}
+		var nlink int64
+		if d.IsDir() && path.Dir(from) != path.Dir(to) {
+			nlink = 1 // The directory's ".." moved.
+		}
+		c.meta.touch(path.Dir(from), -nlink, nil)
+		c.meta.touch(path.Dir(to), nlink, d)
+		return d, nil
+	})
+}
+
+// Link implements ferry.Tree.
+func (c *FS) Link(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
+	return ferry.Go(func() (ferry.Dir, error) {
+		if err := c.wback.wait(ctx, from, to); err != nil {
+			return nil, err
+		}
+		defer c.meta.expect(from, to)()
+		got, err := c.below.Link(ctx, from, to).Wait()
+		if err != nil {
+			return nil, err
+		}
+		// The target's link count and ctime moved too, under all its
+		// names.
+		c.meta.dropLinked(got)
+		src := got.Clone()
+		src[ferry.AttrPath], src[ferry.AttrName] = from, path.Base(from)
+		c.meta.set(src)
+		c.meta.set(got)
+		c.meta.touch(path.Dir(to), 0, got)
+		return got, nil
+	})
+}
+
+// Wstat implements ferry.Tree.
+func (c *FS) Wstat(ctx context.Context, p string, d ferry.Dir) *ferry.Future[ferry.Dir] {
+	return ferry.Go(func() (ferry.Dir, error) {
+		if err := c.wback.wait(ctx, p); err != nil {
+			return nil, err
+		}
+		got, err := c.below.Wstat(ctx, p, d).Wait()
+		if err != nil {
+			return nil, err
+		}
+		c.meta.set(got)
+		return got, nil
+	})
+}
