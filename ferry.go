@@ -165,10 +165,35 @@ type Event struct {
 	// Attrs, if true, says only the attributes of the entry at Path
 	// changed: what it holds is as it was.
 	Attrs bool
+	// Recall, if true, asks for the write lease over Path back (see
+	// WriteLeaser): the receiver stores every change under Path it kept
+	// back, in order, stops keeping changes there back, and then calls
+	// Ack.
+	Recall bool
 	// Ack, if not nil, must be called once the receiver no longer trusts
 	// what it holds for Path (or below it, if Lost): the change was made
 	// by another client, whose call waits for it (a callback break).
 	Ack func()
+}
+
+// WriteLeaser is a tree whose server can lend its client a subtree to
+// change on its own: while the client holds a write lease over a subtree it
+// may keep its changes there to itself and store them later, in order,
+// because the server recalls the lease (an Event with Recall, through the
+// client's Watch of a path above it) before any other client's call there
+// is served, and that call waits for the client to store what it kept
+// back. A lease ends with the watch that holds it, or when it runs out
+// without renewal; the server then serves the other client without the
+// changes not stored.
+type WriteLeaser interface {
+	// WriteLease asks for a write lease over the subtree at path, held
+	// with the caller's Watch of a path above it, and reports whether it
+	// was given: not while another client holds one above or below path,
+	// nor without such a watch.
+	WriteLease(ctx context.Context, path string) (bool, error)
+	// ReleaseWrite gives the write lease over path back, once everything
+	// changed under it is stored.
+	ReleaseWrite(ctx context.Context, path string) error
 }
 
 // Watcher reports changes to a subtree as they happen, so a cache can keep

@@ -76,11 +76,18 @@ type Options struct {
 	// their reads (default DefaultMemory).
 	Memory int64
 	// WriteBehind makes whole-file Puts of files up to 16 MiB (while
-	// less than 256 MiB waits), Makes of directories and Removes of files
-	// with one name return before the tree below has them: the call runs
-	// in the background, in order with every other call on the same
-	// paths, and Sync reports its failure.
+	// less than 256 MiB waits), Makes of directories, Removes of files
+	// with one name, renames and attribute changes return before the tree
+	// below has them: the call runs in the background, in order with
+	// every other call on the same paths, and Sync reports its failure.
+	// Where the tree below lends write leases (ferry.WriteLeaser), only
+	// changes under a lease this cache holds go behind, so another
+	// client's call there waits until they are stored (close-to-open
+	// holds); without, every change may.
 	WriteBehind bool
+	// LeaseIdle is how long a write lease is kept unused before it is
+	// given back (default LeaseIdle).
+	LeaseIdle time.Duration
 	// Uid and Gid are the owner the tree gives entries made without one;
 	// what a change made in the background shows until it is done.
 	Uid, Gid int64
@@ -112,6 +119,9 @@ type FS struct {
 
 	// breaks counts the callback breaks acknowledged.
 	breaks atomic.Int64
+	// leases are the write leases held, if the tree below lends them
+	// and Options.WriteBehind is set.
+	leases *writeLeases
 
 	// gens counts, by path, the changes whose background store may
 	// still end: a store that ends after a later change of its path
@@ -159,6 +169,9 @@ func New(below ferry.FS, opt Options) *FS {
 	if opt.Memory <= 0 {
 		opt.Memory = DefaultMemory
 	}
+	if opt.LeaseIdle <= 0 {
+		opt.LeaseIdle = LeaseIdle
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	c := &FS{
 		below: below, opt: opt, log: opt.Log,
@@ -170,6 +183,9 @@ func New(below ferry.FS, opt Options) *FS {
 		done:  make(chan struct{}),
 		subs:  map[*sub]struct{}{},
 		gens:  map[string]uint64{},
+	}
+	if wl, ok := ferry.As[ferry.WriteLeaser](below); ok && opt.WriteBehind {
+		c.leases = &writeLeases{wl: wl, roots: map[string]time.Time{}, refused: map[string]time.Time{}, asking: map[string]chan struct{}{}}
 	}
 	c.meta.data = c.data
 	c.meta.settle = func(ctx context.Context, p string) error { return c.wback.wait(ctx, p) }
@@ -308,6 +324,13 @@ func (c *FS) Status(context.Context) string {
 	fmt.Fprintf(&b, "writeback: %v\n", c.opt.WriteBehind)
 	ops, bytes := c.wback.pending()
 	fmt.Fprintf(&b, "writeback.pending: %d calls, %d bytes\n", ops, bytes)
+	if w := c.leases; w != nil {
+		w.mu.Lock()
+		held := len(w.roots)
+		w.mu.Unlock()
+		fmt.Fprintf(&b, "leases.write: %d held, %d granted, %d recalled, %d released, %d lost\n",
+			held, w.granted.Load(), w.recalls.Load(), w.released.Load(), w.lost.Load())
+	}
 	d := c.data
 	d.mu.Lock()
 	size, files, st := d.size, len(d.ents), d.stats

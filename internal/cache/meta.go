@@ -803,6 +803,49 @@ func (m *meta) setLease(on bool) {
 	}
 }
 
+// update records d, what this mount's change in the background will
+// make, at its path, in place of a pending file's entry if it has one.
+func (m *meta) update(d ferry.Dir) {
+	p := d.Path()
+	m.mu.Lock()
+	_, pending := m.pending[p]
+	m.mu.Unlock()
+	m.set(d)
+	if pending {
+		m.addPending(d)
+	}
+}
+
+// absent reports whether p is known not to exist: its directory's
+// listing is trusted and does not hold it.
+func (m *meta) absent(p string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.pending[p]; ok {
+		return false
+	}
+	l := m.listed(path.Dir(p))
+	if l == nil || p == "/" {
+		return false
+	}
+	_, doubted := l.doubt[path.Base(p)]
+	_, named := l.names[path.Base(p)]
+	return !doubted && !named
+}
+
+// pendingBelow reports whether a file created here below the directory p
+// is not yet on the server.
+func (m *meta) pendingBelow(p string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for q := range m.pending {
+		if ferry.HasPrefix(q, p) {
+			return true
+		}
+	}
+	return false
+}
+
 // addPending records a file created here that is not yet on the server.
 func (m *meta) addPending(d ferry.Dir) {
 	m.mu.Lock()

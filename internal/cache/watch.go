@@ -160,6 +160,16 @@ func (c *FS) run() {
 				}
 				continue
 			}
+			if ev.Recall {
+				if c.leases == nil {
+					if ev.Ack != nil {
+						ev.Ack()
+					}
+					continue
+				}
+				go c.recall(p, ev.Ack)
+				continue
+			}
 			if ev.Ack != nil {
 				if !ferry.HasPrefix(p, root) {
 					p = root // A change above the root: all of it is in doubt.
@@ -192,6 +202,7 @@ func (c *FS) run() {
 		}
 		err := st.Err()
 		c.setReady()
+		c.dropLeases()
 		if leased {
 			c.meta.setLease(false)
 		}

@@ -36,9 +36,9 @@ type writeback struct {
 }
 
 type wbOp struct {
-	path string
-	size int64
-	done chan struct{}
+	paths []string
+	size  int64
+	done  chan struct{}
 }
 
 func newWriteback(timeout time.Duration) *writeback {
@@ -53,28 +53,44 @@ func related(a, b string) bool { return ferry.HasPrefix(a, b) || ferry.HasPrefix
 func (w *writeback) before(ps []string) []*wbOp {
 	var deps []*wbOp
 	for _, op := range w.ops {
-		for _, p := range ps {
-			if related(op.path, p) {
-				deps = append(deps, op)
-				break
-			}
+		if op.touches(ps) {
+			deps = append(deps, op)
 		}
 	}
 	return deps
 }
 
-// start runs call in the background, after the earlier calls it must
-// follow, holding size bytes of the budget until it ends. It reports false,
-// and runs nothing, if the budget cannot take size: the caller then makes
-// the call itself.
+// touches reports whether the op must be ordered with a call on any of ps.
+func (op *wbOp) touches(ps []string) bool {
+	for _, q := range op.paths {
+		for _, p := range ps {
+			if related(q, p) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// start runs call, a change of p, in the background, after the earlier
+// calls it must follow, holding size bytes of the budget until it ends.
+// It reports false, and runs nothing, if the budget cannot take size: the
+// caller then makes the call itself.
 func (w *writeback) start(p string, size int64, call func(ctx context.Context) error) bool {
+	return w.startAll([]string{p}, size, call)
+}
+
+// startAll is start for a call that changes all of ps (a rename); a
+// failure is kept for the first.
+func (w *writeback) startAll(ps []string, size int64, call func(ctx context.Context) error) bool {
+	p := ps[0]
 	w.mu.Lock()
 	if w.bytes+size > writebackMax {
 		w.mu.Unlock()
 		return false
 	}
-	deps := w.before([]string{p})
-	op := &wbOp{path: p, size: size, done: make(chan struct{})}
+	deps := w.before(ps)
+	op := &wbOp{paths: ps, size: size, done: make(chan struct{})}
 	w.ops = append(w.ops, op)
 	w.bytes += size
 	w.mu.Unlock()

@@ -22,11 +22,17 @@ func (c *FS) Put(ctx context.Context, p string, d ferry.Dir, off int64, data io.
 		}
 	}
 	return ferry.Go(func() (ferry.Dir, error) {
-		if err := c.wback.wait(ctx, p); err != nil {
-			return nil, err
-		}
-		return c.putNow(ctx, p, d, off, data)
+		return c.putSettled(ctx, p, d, off, data)
 	})
+}
+
+// putSettled makes the Put once the changes of p in the background are
+// done.
+func (c *FS) putSettled(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) (ferry.Dir, error) {
+	if err := c.wback.wait(ctx, p); err != nil {
+		return nil, err
+	}
+	return c.putNow(ctx, p, d, off, data)
 }
 
 // putNow makes the Put and records it.
@@ -64,7 +70,18 @@ func (c *FS) putBehind(ctx context.Context, p string, d ferry.Dir, data io.Reade
 		size = s.Size()
 	}
 	base := c.meta.last(p)
-	if size > snapshotMax || base == nil || base.IsDir() {
+	if base == nil && !c.meta.absent(p) {
+		return nil, false // What the file is now is not known here.
+	}
+	if base == nil {
+		// A new file: what the tree gives one made without attributes,
+		// until the store says.
+		base = ferry.Dir{ferry.AttrType: ferry.TypeFile, ferry.AttrMode: "0644"}
+		base.SetInt(ferry.AttrUid, c.opt.Uid)
+		base.SetInt(ferry.AttrGid, c.opt.Gid)
+		base.SetInt(ferry.AttrNlink, 1)
+	}
+	if size > snapshotMax || base.IsDir() {
 		return nil, false
 	}
 	buf := make([]byte, size)
@@ -73,6 +90,13 @@ func (c *FS) putBehind(ctx context.Context, p string, d ferry.Dir, data io.Reade
 			return ferry.Resolved[ferry.Dir](nil, ferry.E("cache.Put", p, ferry.KindIO, err)), true
 		}
 	}
+	queued, ok := c.behind(ctx, p)
+	if !ok {
+		return ferry.Go(func() (ferry.Dir, error) {
+			return c.putSettled(ctx, p, d, ferry.Whole, bytes.NewReader(buf))
+		}), true
+	}
+	defer queued()
 	// The tree takes the mtime shown here until the store is done, so
 	// that what this cache shows meanwhile stays true.
 	d = d.Clone()
@@ -91,33 +115,47 @@ func (c *FS) putBehind(ctx context.Context, p string, d ferry.Dir, data io.Reade
 	// back for good (git then found its renamed lock files still there).
 	c.meta.set(local)
 	c.meta.addPending(local)
-	ok := c.wback.start(p, size, func(ctx context.Context) error {
+	// Read back from here until stored (a build reads what it wrote).
+	c.data.keep(local, buf)
+	ok = c.wback.start(p, size, func(ctx context.Context) error {
 		got, _, err := c.store(ctx, p, d, ferry.Whole, bytes.NewReader(buf))
-		if err != nil {
-			c.log.Error("storing a file in the background failed: its changes are lost", "path", p, "err", err)
-			c.Unstored(p)
-			go c.emit(ferry.Event{Path: p, Gone: true})
-			return err
-		}
-		// A later change of the file is queued: what this cache shows
-		// is already newer than got.
-		if c.lastGen(p, gen) {
-			c.meta.set(got)
-			c.meta.dropPending(p)
+		if c.landed("storing a file", p, gen, got, err) {
 			c.data.keep(got, buf)
 		}
-		return nil
+		return err
 	})
 	if !ok {
 		c.meta.dropPending(p)
 		return ferry.Go(func() (ferry.Dir, error) {
-			if err := c.wback.wait(ctx, p); err != nil {
-				return nil, err
-			}
-			return c.putNow(ctx, p, d, ferry.Whole, bytes.NewReader(buf))
+			return c.putSettled(ctx, p, d, ferry.Whole, bytes.NewReader(buf))
 		}), true
 	}
 	return ferry.Resolved(local, nil), true
+}
+
+// landed records how a change of p made in the background (the gen'th,
+// see nextGen) ended. A failure is logged, and p and the other paths the
+// change touched are forgotten here and above: they show what the tree
+// below has. A success records got, unless a later change of p is queued
+// (what the cache shows is then newer); it reports whether it did.
+func (c *FS) landed(what, p string, gen uint64, got ferry.Dir, err error, also ...string) bool {
+	if err != nil {
+		c.log.Error(what+" in the background failed: the change is lost", "path", p, "err", err)
+		for _, q := range append([]string{p}, also...) {
+			c.Unstored(q)
+			// Not from here: an fsync waiting for this call may hold
+			// the directory's lock that the kernel needs to take the
+			// notice.
+			go c.emit(ferry.Event{Path: q, Gone: true})
+		}
+		return false
+	}
+	if !c.lastGen(p, gen) {
+		return false
+	}
+	c.meta.set(got)
+	c.meta.dropPending(p)
+	return true
 }
 
 // store makes a Put below. A whole-file Put that a connection broke under
@@ -135,14 +173,10 @@ func (c *FS) store(ctx context.Context, p string, d ferry.Dir, off int64, data i
 			canRewind = false
 		}
 	}
-	var kept *capture
+	// The data goes below as it came: a layer below may need more of it
+	// than a reader (a chunked put reads it at offsets).
 	attempt := func(d ferry.Dir) (ferry.Dir, error) {
-		var r io.Reader
-		if data != nil {
-			kept = &capture{r: data, max: treeFile}
-			r = kept
-		}
-		return c.below.Put(ctx, p, d, off, r).Wait()
+		return c.below.Put(ctx, p, d, off, data).Wait()
 	}
 	rewind := func() bool {
 		if data == nil {
@@ -176,30 +210,15 @@ func (c *FS) store(ctx context.Context, p string, d ferry.Dir, off int64, data i
 	if err != nil {
 		return nil, nil, err
 	}
-	if kept != nil && !kept.over && int64(len(kept.buf)) == got.Size() {
-		return got, kept.buf, nil
-	}
-	return got, nil, nil
-}
-
-// capture keeps a copy of what is read through it, up to max bytes.
-type capture struct {
-	r    io.Reader
-	max  int
-	buf  []byte
-	over bool
-}
-
-func (c *capture) Read(b []byte) (int, error) {
-	n, err := c.r.Read(b)
-	if !c.over {
-		if len(c.buf)+n > c.max {
-			c.over, c.buf = true, nil
-		} else {
-			c.buf = append(c.buf, b[:n]...)
+	// A file the cache keeps is read back from data where it can be,
+	// without a copy on the way down.
+	if ra, ok := data.(io.ReaderAt); ok && off == ferry.Whole && got.Size() <= treeFile {
+		kept := make([]byte, got.Size())
+		if n, err := ra.ReadAt(kept, start); int64(n) == got.Size() && (err == nil || err == io.EOF) {
+			return got, kept, nil
 		}
 	}
-	return n, err
+	return got, nil, nil
 }
 
 // Make creates the entry d describes at p, where there is none (mkdir,
@@ -208,8 +227,14 @@ func (c *capture) Read(b []byte) (int, error) {
 func (c *FS) Make(ctx context.Context, p string, d ferry.Dir) (ferry.Dir, error) {
 	defer c.meta.expect(p)()
 	var got ferry.Dir
-	if c.opt.WriteBehind && d.IsDir() {
+	var queued func()
+	behind := false
+	if d.IsDir() {
+		queued, behind = c.behind(ctx, p)
+	}
+	if behind {
 		got = c.makeBehind(p, d)
+		queued()
 	} else {
 		if err := c.wback.wait(ctx, p); err != nil {
 			return nil, err
@@ -264,8 +289,9 @@ func (c *FS) makeBehind(p string, d ferry.Dir) ferry.Dir {
 // rmdir must hear from the tree whether the directory was empty.
 func (c *FS) Remove(ctx context.Context, p string) *ferry.Future[struct{}] {
 	dir := path.Dir(p)
-	if c.opt.WriteBehind {
-		if d := c.meta.known(p); d != nil && !d.IsDir() && !d.Linked() {
+	if d := c.meta.known(p); d != nil && !d.IsDir() && !d.Linked() {
+		if queued, ok := c.behind(ctx, p); ok {
+			defer queued()
 			// A store of the file still under way must not record it
 			// again when it ends.
 			c.nextGen(p)
@@ -324,6 +350,9 @@ func (c *FS) RemoveAll(ctx context.Context, p string) *ferry.Future[struct{}] {
 
 // Move implements ferry.Tree.
 func (c *FS) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
+	if f, ok := c.moveBehind(ctx, from, to); ok {
+		return f
+	}
 	return ferry.Go(func() (ferry.Dir, error) {
 		// The Move follows every change of either name in the
 		// background: a store of the target landing after it would
@@ -384,8 +413,93 @@ func (c *FS) Link(ctx context.Context, from, to string) *ferry.Future[ferry.Dir]
 	})
 }
 
+// moveBehind renames a file or directory the cache knows in the
+// background, if it may (see behind).
+func (c *FS) moveBehind(ctx context.Context, from, to string) (*ferry.Future[ferry.Dir], bool) {
+	base := c.meta.last(from)
+	if base == nil || base.Linked() || ferry.HasPrefix(to, from) || base.IsDir() && c.meta.pendingBelow(from) {
+		return nil, false
+	}
+	// Only a rename that cannot fail goes behind: onto a name known to
+	// be free, or a file over a file.
+	if r := c.meta.last(to); r == nil && !c.meta.absent(to) || r != nil && (r.IsDir() || base.IsDir()) {
+		return nil, false
+	}
+	queued, ok := c.behind(ctx, from, to)
+	if !ok {
+		return nil, false
+	}
+	defer queued()
+	local := base.Clone()
+	local[ferry.AttrPath], local[ferry.AttrName] = to, path.Base(to)
+	kept, _ := c.data.held(from)
+	if replaced := c.meta.known(to); replaced != nil {
+		c.meta.dropLinked(replaced)
+	} else {
+		c.meta.dropAllLinked()
+	}
+	c.nextGen(from)
+	gen := c.nextGen(to)
+	c.meta.renamed(from, local)
+	if !local.IsDir() {
+		// Until the rename is done the tree below has no file at to.
+		c.meta.addPending(local)
+	}
+	if kept != nil {
+		c.data.keep(local, kept.data)
+	}
+	var nlink int64
+	if local.IsDir() && path.Dir(from) != path.Dir(to) {
+		nlink = 1
+	}
+	c.meta.touch(path.Dir(from), -nlink, nil)
+	c.meta.touch(path.Dir(to), nlink, nil)
+	c.wback.startAll([]string{from, to}, 0, func(ctx context.Context) error {
+		got, err := c.below.Move(ctx, from, to).Wait()
+		c.landed("renaming", to, gen, got, err, from)
+		return err
+	})
+	return ferry.Resolved(local, nil), true
+}
+
+// wstatBehind changes attributes other than the size in the background,
+// if it may (see behind).
+func (c *FS) wstatBehind(ctx context.Context, p string, d ferry.Dir) (*ferry.Future[ferry.Dir], bool) {
+	base := c.meta.last(p)
+	if base == nil || base.Linked() {
+		return nil, false
+	}
+	// Only times and the mode go behind: a change of owner, size or
+	// extended attributes may be refused, and must be refused at once.
+	for k := range d {
+		if k != ferry.AttrMode && k != ferry.AttrMtime && k != ferry.AttrAtime {
+			return nil, false
+		}
+	}
+	queued, ok := c.behind(ctx, p)
+	if !ok {
+		return nil, false
+	}
+	defer queued()
+	local := base.Clone()
+	for k, v := range d {
+		local[k] = v
+	}
+	gen := c.nextGen(p)
+	c.meta.update(local)
+	c.wback.start(p, 0, func(ctx context.Context) error {
+		got, err := c.below.Wstat(ctx, p, d).Wait()
+		c.landed("changing attributes", p, gen, got, err)
+		return err
+	})
+	return ferry.Resolved(local, nil), true
+}
+
 // Wstat implements ferry.Tree.
 func (c *FS) Wstat(ctx context.Context, p string, d ferry.Dir) *ferry.Future[ferry.Dir] {
+	if f, ok := c.wstatBehind(ctx, p, d); ok {
+		return f
+	}
 	return ferry.Go(func() (ferry.Dir, error) {
 		if err := c.wback.wait(ctx, p); err != nil {
 			return nil, err

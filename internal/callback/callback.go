@@ -43,6 +43,10 @@ type Table struct {
 	// sessions holds the promises of each session that holds a lease.
 	sessions map[string]*promises
 	seq      uint64 // The last break's number; also how many were sent.
+	// writes counts the write leases held, so that a call when there
+	// are none costs no walk of the holders; recalls counts the recalls
+	// sent.
+	writes, recalls uint64
 	// waited and waitTime count the changes that waited for breaks and
 	// the time they waited.
 	waited   uint64
@@ -72,6 +76,9 @@ type Holder struct {
 	pending map[uint64]chan struct{}
 	timer   *time.Timer // Set while a break waits: drops the holder at expiry.
 	dropped bool
+	// writes holds the roots of the holder's write leases, each with the
+	// number of the recall waiting for it, or 0.
+	writes map[string]uint64
 
 	wake chan struct{} // Signalled when queue grows or the holder is dropped.
 	gone chan struct{} // Closed when the holder is dropped.
@@ -83,6 +90,9 @@ type Break struct {
 	Path string
 	// Tree says everything at or below Path may have changed.
 	Tree bool
+	// Recall asks for the write lease over Path back: the client stores
+	// what it changed under Path first, then acknowledges.
+	Recall bool
 }
 
 // Change names what a call changed: Path, and with Tree everything below
@@ -206,6 +216,13 @@ func covers(root string, c Change) bool {
 	return ferry.HasPrefix(c.Path, root) || c.Tree && ferry.HasPrefix(root, c.Path)
 }
 
+// WriteLeases returns how many write leases are held.
+func (t *Table) WriteLeases() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.writes
+}
+
 // Holders returns how many leases are held.
 func (t *Table) Holders() int {
 	t.mu.Lock()
@@ -231,11 +248,7 @@ func (t *Table) Waits() (uint64, time.Duration) {
 // the changes, and returns once each has acknowledged or lost its lease,
 // or ctx is done. A holder whose lease ran out before is dropped.
 func (t *Table) Break(ctx context.Context, session string, changes ...Change) error {
-	type wait struct {
-		h  *Holder
-		ch chan struct{}
-	}
-	var waits []wait
+	var waits []brokenWait
 	t.mu.Lock()
 	now := t.now()
 	for h := range t.holders {
@@ -260,7 +273,7 @@ func (t *Table) Break(ctx context.Context, session string, changes ...Change) er
 				// acknowledged, so the lease ends at expiry.
 				h.timer = time.AfterFunc(h.expiry.Sub(now), h.drop)
 			}
-			waits = append(waits, wait{h, ch})
+			waits = append(waits, brokenWait{h, ch})
 		}
 		if len(h.queue) > 0 {
 			select {
@@ -270,6 +283,18 @@ func (t *Table) Break(ctx context.Context, session string, changes ...Change) er
 		}
 	}
 	t.mu.Unlock()
+	return t.await(ctx, "callback.Break", waits)
+}
+
+// brokenWait is a break or recall sent to h, done when ch is closed.
+type brokenWait struct {
+	h  *Holder
+	ch chan struct{}
+}
+
+// await returns once every wait is acknowledged or its holder dropped, or
+// ctx is done.
+func (t *Table) await(ctx context.Context, op string, waits []brokenWait) error {
 	if len(waits) == 0 {
 		return nil
 	}
@@ -285,7 +310,7 @@ func (t *Table) Break(ctx context.Context, session string, changes ...Change) er
 		case <-w.ch:
 		case <-w.h.gone:
 		case <-ctx.Done():
-			return ferry.E("callback.Break", "", ferry.KindCanceled, ctx.Err())
+			return ferry.E(op, "", ferry.KindCanceled, ctx.Err())
 		}
 	}
 	return nil
@@ -314,10 +339,21 @@ func (h *Holder) Next(ctx context.Context) ([]Break, error) {
 	}
 }
 
-// Ack records the client's acknowledgement of break seq.
+// Ack records the client's acknowledgement of break seq. The
+// acknowledgement of a recall gives the write lease back.
 func (h *Holder) Ack(seq uint64) {
 	h.t.mu.Lock()
 	defer h.t.mu.Unlock()
+	for w, r := range h.writes {
+		if r == seq {
+			h.deleteWriteLocked(w)
+		}
+	}
+	h.ackLocked(seq)
+}
+
+// ackLocked completes break seq. t.mu is held.
+func (h *Holder) ackLocked(seq uint64) {
 	ch, ok := h.pending[seq]
 	if !ok {
 		return
@@ -328,6 +364,134 @@ func (h *Holder) Ack(seq uint64) {
 		h.timer.Stop()
 		h.timer = nil
 	}
+}
+
+// related reports whether write leases over a and b would overlap.
+func related(a, b string) bool { return ferry.HasPrefix(a, b) || ferry.HasPrefix(b, a) }
+
+// GrantWrite gives the holder's client a write lease over the subtree at p
+// (a clean path), with its lease: it may keep its changes under p to
+// itself until the lease is recalled, released or lost. It is refused
+// while another session holds a write lease over a path above or below p.
+func (h *Holder) GrantWrite(p string) bool {
+	t := h.t
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h.dropped {
+		return false
+	}
+	for g := range t.holders {
+		if g.session == h.session {
+			continue
+		}
+		for w := range g.writes {
+			if related(w, p) {
+				return false
+			}
+		}
+	}
+	if h.writes == nil {
+		h.writes = map[string]uint64{}
+	}
+	if _, ok := h.writes[p]; !ok {
+		h.writes[p] = 0
+		t.writes++
+	}
+	return true
+}
+
+// ReleaseWrite ends the holder's write lease over p: its client stored
+// what it changed there. A recall waiting for it is done.
+func (h *Holder) ReleaseWrite(p string) {
+	h.t.mu.Lock()
+	defer h.t.mu.Unlock()
+	if seq, ok := h.writes[p]; ok {
+		h.deleteWriteLocked(p)
+		if seq != 0 {
+			h.ackLocked(seq)
+		}
+	}
+}
+
+// Writes returns the roots of the holder's write leases.
+func (h *Holder) Writes() []string {
+	h.t.mu.Lock()
+	defer h.t.mu.Unlock()
+	var ws []string
+	for w := range h.writes {
+		ws = append(ws, w)
+	}
+	return ws
+}
+
+// deleteWriteLocked forgets the write lease over w. t.mu is held.
+func (h *Holder) deleteWriteLocked(w string) {
+	if _, ok := h.writes[w]; ok {
+		delete(h.writes, w)
+		h.t.writes--
+	}
+}
+
+// Recall asks every holder but those of session (the caller's own) whose
+// write lease covers one of the paths (clean paths), or with tree lies
+// below one of them, to store what it changed there and give the lease
+// back, and returns once each has, or has lost its lease, or ctx is done:
+// a call that reads or changes a path must see the changes another client
+// made there first.
+func (t *Table) Recall(ctx context.Context, session string, tree bool, paths ...string) error {
+	t.mu.Lock()
+	if t.writes == 0 {
+		t.mu.Unlock()
+		return nil
+	}
+	var waits []brokenWait
+	now := t.now()
+	for h := range t.holders {
+		if session != "" && h.session == session || len(h.writes) == 0 {
+			continue
+		}
+		if !now.Before(h.expiry) {
+			h.dropLocked()
+			continue
+		}
+		for w, seq := range h.writes {
+			hit := false
+			for _, q := range paths {
+				if ferry.HasPrefix(q, w) || tree && ferry.HasPrefix(w, q) {
+					hit = true
+					break
+				}
+			}
+			if !hit {
+				continue
+			}
+			if seq == 0 {
+				t.seq++
+				t.recalls++
+				seq = t.seq
+				h.writes[w] = seq
+				h.pending[seq] = make(chan struct{})
+				h.queue = append(h.queue, Break{Seq: seq, Path: w, Recall: true})
+				if h.timer == nil {
+					h.timer = time.AfterFunc(h.expiry.Sub(now), h.drop)
+				}
+				select {
+				case h.wake <- struct{}{}:
+				default:
+				}
+			}
+			waits = append(waits, brokenWait{h, h.pending[seq]})
+		}
+	}
+	t.mu.Unlock()
+	return t.await(ctx, "callback.Recall", waits)
+}
+
+// Recalls returns how many recalls were sent.
+func (t *Table) Recalls() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.recalls
 }
 
 // Renew extends the lease by a full term from now, and reports whether it
@@ -374,6 +538,8 @@ func (h *Holder) dropLocked() {
 		return
 	}
 	h.dropped = true
+	h.t.writes -= uint64(len(h.writes))
+	h.writes = nil
 	delete(h.t.holders, h)
 	if ps := h.t.sessions[h.session]; ps != nil {
 		if ps.holders--; ps.holders <= 0 {

@@ -247,3 +247,115 @@ func TestPromisesNeedLease(t *testing.T) {
 		t.Fatalf("a promise outlived its lease: %v", err)
 	}
 }
+
+// TestGrantWrite: a write lease is refused while another session holds one
+// above or below the path, and given to the same session over paths it
+// already holds near; it ends with release and with the lease.
+func TestGrantWrite(t *testing.T) {
+	tb := New(time.Minute)
+	a := tb.Hold("a", "/")
+	b := tb.Hold("b", "/")
+	for _, tc := range []struct {
+		h    *Holder
+		path string
+		want bool
+	}{
+		{a, "/src", true},
+		{b, "/src/x", false}, // Below a's.
+		{b, "/", false},      // Above a's.
+		{b, "/srcx", true},   // A sibling whose name starts alike.
+		{a, "/src/y", true},  // A's own, below its own.
+		{a, "/srcx/z", false},
+	} {
+		if got := tc.h.GrantWrite(tc.path); got != tc.want {
+			t.Errorf("%s asks for %s: granted %v, want %v", tc.h.session, tc.path, got, tc.want)
+		}
+	}
+	if n := tb.WriteLeases(); n != 3 {
+		t.Errorf("%d write leases held, want 3", n)
+	}
+	a.ReleaseWrite("/src")
+	a.ReleaseWrite("/src/y")
+	if !b.GrantWrite("/src/x") {
+		t.Error("a released path is still refused")
+	}
+	b.Release()
+	if n := tb.WriteLeases(); n != 0 {
+		t.Errorf("%d write leases held after release and the lease's end, want 0", n)
+	}
+}
+
+// TestRecall: a call under another session's write lease waits until the
+// holder acknowledges the recall (which gives the lease back), or releases
+// it, or loses its lease; the holder's own calls and calls elsewhere do
+// not wait.
+func TestRecall(t *testing.T) {
+	recall := func(tb *Table, session string, tree bool, ps ...string) <-chan error {
+		done := make(chan error, 1)
+		go func() { done <- tb.Recall(context.Background(), session, tree, ps...) }()
+		return done
+	}
+	tb := New(time.Minute)
+	a := tb.Hold("a", "/")
+	if !a.GrantWrite("/w") {
+		t.Fatal("not granted")
+	}
+	for _, tc := range []struct {
+		session string
+		tree    bool
+		path    string
+	}{
+		{"a", false, "/w/f"}, // The holder itself.
+		{"b", false, "/x"},   // Elsewhere.
+		{"b", false, "/"},    // Above, not a walk.
+		{"b", true, "/wx/f"}, // A sibling.
+	} {
+		if err := <-recall(tb, tc.session, tc.tree, tc.path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := tb.Recalls(); n != 0 {
+		t.Fatalf("%d recalls sent for calls outside the lease", n)
+	}
+	// Acknowledged: the lease is given back.
+	done := recall(tb, "b", false, "/w/f")
+	bs := next(t, a)
+	if len(bs) != 1 || !bs[0].Recall || bs[0].Path != "/w" {
+		t.Fatalf("the holder got %+v, want a recall of /w", bs)
+	}
+	if !pending(done) {
+		t.Fatal("the call under the lease went on before the recall was acknowledged")
+	}
+	a.Ack(bs[0].Seq)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Writes()) != 0 {
+		t.Errorf("the holder still has %v after acknowledging the recall", a.Writes())
+	}
+	// A walk above the lease recalls it; a release ends the recall.
+	a.GrantWrite("/w")
+	done = recall(tb, "b", true, "/")
+	next(t, a)
+	if !pending(done) {
+		t.Fatal("a walk above the lease went on before the recall was answered")
+	}
+	a.ReleaseWrite("/w")
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	// A holder that never answers holds the call for its lease only.
+	short := New(200 * time.Millisecond)
+	h := short.Hold("a", "/")
+	h.GrantWrite("/w")
+	began := time.Now()
+	if err := short.Recall(context.Background(), "b", false, "/w"); err != nil {
+		t.Fatal(err)
+	}
+	if took := time.Since(began); took < 150*time.Millisecond {
+		t.Errorf("the recall of a silent holder ended after %s, before its lease", took)
+	}
+	if short.WriteLeases() != 0 {
+		t.Error("the silent holder kept its write lease after its lease ran out")
+	}
+}

@@ -53,7 +53,7 @@ var Default = Params{Min: 2 << 10, Avg: 8 << 10, Max: 64 << 10}
 
 // Fine cuts a chunk into pieces, for sending a changed chunk as the few
 // pieces an edit touched while the receiver finds the rest in the version
-// it holds (chunked.Put.AddPieces). Pieces are listed only for chunks the
+// it holds (chunkstore.Put.AddPieces). Pieces are listed only for chunks the
 // receiver lacks, so their 36-byte list entries cost little; at 1 KiB they
 // come near rsync's blocks (about 700 bytes for files of tens of KiB). It
 // is part of the protocol as Default is.

@@ -30,7 +30,7 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/auth"
-	"github.com/ferryfs/ferry/internal/chunked"
+	"github.com/ferryfs/ferry/internal/chunkstore"
 	"github.com/ferryfs/ferry/internal/local"
 	"github.com/ferryfs/ferry/internal/netem/netemcmd"
 	"github.com/ferryfs/ferry/internal/remote"
@@ -184,8 +184,8 @@ a real file named Ctl at the top of DIR is shadowed by the control file.`,
 	c.Flags().StringVar(&ix.dir, "index", "", "directory of the chunk index (default $FERRY_HOME/index/NAME-HASH)")
 	c.Flags().Int64Var(&ix.max, "index-max", defaultIndexMax, "the most chunks the index holds")
 	c.Flags().BoolVar(&ix.rebuild, "reindex", false, "rebuild the chunk index in the background on start")
-	c.Flags().Int64Var(&ix.trashMax, "trash-max", chunked.DefaultTrashMax, "the most bytes of replaced and removed files kept for their chunks (negative: none)")
-	c.Flags().DurationVar(&ix.trashAge, "trash-age", chunked.DefaultTrashAge, "how long a replaced or removed file is kept for its chunks")
+	c.Flags().Int64Var(&ix.trashMax, "trash-max", chunkstore.DefaultTrashMax, "the most bytes of replaced and removed files kept for their chunks (negative: none)")
+	c.Flags().DurationVar(&ix.trashAge, "trash-age", chunkstore.DefaultTrashAge, "how long a replaced or removed file is kept for its chunks")
 	c.Flags().StringVar(&listen, "listen", ":"+DefaultPort, "address to listen on")
 	c.Flags().DurationVar(&grace, "grace", 10*time.Second, "how long calls in flight may take to finish on stop")
 	c.Flags().BoolVar(&noSelf, "no-self", false, "do not admit the client key of the user running the server")
@@ -265,7 +265,7 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 		lt.Close()
 		return ferry.E("serve", ix.dir, err)
 	}
-	tree, err := chunked.Open(lt, chunked.Options{IndexDir: ix.dir, MaxChunks: ix.max, TrashMax: ix.trashMax, TrashAge: ix.trashAge})
+	tree, err := chunkstore.Open(lt, chunkstore.Options{IndexDir: ix.dir, MaxChunks: ix.max, TrashMax: ix.trashMax, TrashAge: ix.trashAge})
 	if err != nil {
 		lt.Close()
 		return ferry.E("serve", ix.dir, ferry.KindOf(err), fmt.Errorf("chunk index: %w (is another server using it? see --index)", err))
@@ -326,7 +326,7 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 // sweep removes, in the background, the temporary files that Puts of an
 // earlier server left in the tree when it was killed, keeping the chunks
 // that arrived for the Puts tried again.
-func sweep(ctx context.Context, tree *chunked.Tree, start time.Time, log *slog.Logger) {
+func sweep(ctx context.Context, tree *chunkstore.Tree, start time.Time, log *slog.Logger) {
 	n, bytes, err := tree.Sweep(ctx, start)
 	if n > 0 || err != nil {
 		log.Info("removed the temporary files of interrupted uploads, keeping what arrived", "files", n, "bytes", bytes, "err", err)

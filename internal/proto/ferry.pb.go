@@ -927,7 +927,16 @@ type WatchEvent struct {
 	LeaseMs int64 `protobuf:"varint,4,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
 	// renewed grants the renewal LeaseMsg.renew of that number. A renewal
 	// is not granted while a break is unacknowledged.
-	Renewed       uint64 `protobuf:"varint,5,opt,name=renewed,proto3" json:"renewed,omitempty"`
+	Renewed uint64 `protobuf:"varint,5,opt,name=renewed,proto3" json:"renewed,omitempty"`
+	// recall, with brk, asks for the write lease over path back: the client
+	// stores every change under path it holds back, in order, and then
+	// acknowledges brk; the lease is then no longer its. Another client's
+	// call under path waits for that (or for the lease to run out).
+	Recall bool `protobuf:"varint,6,opt,name=recall,proto3" json:"recall,omitempty"`
+	// write_reply answers LeaseMsg.write_req of that number: write_granted
+	// says whether the write lease was given.
+	WriteReply    uint64 `protobuf:"varint,7,opt,name=write_reply,json=writeReply,proto3" json:"write_reply,omitempty"`
+	WriteGranted  bool   `protobuf:"varint,8,opt,name=write_granted,json=writeGranted,proto3" json:"write_granted,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -997,15 +1006,45 @@ func (x *WatchEvent) GetRenewed() uint64 {
 	return 0
 }
 
+func (x *WatchEvent) GetRecall() bool {
+	if x != nil {
+		return x.Recall
+	}
+	return false
+}
+
+func (x *WatchEvent) GetWriteReply() uint64 {
+	if x != nil {
+		return x.WriteReply
+	}
+	return 0
+}
+
+func (x *WatchEvent) GetWriteGranted() bool {
+	if x != nil {
+		return x.WriteGranted
+	}
+	return false
+}
+
 // LeaseMsg is a client's message on a Lease stream. The first names the
 // path watched; then acks and renewals follow. A client that half-closes
 // its side gives its lease up at once; a stream that breaks holds it until
 // it runs out.
 type LeaseMsg struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
-	Ack           uint64                 `protobuf:"varint,2,opt,name=ack,proto3" json:"ack,omitempty"`
-	Renew         uint64                 `protobuf:"varint,3,opt,name=renew,proto3" json:"renew,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Ack   uint64                 `protobuf:"varint,2,opt,name=ack,proto3" json:"ack,omitempty"`
+	Renew uint64                 `protobuf:"varint,3,opt,name=renew,proto3" json:"renew,omitempty"`
+	// write_req, with write_path, asks for a write lease over the subtree at
+	// write_path, held with this lease: while it holds, the client may keep
+	// its changes under it to itself and store them later. It is given if
+	// no other client holds one over a path above or below it.
+	WriteReq  uint64 `protobuf:"varint,4,opt,name=write_req,json=writeReq,proto3" json:"write_req,omitempty"`
+	WritePath string `protobuf:"bytes,5,opt,name=write_path,json=writePath,proto3" json:"write_path,omitempty"`
+	// release_write gives the write lease over that path back; the client
+	// has stored everything it changed under it.
+	ReleaseWrite  string `protobuf:"bytes,6,opt,name=release_write,json=releaseWrite,proto3" json:"release_write,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1059,6 +1098,27 @@ func (x *LeaseMsg) GetRenew() uint64 {
 		return x.Renew
 	}
 	return 0
+}
+
+func (x *LeaseMsg) GetWriteReq() uint64 {
+	if x != nil {
+		return x.WriteReq
+	}
+	return 0
+}
+
+func (x *LeaseMsg) GetWritePath() string {
+	if x != nil {
+		return x.WritePath
+	}
+	return ""
+}
+
+func (x *LeaseMsg) GetReleaseWrite() string {
+	if x != nil {
+		return x.ReleaseWrite
+	}
+	return ""
 }
 
 // ChunkListReq asks for the chunk list of the file at path, cut with the
@@ -2021,18 +2081,26 @@ const file_ferry_proto_rawDesc = "" +
 	"\x05batch\x18\x04 \x01(\fR\x05batch\x12\x12\n" +
 	"\x04zstd\x18\x05 \x01(\bR\x04zstd\":\n" +
 	"\tFindBatch\x12-\n" +
-	"\aentries\x18\x01 \x03(\v2\x13.ferry.v1.FindReplyR\aentries\"{\n" +
+	"\aentries\x18\x01 \x03(\v2\x13.ferry.v1.FindReplyR\aentries\"\xd9\x01\n" +
 	"\n" +
 	"WatchEvent\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04lost\x18\x02 \x01(\bR\x04lost\x12\x10\n" +
 	"\x03brk\x18\x03 \x01(\x04R\x03brk\x12\x19\n" +
 	"\blease_ms\x18\x04 \x01(\x03R\aleaseMs\x12\x18\n" +
-	"\arenewed\x18\x05 \x01(\x04R\arenewed\"F\n" +
+	"\arenewed\x18\x05 \x01(\x04R\arenewed\x12\x16\n" +
+	"\x06recall\x18\x06 \x01(\bR\x06recall\x12\x1f\n" +
+	"\vwrite_reply\x18\a \x01(\x04R\n" +
+	"writeReply\x12#\n" +
+	"\rwrite_granted\x18\b \x01(\bR\fwriteGranted\"\xa7\x01\n" +
 	"\bLeaseMsg\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x10\n" +
 	"\x03ack\x18\x02 \x01(\x04R\x03ack\x12\x14\n" +
-	"\x05renew\x18\x03 \x01(\x04R\x05renew\"z\n" +
+	"\x05renew\x18\x03 \x01(\x04R\x05renew\x12\x1b\n" +
+	"\twrite_req\x18\x04 \x01(\x04R\bwriteReq\x12\x1d\n" +
+	"\n" +
+	"write_path\x18\x05 \x01(\tR\twritePath\x12#\n" +
+	"\rrelease_write\x18\x06 \x01(\tR\freleaseWrite\"z\n" +
 	"\fChunkListReq\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12#\n" +
 	"\rchunk_version\x18\x02 \x01(\x05R\fchunkVersion\x12\x1d\n" +

@@ -11,7 +11,6 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/chunk"
-	"github.com/ferryfs/ferry/internal/chunked"
 	"github.com/ferryfs/ferry/internal/proto"
 	"github.com/ferryfs/ferry/internal/store"
 )
@@ -132,7 +131,7 @@ func (c *Client) getChunked(ctx context.Context, p string, cache *store.Cache, w
 		}
 		m := m0
 		for {
-			hs, sizes, err := chunked.UnpackRefs(m.Refs)
+			hs, sizes, err := proto.UnpackRefs(m.Refs)
 			if err != nil {
 				listErr <- err
 				return
@@ -352,7 +351,7 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 	fineOK, needEnd, closed := false, false, false
 	flush := func() {
 		if len(pending) > 0 || m.Path != "" {
-			m.Refs = chunked.PackRefs(pending)
+			m.Refs = proto.PackRefs(pending)
 			send(m)
 			m, pending = &proto.ChunkPutMsg{}, pending[:0]
 		}
@@ -447,7 +446,7 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 				pieces, _ := chunk.List(bytes.NewReader(data), chunk.Fine)
 				fines[ref.Hash] = fineList{data, pieces}
 				fineBytes += int64(len(data))
-				send(&proto.ChunkPutMsg{Hash: ref.Hash[:], Fine: chunked.PackRefs(pieces)})
+				send(&proto.ChunkPutMsg{Hash: ref.Hash[:], Fine: proto.PackRefs(pieces)})
 				stats.FineLists++
 				continue
 			}
@@ -505,7 +504,7 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 		return nil, stats, ferry.E(op, p, err)
 	}
 	if sendErr == nil {
-		m.Refs = chunked.PackRefs(pending)
+		m.Refs = proto.PackRefs(pending)
 		m.ListEnd = true
 		send(m)
 	}

@@ -88,6 +88,18 @@ func (c *Client) lease(ctx context.Context, p string, send func(ferry.Event) err
 	expiry := began.Add(lease)
 	sent := map[uint64]time.Time{} // Renewals not yet granted, by number.
 	out := make(chan *proto.LeaseMsg, 64)
+	ls := &leaseStream{root: p, out: out, ctx: sctx, replies: map[uint64]chan bool{}}
+	c.leaseMu.Lock()
+	if c.leases == nil {
+		c.leases = map[*leaseStream]struct{}{}
+	}
+	c.leases[ls] = struct{}{}
+	c.leaseMu.Unlock()
+	defer func() {
+		c.leaseMu.Lock()
+		delete(c.leases, ls)
+		c.leaseMu.Unlock()
+	}()
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel(nil)
@@ -172,7 +184,11 @@ func (c *Client) lease(ctx context.Context, p string, send func(ferry.Event) err
 			mu.Unlock()
 			continue
 		}
-		ev := ferry.Event{Path: m.Path, Lost: m.Lost}
+		if m.WriteReply != 0 {
+			ls.reply(m.WriteReply, m.WriteGranted)
+			continue
+		}
+		ev := ferry.Event{Path: m.Path, Lost: m.Lost, Recall: m.Recall}
 		if m.Brk != 0 {
 			brk := m.Brk
 			var once sync.Once
@@ -189,6 +205,105 @@ func (c *Client) lease(ctx context.Context, p string, send func(ferry.Event) err
 			return err
 		}
 	}
+}
+
+// leaseStream is a Lease stream in progress, as WriteLease finds it.
+type leaseStream struct {
+	root string
+	out  chan<- *proto.LeaseMsg
+	ctx  context.Context // Ends with the stream.
+
+	mu      sync.Mutex
+	seq     uint64
+	replies map[uint64]chan bool // Write lease requests not yet answered.
+}
+
+// reply delivers the server's answer to write lease request n.
+func (ls *leaseStream) reply(n uint64, granted bool) {
+	ls.mu.Lock()
+	ch := ls.replies[n]
+	delete(ls.replies, n)
+	ls.mu.Unlock()
+	if ch != nil {
+		ch <- granted
+	}
+}
+
+// stream returns the Lease stream in progress whose root is p or above it.
+func (c *Client) stream(p string) *leaseStream {
+	c.leaseMu.Lock()
+	defer c.leaseMu.Unlock()
+	for ls := range c.leases {
+		if ferry.HasPrefix(p, ls.root) && ls.ctx.Err() == nil {
+			return ls
+		}
+	}
+	return nil
+}
+
+// WriteLease implements ferry.WriteLeaser on the Lease stream of a Watch
+// of a path at or above p: without one, or from a server without write
+// leases (which never answers the request; it is given up after the
+// client's call bound), no lease is given.
+func (c *Client) WriteLease(ctx context.Context, p string) (bool, error) {
+	const op = "remote.WriteLease"
+	p, err := ferry.CleanPath(p)
+	if err != nil {
+		return false, err
+	}
+	ls := c.stream(p)
+	if ls == nil {
+		return false, nil
+	}
+	ch := make(chan bool, 1)
+	ls.mu.Lock()
+	ls.seq++
+	n := ls.seq
+	ls.replies[n] = ch
+	ls.mu.Unlock()
+	defer func() {
+		ls.mu.Lock()
+		delete(ls.replies, n)
+		ls.mu.Unlock()
+	}()
+	select {
+	case ls.out <- &proto.LeaseMsg{WriteReq: n, WritePath: p}:
+	case <-ls.ctx.Done():
+		return false, nil
+	case <-ctx.Done():
+		return false, ferry.E(op, p, ferry.KindCanceled, ctx.Err())
+	}
+	bound := time.NewTimer(c.resumeFor)
+	defer bound.Stop()
+	select {
+	case granted := <-ch:
+		return granted, nil
+	case <-ls.ctx.Done():
+		return false, nil
+	case <-bound.C:
+		return false, ferry.E(op, p, ferry.KindUnavailable, "no answer from the server")
+	case <-ctx.Done():
+		return false, ferry.E(op, p, ferry.KindCanceled, ctx.Err())
+	}
+}
+
+// ReleaseWrite implements ferry.WriteLeaser.
+func (c *Client) ReleaseWrite(ctx context.Context, p string) error {
+	p, err := ferry.CleanPath(p)
+	if err != nil {
+		return err
+	}
+	ls := c.stream(p)
+	if ls == nil {
+		return nil // The lease ended with its stream.
+	}
+	select {
+	case ls.out <- &proto.LeaseMsg{ReleaseWrite: p}:
+	case <-ls.ctx.Done():
+	case <-ctx.Done():
+		return ferry.E("remote.ReleaseWrite", p, ferry.KindCanceled, ctx.Err())
+	}
+	return nil
 }
 
 // watch is Watch for a server without leases.

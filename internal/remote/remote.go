@@ -157,6 +157,11 @@ type Client struct {
 	verifyMu sync.RWMutex
 	closed   bool
 
+	// leases holds the Lease streams in progress, which carry the
+	// client's write leases.
+	leaseMu sync.Mutex
+	leases  map[*leaseStream]struct{}
+
 	cache      *store.Cache
 	closeCache bool
 	chunkMin   int64

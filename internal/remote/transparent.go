@@ -20,7 +20,7 @@ import (
 // chunks. Below it one plain call is cheaper: a chunked put the server must
 // be asked about costs a second round trip, and a file of a few chunks
 // saves little when one of them changes. Measured by TestChunkMin in
-// internal/chunked (go test -run TestChunkMin -v ./internal/chunked), bytes
+// internal/chunkstore (go test -run TestChunkMin -v ./internal/chunkstore), bytes
 // up for a one-line edit re-put, plain against chunked: 8 KiB 8402/8494
 // (chunking saves nothing: one chunk), 16 KiB 16734/10331 (38%), 32 KiB
 // 33431/10384 (69%), 64 KiB 66751/8952 (87%), 128 KiB 91%, 256 KiB 95%.
@@ -100,7 +100,7 @@ func (c *Client) chunkable(p string, d ferry.Dir, size int64) bool {
 // broken connection is ridden out as a resumable put does: the put starts
 // again once the client has reconnected, for up to ResumeFor, and a server
 // with a trash does not ask again for the chunks it got before the break
-// (chunked.Put.Abort keeps them). With via not nil the put is made on its
+// (chunkstore.Put.Abort keeps them). With via not nil the put is made on its
 // stream, or as a call of its own if the server has no batched puts. With
 // unasked every chunk goes at once, unasked.
 func (c *Client) putByChunks(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader, size int64, via *PutBatch, unasked bool) (_ ferry.Dir, _ error, done bool) {

@@ -12,23 +12,23 @@ import (
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/callback"
 	"github.com/ferryfs/ferry/internal/chunk"
-	"github.com/ferryfs/ferry/internal/chunked"
+	"github.com/ferryfs/ferry/internal/chunkstore"
 	"github.com/ferryfs/ferry/internal/proto"
 	"github.com/ferryfs/ferry/internal/store"
 	"github.com/ferryfs/ferry/internal/zwire"
 )
 
 // ChunkFS is a tree that serves and accepts files by content-defined
-// chunks (chunked.Tree). A server whose Config.FS is one answers the chunk
+// chunks (chunkstore.Tree). A server whose Config.FS is one answers the chunk
 // calls; others refuse them with KindInvalid and clients fall back to Get
 // and Put.
 type ChunkFS interface {
 	ChunkList(ctx context.Context, path string, dir func(ferry.Dir) error, fn func(chunk.Ref) error) error
 	ReadChunk(ctx context.Context, h chunk.Hash, prefer string, buf []byte) ([]byte, error)
-	BeginPut(ctx context.Context, path string, d ferry.Dir, size int64) (*chunked.Put, error)
+	BeginPut(ctx context.Context, path string, d ferry.Dir, size int64) (*chunkstore.Put, error)
 }
 
-var _ ChunkFS = (*chunked.Tree)(nil)
+var _ ChunkFS = (*chunkstore.Tree)(nil)
 
 // chunkFS returns the served tree's chunk interface, or an error if it has
 // none or cuts chunks differently from the client. Both errors have the op
@@ -51,16 +51,16 @@ type Indexer interface {
 	Rebuild(ctx context.Context) (files, failed int, err error)
 }
 
-var _ Indexer = (*chunked.Tree)(nil)
+var _ Indexer = (*chunkstore.Tree)(nil)
 
 // Trasher is a tree that keeps replaced and removed files for their chunks;
 // the control file and the metrics report its size.
 type Trasher interface {
-	Trash() chunked.TrashStats
+	Trash() chunkstore.TrashStats
 	EmptyTrash() (files int, bytes int64)
 }
 
-var _ Trasher = (*chunked.Tree)(nil)
+var _ Trasher = (*chunkstore.Tree)(nil)
 
 // errInline stops a chunk list whose file is sent inline.
 var errInline = errors.New("inline")
@@ -94,7 +94,7 @@ func (h *handler) ChunkList(r *proto.ChunkListReq, st grpc.ServerStreamingServer
 	var d ferry.Dir
 	var batch []chunk.Ref
 	flush := func() error {
-		m := &proto.ChunkListReply{Dir: proto.FromDir(d), Refs: chunked.PackRefs(batch), ZstdOk: d != nil && h.s.zstd}
+		m := &proto.ChunkListReply{Dir: proto.FromDir(d), Refs: proto.PackRefs(batch), ZstdOk: d != nil && h.s.zstd}
 		d, batch = nil, batch[:0]
 		return st.Send(m)
 	}
@@ -159,7 +159,7 @@ func (h *handler) ReadChunks(st grpc.BidiStreamingServer[proto.ChunkReq, proto.C
 			}
 			var hs []chunk.Hash
 			if err == nil {
-				hs, err = chunked.UnpackHashes(r.Hashes)
+				hs, err = proto.UnpackHashes(r.Hashes)
 			}
 			if err != nil {
 				select {
@@ -282,7 +282,7 @@ func (h *handler) putChunked(st putStream) error {
 			return ferry.E(op, first.Path, ferry.KindCanceled, "the client abandoned the put")
 		}
 		if m.Refs != nil {
-			hs, sizes, err := chunked.UnpackRefs(m.Refs)
+			hs, sizes, err := proto.UnpackRefs(m.Refs)
 			if err != nil {
 				return err
 			}
@@ -298,7 +298,7 @@ func (h *handler) putChunked(st putStream) error {
 			if err != nil {
 				return ferry.E(op, first.Path, ferry.KindInvalid, err)
 			}
-			hs, sizes, err := chunked.UnpackRefs(m.Fine)
+			hs, sizes, err := proto.UnpackRefs(m.Fine)
 			if err != nil {
 				return err
 			}

@@ -31,15 +31,31 @@ func (h *handler) session(ctx context.Context) string {
 }
 
 // promise records, before a call reads or changes the paths ps, that its
-// client may cache their entries (see callback.Table.Promise).
+// client may cache their entries (see callback.Table.Promise). Before
+// that, it recalls the write leases other clients hold over them.
 func (h *handler) promise(ctx context.Context, ps ...string) {
+	clean := cleanPaths(ps)
+	h.s.leases.Recall(ctx, h.session(ctx), false, clean...)
+	h.s.leases.Promise(h.session(ctx), callback.Entry, clean...)
+}
+
+// recall waits until the other clients' write leases over ps (with tree,
+// also those below them) are given back, so the call sees what they
+// changed there (see callback.Table.Recall). A call whose context ends
+// meanwhile fails on its own.
+func (h *handler) recall(ctx context.Context, tree bool, ps ...string) {
+	h.s.leases.Recall(ctx, h.session(ctx), tree, cleanPaths(ps)...)
+}
+
+// cleanPaths returns the paths of ps that are valid, cleaned.
+func cleanPaths(ps []string) []string {
 	clean := make([]string, 0, len(ps))
 	for _, p := range ps {
 		if p, err := ferry.CleanPath(p); err == nil {
 			clean = append(clean, p)
 		}
 	}
-	h.s.leases.Promise(h.session(ctx), callback.Entry, clean...)
+	return clean
 }
 
 // promiseFind wraps the entries of a Find or FindGet of root so that what
@@ -56,6 +72,7 @@ func (h *handler) promiseFind(ctx context.Context, root string, find func() *fer
 	if err != nil {
 		return find()
 	}
+	h.s.leases.Recall(ctx, session, true, root)
 	done := h.s.leases.PromiseTree(session, root)
 	s := find()
 	return ferry.NewStream(ctx, func(ctx context.Context, send func(ferry.Entry) error) error {
@@ -149,6 +166,22 @@ func (h *handler) Lease(st grpc.BidiStreamingServer[proto.LeaseMsg, proto.WatchE
 			if m.Ack != 0 {
 				lease.Ack(m.Ack)
 			}
+			if m.ReleaseWrite != "" {
+				if p, err := ferry.CleanPath(m.ReleaseWrite); err == nil {
+					lease.ReleaseWrite(p)
+				}
+			}
+			if m.WriteReq != 0 {
+				granted := false
+				if p, err := ferry.CleanPath(m.WritePath); err == nil && ferry.HasPrefix(p, root) {
+					granted = lease.GrantWrite(p)
+				}
+				select {
+				case out <- &proto.WatchEvent{WriteReply: m.WriteReq, WriteGranted: granted}:
+				case <-ctx.Done():
+					return
+				}
+			}
 			if m.Renew != 0 && lease.Renew() {
 				select {
 				case out <- &proto.WatchEvent{Renewed: m.Renew}:
@@ -167,7 +200,7 @@ func (h *handler) Lease(st grpc.BidiStreamingServer[proto.LeaseMsg, proto.WatchE
 			}
 			for _, b := range bs {
 				select {
-				case out <- &proto.WatchEvent{Path: b.Path, Lost: b.Tree, Brk: b.Seq}:
+				case out <- &proto.WatchEvent{Path: b.Path, Lost: b.Tree, Brk: b.Seq, Recall: b.Recall}:
 				case <-ctx.Done():
 					return
 				}

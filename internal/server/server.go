@@ -537,6 +537,7 @@ func (s *Server) Status(context.Context) string {
 	waits, waitTime := s.leases.Waits()
 	fmt.Fprintf(&b, "leases: held=%d lease=%s breaks=%d waits=%d wait_time=%s\n",
 		s.leases.Holders(), s.leases.Lease(), s.leases.Breaks(), waits, waitTime.Round(time.Millisecond))
+	fmt.Fprintf(&b, "leases.write: held=%d recalls=%d\n", s.leases.WriteLeases(), s.leases.Recalls())
 	cs := s.connections()
 	fmt.Fprintf(&b, "connections: %d\n", len(cs))
 	for _, c := range cs {
@@ -830,6 +831,7 @@ func (h *handler) Put(st grpc.ClientStreamingServer[proto.PutMsg, proto.DirReply
 }
 
 func (h *handler) Move(ctx context.Context, r *proto.MoveReq) (*proto.DirReply, error) {
+	h.recall(ctx, true, r.From, r.To)
 	h.promise(ctx, r.From, r.To)
 	d, err := h.s.fs.Move(ctx, r.From, r.To).Wait()
 	// Only a directory moves what is below it; a file's rename (an
@@ -847,6 +849,7 @@ func (h *handler) Link(ctx context.Context, r *proto.MoveReq) (*proto.DirReply, 
 }
 
 func (h *handler) Remove(ctx context.Context, r *proto.PathReq) (*proto.Empty, error) {
+	h.recall(ctx, true, r.Path)
 	h.promise(ctx, r.Path)
 	_, err := h.s.fs.Remove(ctx, r.Path).Wait()
 	err = h.changed(ctx, err, callback.Change{Path: r.Path})
@@ -854,6 +857,7 @@ func (h *handler) Remove(ctx context.Context, r *proto.PathReq) (*proto.Empty, e
 }
 
 func (h *handler) RemoveAll(ctx context.Context, r *proto.PathReq) (*proto.Empty, error) {
+	h.recall(ctx, true, r.Path)
 	h.promise(ctx, r.Path)
 	_, err := h.s.fs.RemoveAll(ctx, r.Path).Wait()
 	err = h.changed(ctx, err, callback.Change{Path: r.Path, Tree: true})

@@ -13,7 +13,7 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/auth"
-	"github.com/ferryfs/ferry/internal/chunked"
+	"github.com/ferryfs/ferry/internal/chunkstore"
 	"github.com/ferryfs/ferry/internal/local"
 	"github.com/ferryfs/ferry/internal/remote"
 	"github.com/ferryfs/ferry/internal/server"
@@ -86,7 +86,7 @@ func start(t testing.TB, dir string, chunks bool, grace time.Duration, tune ...f
 		Close() error
 	} = lt
 	if chunks {
-		ct, err := chunked.Open(lt, chunked.Options{MaxChunks: 1 << 20})
+		ct, err := chunkstore.Open(lt, chunkstore.Options{MaxChunks: 1 << 20})
 		if err != nil {
 			lt.Close()
 			t.Fatal(err)

@@ -1,4 +1,4 @@
-package chunked_test
+package chunkstore_test
 
 import (
 	"bytes"
@@ -14,7 +14,7 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/chunk"
-	"github.com/ferryfs/ferry/internal/chunked"
+	"github.com/ferryfs/ferry/internal/chunkstore"
 	"github.com/ferryfs/ferry/internal/fstest"
 	"github.com/ferryfs/ferry/internal/local"
 	"github.com/ferryfs/ferry/internal/proto"
@@ -44,19 +44,19 @@ func (e *env) dial(t *testing.T) *remote.Client {
 func TestTrashPut(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
-		opts  chunked.Options
+		opts  chunkstore.Options
 		clear func(ctx context.Context, c *remote.Client) error // What the second client does before its put.
 		most  float64                                           // The most bytes up, as a share of the file.
 	}{
-		{"remove", chunked.Options{}, func(ctx context.Context, c *remote.Client) error {
+		{"remove", chunkstore.Options{}, func(ctx context.Context, c *remote.Client) error {
 			_, err := c.Remove(ctx, "/doc").Wait()
 			return err
 		}, 0.10},
-		{"truncate", chunked.Options{}, func(ctx context.Context, c *remote.Client) error {
+		{"truncate", chunkstore.Options{}, func(ctx context.Context, c *remote.Client) error {
 			_, err := c.Wstat(ctx, "/doc", ferry.Dir{ferry.AttrSize: "0"}).Wait()
 			return err
 		}, 0.10},
-		{"move over", chunked.Options{}, func(ctx context.Context, c *remote.Client) error {
+		{"move over", chunkstore.Options{}, func(ctx context.Context, c *remote.Client) error {
 			if _, err := c.Put(ctx, "/other", nil, ferry.Whole, bytes.NewReader(randomDoc(100<<10))).Wait(); err != nil {
 				return err
 			}
@@ -65,7 +65,7 @@ func TestTrashPut(t *testing.T) {
 		}, 0.10},
 		// Without the trash the same put sends nearly the whole file: the
 		// test measures the trash, not something else.
-		{"remove, no trash", chunked.Options{TrashMax: -1}, func(ctx context.Context, c *remote.Client) error {
+		{"remove, no trash", chunkstore.Options{TrashMax: -1}, func(ctx context.Context, c *remote.Client) error {
 			_, err := c.Remove(ctx, "/doc").Wait()
 			return err
 		}, 1.5},
@@ -123,7 +123,7 @@ func hashes(t *testing.T, b []byte) []chunk.Hash {
 }
 
 // holds reports whether tr serves every chunk of b.
-func holds(t *testing.T, tr *chunked.Tree, b []byte) bool {
+func holds(t *testing.T, tr *chunkstore.Tree, b []byte) bool {
 	for _, h := range hashes(t, b) {
 		if _, err := tr.ReadChunk(ctxT(t), h, "", nil); err != nil {
 			return false
@@ -132,14 +132,14 @@ func holds(t *testing.T, tr *chunked.Tree, b []byte) bool {
 	return true
 }
 
-func openTree(t *testing.T, dir string, o chunked.Options) *chunked.Tree {
+func openTree(t *testing.T, dir string, o chunkstore.Options) *chunkstore.Tree {
 	t.Helper()
 	lt, err := local.NewServed(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	o.MaxChunks = 1 << 20
-	tr, err := chunked.Open(lt, o)
+	tr, err := chunkstore.Open(lt, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func openTree(t *testing.T, dir string, o chunked.Options) *chunked.Tree {
 // files leave it as they age.
 func TestTrashBounds(t *testing.T) {
 	dir, trashDir, indexDir := t.TempDir(), t.TempDir(), filepath.Join(t.TempDir(), "index")
-	o := chunked.Options{IndexDir: indexDir, TrashDir: trashDir, TrashMax: 350 << 10, TrashMin: 1}
+	o := chunkstore.Options{IndexDir: indexDir, TrashDir: trashDir, TrashMax: 350 << 10, TrashMin: 1}
 	tr := openTree(t, dir, o)
 	ctx := ctxT(t)
 	var docs [][]byte
@@ -175,7 +175,7 @@ func TestTrashBounds(t *testing.T) {
 			t.Errorf("file %d: trash inode %d, want the removed file's %d (a hard link)", i, got, ino)
 		}
 	}
-	if got, want := tr.Trash(), (chunked.TrashStats{Files: 3, Bytes: int64(len(docs[1]) + len(docs[2]) + len(docs[3]))}); got != want {
+	if got, want := tr.Trash(), (chunkstore.TrashStats{Files: 3, Bytes: int64(len(docs[1]) + len(docs[2]) + len(docs[3]))}); got != want {
 		t.Errorf("trash after 4 files of 100 KiB in 350 KiB: got %+v, want %+v", got, want)
 	}
 	// Give the background indexing of the trash time to finish.
@@ -225,7 +225,7 @@ func poll(d time.Duration, cond func() bool) bool {
 // Tree: it lies outside the served directory and no path names it.
 func TestTrashHidden(t *testing.T) {
 	trashDir := t.TempDir()
-	e := startWith(t, 0, setup{opts: chunked.Options{TrashDir: trashDir}})
+	e := startWith(t, 0, setup{opts: chunkstore.Options{TrashDir: trashDir}})
 	doc := randomDoc(200 << 10)
 	e.put(t, e.c, "/doc", doc)
 	e.put(t, e.c, "/doc", randomDoc(200<<10))
@@ -245,7 +245,7 @@ func TestTrashHidden(t *testing.T) {
 			t.Errorf("Find lists %s, want nothing but /", e.Dir.Path())
 		}
 	}
-	for _, p := range []string{"/" + chunked.TrashPrefix + ents[0].Name(), chunked.TrashPrefix + ents[0].Name(), "/" + ents[0].Name(), "/../" + filepath.Base(trashDir) + "/" + ents[0].Name()} {
+	for _, p := range []string{"/" + chunkstore.TrashPrefix + ents[0].Name(), chunkstore.TrashPrefix + ents[0].Name(), "/" + ents[0].Name(), "/../" + filepath.Base(trashDir) + "/" + ents[0].Name()} {
 		if _, err := e.c.Stat(ctx, p).Wait(); err == nil {
 			t.Errorf("Stat(%q) succeeded, want an error", p)
 		}
@@ -287,7 +287,7 @@ func TestPutResumes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			st.Send(&proto.ChunkPutMsg{Path: "/f", Dir: &proto.Dir{}, Size: int64(len(nw)), ChunkVersion: chunk.Version, Refs: chunked.PackRefs(refs), ListEnd: true})
+			st.Send(&proto.ChunkPutMsg{Path: "/f", Dir: &proto.Dir{}, Size: int64(len(nw)), ChunkVersion: chunk.Version, Refs: proto.PackRefs(refs), ListEnd: true})
 			r, err := st.Recv()
 			if err != nil || len(r.Need) != len(refs) {
 				t.Fatalf("need %d chunks (%v), want all %d", len(r.GetNeed()), err, len(refs))
@@ -381,7 +381,7 @@ func TestSalvage(t *testing.T) {
 // trash keeps at once, on disk and in the counts.
 func TestTrashEmpty(t *testing.T) {
 	trashDir := t.TempDir()
-	e := startWith(t, 0, setup{opts: chunked.Options{TrashDir: trashDir}})
+	e := startWith(t, 0, setup{opts: chunkstore.Options{TrashDir: trashDir}})
 	e.put(t, e.c, "/doc", randomDoc(200<<10))
 	ctx := ctxT(t)
 	if _, err := e.c.Remove(ctx, "/doc").Wait(); err != nil {

@@ -1,4 +1,4 @@
-package chunked_test
+package chunkstore_test
 
 import (
 	"bytes"
@@ -13,7 +13,6 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/chunk"
-	"github.com/ferryfs/ferry/internal/chunked"
 	"github.com/ferryfs/ferry/internal/proto"
 	"github.com/ferryfs/ferry/internal/remote"
 	"github.com/ferryfs/ferry/internal/server"
@@ -81,7 +80,7 @@ func TestPutBatchBounded(t *testing.T) {
 	nw := document(20 << 10)
 	refs, _ := chunk.List(bytes.NewReader(nw), chunk.Default)
 	begin := func(put uint32) {
-		b.send(&proto.ChunkPutMsg{Put: put, Path: fmt.Sprintf("/f%d", put), Dir: &proto.Dir{}, Size: int64(len(nw)), ChunkVersion: chunk.Version, Refs: chunked.PackRefs(refs), ListEnd: true})
+		b.send(&proto.ChunkPutMsg{Put: put, Path: fmt.Sprintf("/f%d", put), Dir: &proto.Dir{}, Size: int64(len(nw)), ChunkVersion: chunk.Version, Refs: proto.PackRefs(refs), ListEnd: true})
 	}
 	await := b.recv
 	for i := uint32(1); i <= proto.BatchPuts; i++ {
@@ -195,7 +194,7 @@ func TestPutBatchProtocol(t *testing.T) {
 	nw := document(50 << 10)
 	refs, _ := chunk.List(bytes.NewReader(nw), chunk.Default)
 	begin := func(put uint32, p string) *proto.ChunkPutMsg {
-		return &proto.ChunkPutMsg{Put: put, Path: p, Dir: &proto.Dir{}, Size: int64(len(nw)), ChunkVersion: chunk.Version, Refs: chunked.PackRefs(refs[:1])}
+		return &proto.ChunkPutMsg{Put: put, Path: p, Dir: &proto.Dir{}, Size: int64(len(nw)), ChunkVersion: chunk.Version, Refs: proto.PackRefs(refs[:1])}
 	}
 	// Put 2 begins before put 1: numbers need not come in order.
 	send(begin(2, "/f"), begin(1, "/f"), &proto.ChunkPutMsg{Put: 2, Abort: true})
@@ -203,7 +202,7 @@ func TestPutBatchProtocol(t *testing.T) {
 		t.Errorf("abandoned put: reply %v, want a KindCanceled error", r)
 	}
 	// A message for put 2, which ended, is dropped; put 3 is whole.
-	m3 := &proto.ChunkPutMsg{Put: 3, Path: "/g", Dir: &proto.Dir{}, Size: int64(len(nw)), ChunkVersion: chunk.Version, Refs: chunked.PackRefs(refs), ListEnd: true}
+	m3 := &proto.ChunkPutMsg{Put: 3, Path: "/g", Dir: &proto.Dir{}, Size: int64(len(nw)), ChunkVersion: chunk.Version, Refs: proto.PackRefs(refs), ListEnd: true}
 	send(&proto.ChunkPutMsg{Put: 2, ListEnd: true}, m3)
 	r := recv(3)
 	for r.Dir == nil && r.Err == nil {

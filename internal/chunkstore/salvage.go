@@ -1,4 +1,4 @@
-package chunked
+package chunkstore
 
 import (
 	"context"

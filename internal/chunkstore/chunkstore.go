@@ -1,4 +1,4 @@
-// Package chunked serves a local tree by content-defined chunks: it lists a
+// Package chunkstore serves a local tree by content-defined chunks: it lists a
 // file's chunks from a chunk index (internal/store) kept over the tree,
 // reads chunks back through the index, and assembles uploaded files from the
 // chunks the server already holds plus those the client sends, committing
@@ -27,7 +27,7 @@
 // under its name (an editor that removes and rewrites, a truncation before
 // a rewrite). Writes in place and files changed directly on the server's
 // disk are not kept.
-package chunked
+package chunkstore
 
 import (
 	"context"
@@ -65,7 +65,7 @@ var (
 func Open(t *local.Tree, o Options) (*Tree, error) {
 	root, err := os.OpenRoot(t.Dir())
 	if err != nil {
-		return nil, ferry.E("chunked.Open", t.Dir(), err)
+		return nil, ferry.E("chunkstore.Open", t.Dir(), err)
 	}
 	tr, err := openTrash(root, o)
 	if err != nil {
@@ -118,7 +118,7 @@ func (t *Tree) clean(ctx context.Context, op, p string) (string, error) {
 // with each of its chunks in order. The file is indexed as a side effect if
 // it changed since it was last indexed.
 func (t *Tree) ChunkList(ctx context.Context, p string, dir func(ferry.Dir) error, fn func(chunk.Ref) error) error {
-	const op = "chunked.ChunkList"
+	const op = "chunkstore.ChunkList"
 	p, err := t.clean(ctx, op, p)
 	if err != nil {
 		return err
@@ -141,11 +141,11 @@ func (t *Tree) ChunkList(ctx context.Context, p string, dir func(ferry.Dir) erro
 // prefer first. It fails with KindNotExist if the tree no longer holds it.
 func (t *Tree) ReadChunk(ctx context.Context, h chunk.Hash, prefer string, buf []byte) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, ferry.E("chunked.ReadChunk", h.String(), ferry.KindCanceled, err)
+		return nil, ferry.E("chunkstore.ReadChunk", h.String(), ferry.KindCanceled, err)
 	}
 	b, err := t.index.ReadChunk(h, buf, prefer, t.Allowed)
 	if errors.Is(err, store.ErrMiss) {
-		return nil, ferry.E("chunked.ReadChunk", h.String(), ferry.KindNotExist, "chunk not held")
+		return nil, ferry.E("chunkstore.ReadChunk", h.String(), ferry.KindNotExist, "chunk not held")
 	}
 	return b, err
 }
@@ -167,7 +167,7 @@ func (t *Tree) Rebuild(ctx context.Context) (files, failed int, err error) {
 		if err := t.index.Chunks(ctx, e.Dir.Path(), func(chunk.Ref) error { return nil }); err != nil {
 			if ctx.Err() != nil {
 				s.Close()
-				return files, failed, ferry.E("chunked.Rebuild", "/", ferry.KindCanceled, ctx.Err())
+				return files, failed, ferry.E("chunkstore.Rebuild", "/", ferry.KindCanceled, ctx.Err())
 			}
 			failed++
 			continue
@@ -210,7 +210,7 @@ type Put struct {
 // attributes in d (mode, mtime, uid, gid; the replaced file's mode if d
 // has none). The caller must end it with Commit or Abort.
 func (t *Tree) BeginPut(ctx context.Context, p string, d ferry.Dir, size int64) (*Put, error) {
-	const op = "chunked.BeginPut"
+	const op = "chunkstore.BeginPut"
 	p, err := t.clean(ctx, op, p)
 	if err != nil {
 		return nil, err
@@ -245,7 +245,7 @@ func (t *Tree) BeginPut(ctx context.Context, p string, d ferry.Dir, size int64) 
 // AddRefs appends the next chunks of the new content's list, each at most
 // chunk.MaxSize bytes, together at most the put's size.
 func (u *Put) AddRefs(hashes []chunk.Hash, sizes []int) error {
-	const op = "chunked.Put"
+	const op = "chunkstore.Put"
 	if u.ended {
 		return ferry.E(op, u.path, ferry.KindInvalid, "chunk list after its end")
 	}
@@ -277,7 +277,7 @@ func (u *Put) AddRefs(hashes []chunk.Hash, sizes []int) error {
 // Write supplies the bytes of a listed chunk. Bytes that do not hash to h,
 // or a hash not in the list, fail with KindInvalid.
 func (u *Put) Write(h chunk.Hash, data []byte) error {
-	const op = "chunked.Put"
+	const op = "chunkstore.Put"
 	at, ok := u.where[h]
 	if !ok {
 		return ferry.E(op, u.path, ferry.KindInvalid, "chunk "+h.String()+" is not in the list")
@@ -295,7 +295,7 @@ func (u *Put) fill(h chunk.Hash, data []byte) error {
 			continue
 		}
 		if _, err := u.f.WriteAt(data, u.refs[i].Off); err != nil {
-			return ferry.FromOS("chunked.Put", u.path, err)
+			return ferry.FromOS("chunkstore.Put", u.path, err)
 		}
 		u.filled[i] = true
 		u.left--
@@ -306,7 +306,7 @@ func (u *Put) fill(h chunk.Hash, data []byte) error {
 // EndList ends the list: it must cover the size exactly. It then returns
 // what Need returns for the chunks listed since Need was last called.
 func (u *Put) EndList() ([]int, error) {
-	const op = "chunked.Put"
+	const op = "chunkstore.Put"
 	if u.ended {
 		return nil, ferry.E(op, u.path, ferry.KindInvalid, "chunk list ended twice")
 	}
@@ -323,7 +323,7 @@ func (u *Put) EndList() ([]int, error) {
 // the list of one place of each other chunk it was not asked about before,
 // in list order: the chunks the client must send.
 func (u *Put) Need() ([]int, error) {
-	const op = "chunked.Put"
+	const op = "chunkstore.Put"
 	u.old.Wait()
 	u.t.awaitSweep(u.ctx)
 	var need []int
@@ -363,7 +363,7 @@ func (u *Put) copyFilled(h chunk.Hash) error {
 		r := u.refs[j]
 		b := make([]byte, r.Len)
 		if _, err := u.f.ReadAt(b, r.Off); err != nil {
-			return ferry.FromOS("chunked.Put", u.path, err)
+			return ferry.FromOS("chunkstore.Put", u.path, err)
 		}
 		return u.fill(h, b)
 	}
@@ -393,7 +393,7 @@ func (a *Assembled) Read(b []byte) (int, error) {
 	if a.f == nil {
 		f, err := a.u.t.root.Open(a.u.tmp[1:])
 		if err != nil {
-			return 0, ferry.FromOS("chunked.Assembled", a.u.path, err)
+			return 0, ferry.FromOS("chunkstore.Assembled", a.u.path, err)
 		}
 		a.f = f
 	}
@@ -412,7 +412,7 @@ func (a *Assembled) Close() error {
 // Assembled syncs the temporary file and returns its content to be put.
 // It fails with KindInvalid unless Complete.
 func (u *Put) Assembled() (*Assembled, error) {
-	const op = "chunked.Put"
+	const op = "chunkstore.Put"
 	if !u.Complete() {
 		return nil, ferry.E(op, u.path, ferry.KindInvalid, "not every chunk arrived")
 	}
@@ -447,7 +447,7 @@ func (u *Put) Commit(via ferry.Tree) (ferry.Dir, error) {
 // commit gives the temporary file the attributes in d, renames it over the
 // target and indexes it.
 func (u *Put) commit(ctx context.Context, d ferry.Dir) (ferry.Dir, error) {
-	const op = "chunked.Put"
+	const op = "chunkstore.Put"
 	attrs := ferry.Dir{}
 	for k, v := range d {
 		switch {

@@ -1,4 +1,4 @@
-package chunked
+package chunkstore
 
 import (
 	"io"
@@ -99,7 +99,7 @@ func (u *Put) closeFine() {
 // FineSource said yes, if h is not in the list or its pieces were listed
 // already, or if the sizes do not add up to the chunk's.
 func (u *Put) AddPieces(h chunk.Hash, hashes []chunk.Hash, sizes []int) ([]int, error) {
-	const op = "chunked.Put"
+	const op = "chunkstore.Put"
 	if u.fine == nil || u.fine.src == nil {
 		return nil, ferry.E(op, u.path, ferry.KindInvalid, "pieces before the server took them")
 	}
@@ -175,7 +175,7 @@ func (u *Put) pieceAt(ph chunk.Hash, n int, off int64) (bool, error) {
 		return false, nil // Changed since it was cut: ask the client.
 	}
 	if _, err := u.f.WriteAt(b, off); err != nil {
-		return false, ferry.FromOS("chunked.Put", u.path, err)
+		return false, ferry.FromOS("chunkstore.Put", u.path, err)
 	}
 	return true, nil
 }
@@ -185,7 +185,7 @@ func (u *Put) pieceAt(ph chunk.Hash, n int, off int64) (bool, error) {
 // listed before it arrived both asked for it. Bytes that do not hash to ph,
 // or a piece never asked for, fail with KindInvalid.
 func (u *Put) WritePiece(ph chunk.Hash, data []byte) error {
-	const op = "chunked.Put"
+	const op = "chunkstore.Put"
 	var places []place
 	if u.fine != nil {
 		places = u.fine.asked[ph]
@@ -232,10 +232,10 @@ func (u *Put) assembled(i int) error {
 	}
 	b := make([]byte, r.Len)
 	if _, err := u.f.ReadAt(b, r.Off); err != nil {
-		return ferry.FromOS("chunked.Put", u.path, err)
+		return ferry.FromOS("chunkstore.Put", u.path, err)
 	}
 	if chunk.Sum(b) != r.Hash {
-		return ferry.E("chunked.Put", u.path, ferry.KindInvalid, "the pieces of chunk "+r.Hash.String()+" do not make it")
+		return ferry.E("chunkstore.Put", u.path, ferry.KindInvalid, "the pieces of chunk "+r.Hash.String()+" do not make it")
 	}
 	return u.fill(r.Hash, b)
 }

@@ -1,14 +1,13 @@
-package chunked
+package proto
 
 import (
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/chunk"
-	"github.com/ferryfs/ferry/internal/proto"
 )
 
 // PackRefs returns refs as a wire ChunkRefs.
-func PackRefs(refs []chunk.Ref) *proto.ChunkRefs {
-	m := &proto.ChunkRefs{Hashes: make([]byte, 0, len(refs)*chunk.HashSize), Sizes: make([]uint32, 0, len(refs))}
+func PackRefs(refs []chunk.Ref) *ChunkRefs {
+	m := &ChunkRefs{Hashes: make([]byte, 0, len(refs)*chunk.HashSize), Sizes: make([]uint32, 0, len(refs))}
 	for _, r := range refs {
 		m.Hashes = append(m.Hashes, r.Hash[:]...)
 		m.Sizes = append(m.Sizes, uint32(r.Len))
@@ -18,14 +17,14 @@ func PackRefs(refs []chunk.Ref) *proto.ChunkRefs {
 
 // UnpackRefs decodes a wire ChunkRefs. It fails with KindInvalid if the
 // hashes and sizes do not pair up, a size is 0 or above chunk.MaxSize, or
-// there are more than proto.MaxRefs.
-func UnpackRefs(m *proto.ChunkRefs) ([]chunk.Hash, []int, error) {
-	const op = "chunked.UnpackRefs"
+// there are more than MaxRefs.
+func UnpackRefs(m *ChunkRefs) ([]chunk.Hash, []int, error) {
+	const op = "proto.UnpackRefs"
 	if m == nil {
 		return nil, nil, nil
 	}
 	n := len(m.Sizes)
-	if len(m.Hashes) != n*chunk.HashSize || n > proto.MaxRefs {
+	if len(m.Hashes) != n*chunk.HashSize || n > MaxRefs {
 		return nil, nil, ferry.E(op, "", ferry.KindInvalid, "malformed chunk list")
 	}
 	hs, sizes := make([]chunk.Hash, n), make([]int, n)
@@ -39,10 +38,10 @@ func UnpackRefs(m *proto.ChunkRefs) ([]chunk.Hash, []int, error) {
 	return hs, sizes, nil
 }
 
-// UnpackHashes decodes hashes sent back to back; at most proto.MaxRefs.
+// UnpackHashes decodes hashes sent back to back; at most MaxRefs.
 func UnpackHashes(b []byte) ([]chunk.Hash, error) {
-	if len(b)%chunk.HashSize != 0 || len(b)/chunk.HashSize > proto.MaxRefs {
-		return nil, ferry.E("chunked.UnpackHashes", "", ferry.KindInvalid, "malformed hash list")
+	if len(b)%chunk.HashSize != 0 || len(b)/chunk.HashSize > MaxRefs {
+		return nil, ferry.E("proto.UnpackHashes", "", ferry.KindInvalid, "malformed hash list")
 	}
 	hs := make([]chunk.Hash, len(b)/chunk.HashSize)
 	for i := range hs {

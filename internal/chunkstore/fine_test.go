@@ -1,4 +1,4 @@
-package chunked_test
+package chunkstore_test
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/chunk"
-	"github.com/ferryfs/ferry/internal/chunked"
+	"github.com/ferryfs/ferry/internal/chunkstore"
 	"github.com/ferryfs/ferry/internal/local"
 	"github.com/ferryfs/ferry/internal/proto"
 	"github.com/ferryfs/ferry/internal/remote"
@@ -96,9 +96,9 @@ func TestPutFineSharedPiece(t *testing.T) {
 	}
 	msgs := []*proto.ChunkPutMsg{
 		{Path: "/f", Dir: &proto.Dir{}, Size: int64(len(a) + len(b)), ChunkVersion: chunk.Version, FineOk: true,
-			Refs: chunked.PackRefs([]chunk.Ref{ref(a), ref(b)}), ListEnd: true},
-		{Hash: ha[:], Fine: chunked.PackRefs([]chunk.Ref{ref(p), ref(x1)})},
-		{Hash: hb[:], Fine: chunked.PackRefs([]chunk.Ref{ref(p), ref(x2)})},
+			Refs: proto.PackRefs([]chunk.Ref{ref(a), ref(b)}), ListEnd: true},
+		{Hash: ha[:], Fine: proto.PackRefs([]chunk.Ref{ref(p), ref(x1)})},
+		{Hash: hb[:], Fine: proto.PackRefs([]chunk.Ref{ref(p), ref(x2)})},
 		{Hash: hp[:], Data: p, Piece: true},
 		{Hash: h1[:], Data: x1, Piece: true},
 		{Hash: hp[:], Data: p, Piece: true},
@@ -288,13 +288,13 @@ func FuzzPutList(f *testing.F) {
 
 // beginPut begins a put of size bytes at /f of a chunked tree over dir,
 // and returns the tree and the put, both ended when the test ends.
-func beginPut(t *testing.T, dir string, size int64) (*chunked.Tree, *chunked.Put) {
+func beginPut(t *testing.T, dir string, size int64) (*chunkstore.Tree, *chunkstore.Put) {
 	t.Helper()
 	lt, err := local.NewServed(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	tree, err := chunked.Open(lt, chunked.Options{MaxChunks: 1 << 10})
+	tree, err := chunkstore.Open(lt, chunkstore.Options{MaxChunks: 1 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package chunked_test
+package chunkstore_test
 
 import (
 	"bytes"

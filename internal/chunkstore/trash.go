@@ -1,4 +1,4 @@
-package chunked
+package chunkstore
 
 import (
 	"context"
@@ -133,7 +133,7 @@ func (f files) Stamp(p string) (store.Stamp, error) {
 // age, and starts the sweep that evicts files as they age. It returns nil
 // if o turns the trash off.
 func openTrash(tree *os.Root, o Options) (*trash, error) {
-	const op = "chunked.Open"
+	const op = "chunkstore.Open"
 	if o.TrashMax < 0 {
 		return nil, nil
 	}
@@ -499,7 +499,7 @@ func (t *Tree) Put(ctx context.Context, p string, d ferry.Dir, off int64, data i
 	if a, is := data.(*Assembled); is && ok && a.u.t == t && !a.read && c == a.u.path && off == ferry.Whole && !a.u.done {
 		return ferry.Go(func() (ferry.Dir, error) {
 			if err := ctx.Err(); err != nil {
-				return nil, ferry.E("chunked.Put", c, ferry.KindCanceled, err)
+				return nil, ferry.E("chunkstore.Put", c, ferry.KindCanceled, err)
 			}
 			return a.u.commit(ctx, d)
 		})

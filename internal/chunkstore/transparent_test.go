@@ -1,4 +1,4 @@
-package chunked_test
+package chunkstore_test
 
 import (
 	"bytes"
@@ -14,7 +14,6 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/chunk"
-	"github.com/ferryfs/ferry/internal/chunked"
 	"github.com/ferryfs/ferry/internal/fstest"
 	"github.com/ferryfs/ferry/internal/proto"
 	"github.com/ferryfs/ferry/internal/remote"
@@ -254,7 +253,7 @@ func TestPutRefusedZstd(t *testing.T) {
 			t.Fatal(err)
 		}
 		st.Send(&proto.ChunkPutMsg{Path: "/f", Dir: &proto.Dir{}, Size: int64(len(good)), ChunkVersion: chunk.Version,
-			Refs: chunked.PackRefs([]chunk.Ref{{Hash: h, Len: len(good)}}), ListEnd: true})
+			Refs: proto.PackRefs([]chunk.Ref{{Hash: h, Len: len(good)}}), ListEnd: true})
 		st.Send(&proto.ChunkPutMsg{Hash: h[:], Data: data, Zstd: true})
 		st.CloseSend()
 		var rerr error

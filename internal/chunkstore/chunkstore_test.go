@@ -1,4 +1,4 @@
-package chunked_test
+package chunkstore_test
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ import (
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/auth"
 	"github.com/ferryfs/ferry/internal/chunk"
-	"github.com/ferryfs/ferry/internal/chunked"
+	"github.com/ferryfs/ferry/internal/chunkstore"
 	"github.com/ferryfs/ferry/internal/fstest"
 	"github.com/ferryfs/ferry/internal/local"
 	"github.com/ferryfs/ferry/internal/proto"
@@ -35,7 +35,7 @@ import (
 // counts the bytes it sends (up) and receives (down), TLS included.
 type env struct {
 	dir      string
-	tree     *chunked.Tree // nil for a server that does not serve chunks.
+	tree     *chunkstore.Tree // nil for a server that does not serve chunks.
 	srv      *server.Server
 	addr     string
 	key      ed25519.PrivateKey // The client's.
@@ -69,9 +69,9 @@ func start(t *testing.T, oneWay time.Duration) *env {
 
 // setup varies the server and the client of an env.
 type setup struct {
-	plain  bool            // plain serves a local tree, without chunks.
-	opts   chunked.Options // opts configures the chunked tree; MaxChunks defaults to 1<<20.
-	noZstd bool            // noZstd makes the server one without compression.
+	plain  bool               // plain serves a local tree, without chunks.
+	opts   chunkstore.Options // opts configures the chunked tree; MaxChunks defaults to 1<<20.
+	noZstd bool               // noZstd makes the server one without compression.
 	client func(*remote.Config)
 	server func(*server.Config)
 }
@@ -92,7 +92,7 @@ func startWith(t *testing.T, oneWay time.Duration, su setup) *env {
 		if su.opts.MaxChunks == 0 {
 			su.opts.MaxChunks = 1 << 20
 		}
-		if e.tree, err = chunked.Open(lt, su.opts); err != nil {
+		if e.tree, err = chunkstore.Open(lt, su.opts); err != nil {
 			t.Fatal(err)
 		}
 		fs = e.tree
@@ -403,7 +403,7 @@ func TestPutRefused(t *testing.T) {
 	bad := append([]byte(nil), good...)
 	bad[0] ^= 1
 	refs := func(h chunk.Hash, n int) *proto.ChunkRefs {
-		return chunked.PackRefs([]chunk.Ref{{Hash: h, Len: n}})
+		return proto.PackRefs([]chunk.Ref{{Hash: h, Len: n}})
 	}
 	head := func(size int64) *proto.ChunkPutMsg {
 		return &proto.ChunkPutMsg{Path: "/f", Dir: &proto.Dir{}, Size: size, ChunkVersion: chunk.Version}
@@ -428,13 +428,13 @@ func TestPutRefused(t *testing.T) {
 		return withRefs(m, refs(h, len(good)), true)
 	}
 	piecesOf := func(b []byte) *proto.ChunkRefs {
-		return chunked.PackRefs([]chunk.Ref{{Hash: chunk.Sum(b[:10]), Len: 10}, {Hash: chunk.Sum(b[10:]), Len: len(b) - 10}})
+		return proto.PackRefs([]chunk.Ref{{Hash: chunk.Sum(b[:10]), Len: 10}, {Hash: chunk.Sum(b[10:]), Len: len(b) - 10}})
 	}
 	b0, b1, g0 := chunk.Sum(bad[:10]), chunk.Sum(bad[10:]), chunk.Sum(good[:10])
 	other := chunk.Sum([]byte("other"))
 	for name, msgs := range map[string][]*proto.ChunkPutMsg{
 		"fine list unasked":      {withRefs(head(n), refs(h, len(good)), true), {Hash: h[:], Fine: piecesOf(good)}},
-		"fine list, wrong sizes": {fineHead(), {Hash: h[:], Fine: chunked.PackRefs([]chunk.Ref{{Hash: g0, Len: 10}})}},
+		"fine list, wrong sizes": {fineHead(), {Hash: h[:], Fine: proto.PackRefs([]chunk.Ref{{Hash: g0, Len: 10}})}},
 		"fine list unlisted":     {fineHead(), {Hash: other[:], Fine: piecesOf(good)}},
 		"fine list twice":        {fineHead(), {Hash: h[:], Fine: piecesOf(good)}, {Hash: h[:], Fine: piecesOf(good)}},
 		"pieces make another":    {fineHead(), {Hash: h[:], Fine: piecesOf(bad)}, {Hash: b0[:], Data: bad[:10], Piece: true}, {Hash: b1[:], Data: bad[10:], Piece: true}},
@@ -506,7 +506,7 @@ func TestPutInterrupted(t *testing.T) {
 		}
 		m := &proto.ChunkPutMsg{Path: "/f", Dir: &proto.Dir{}, Size: int64(len(nw)), ChunkVersion: chunk.Version}
 		if stage > 0 {
-			m.Refs, m.ListEnd = chunked.PackRefs(refs), true
+			m.Refs, m.ListEnd = proto.PackRefs(refs), true
 		}
 		st.Send(m)
 		if stage > 0 {
@@ -571,30 +571,6 @@ func TestRebuild(t *testing.T) {
 	}
 }
 
-func FuzzUnpackRefs(f *testing.F) {
-	f.Add(make([]byte, 64), []byte{1, 2})
-	f.Add([]byte{}, []byte{})
-	f.Fuzz(func(t *testing.T, hashes []byte, sizes []byte) {
-		m := &proto.ChunkRefs{Hashes: hashes}
-		for _, s := range sizes {
-			m.Sizes = append(m.Sizes, uint32(s)<<10)
-		}
-		hs, ss, err := chunked.UnpackRefs(m)
-		if err != nil {
-			return
-		}
-		refs := make([]chunk.Ref, len(hs))
-		for i := range hs {
-			refs[i] = chunk.Ref{Hash: hs[i], Len: ss[i]}
-		}
-		back := chunked.PackRefs(refs)
-		if !bytes.Equal(back.Hashes, m.Hashes) || len(back.Sizes) != len(m.Sizes) {
-			t.Fatal("round trip differs")
-		}
-		chunked.UnpackHashes(hashes)
-	})
-}
-
 // TestPutNeedBeforeListEnd: the server says what each part of a put's list
 // needs as the part arrives, not only at the list's end; a chunk listed
 // again after its bytes arrived is copied, not asked for again.
@@ -624,12 +600,12 @@ func TestPutNeedBeforeListEnd(t *testing.T) {
 		}
 	}
 	send(&proto.ChunkPutMsg{Path: "/n", Dir: &proto.Dir{}, Size: int64(2*len(a) + len(b)), ChunkVersion: chunk.Version,
-		Refs: chunked.PackRefs([]chunk.Ref{ref(a)})})
+		Refs: proto.PackRefs([]chunk.Ref{ref(a)})})
 	if r := recv("the first part's answer"); len(r.Need) != 1 || r.Need[0] != 0 || r.NeedEnd {
 		t.Fatalf("first part: need %v, end %v; want [0], false", r.Need, r.NeedEnd)
 	}
 	send(&proto.ChunkPutMsg{Hash: ha[:], Data: a})
-	send(&proto.ChunkPutMsg{Refs: chunked.PackRefs([]chunk.Ref{ref(a), ref(b)}), ListEnd: true})
+	send(&proto.ChunkPutMsg{Refs: proto.PackRefs([]chunk.Ref{ref(a), ref(b)}), ListEnd: true})
 	if r := recv("the list end's answer"); len(r.Need) != 1 || r.Need[0] != 2 || !r.NeedEnd {
 		t.Fatalf("second part: need %v, end %v; want [2], true", r.Need, r.NeedEnd)
 	}

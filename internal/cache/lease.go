@@ -1,0 +1,220 @@
+package cache
+
+import (
+	"context"
+	"path"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/ferryfs/ferry"
+)
+
+// LeaseIdle is how long a write lease is kept with no change under it
+// before it is given back (Options.LeaseIdle's default): a burst of
+// changes in one directory costs one request for the lease, and another
+// client waits on a recall only while this one is busy there.
+const LeaseIdle = time.Second
+
+// refuseFor is how long a refused write lease is not asked for again: the
+// other client holding one there is likely still busy.
+const refuseFor = time.Second
+
+// writeLeases are the subtrees the tree below lent this cache to change on
+// its own (ferry.WriteLeaser): changes there are kept back (write-behind)
+// and stored in order in the background, and stored before the lease goes
+// back, on a recall or once idle.
+type writeLeases struct {
+	wl ferry.WriteLeaser
+
+	// gate is held for reading from the moment a change decides to go
+	// behind under a lease until it is queued, and for writing while a
+	// lease is taken away: a recall then waits for every change queued
+	// under it.
+	gate sync.RWMutex
+
+	mu      sync.Mutex
+	roots   map[string]time.Time // Held, with their last use.
+	refused map[string]time.Time
+	asking  map[string]chan struct{} // Requests in flight.
+	idler   bool                     // The idle loop runs.
+
+	granted, recalls, released, lost atomic.Int64
+}
+
+// covering returns the held root at or above p, if any. w.mu is held.
+func (w *writeLeases) covering(p string) (string, bool) {
+	for r := range w.roots {
+		if ferry.HasPrefix(p, r) {
+			return r, true
+		}
+	}
+	return "", false
+}
+
+// behind reports whether the change of the paths ps may be kept back,
+// and if so returns the func to call once it is queued. Without write
+// leases below (a tree with no server), every change may with
+// Options.WriteBehind; with them, only one under leases this cache holds,
+// or is given now over the directory of each path not yet covered.
+func (c *FS) behind(ctx context.Context, ps ...string) (queued func(), ok bool) {
+	if !c.opt.WriteBehind {
+		return nil, false
+	}
+	w := c.leases
+	if w == nil {
+		return func() {}, true
+	}
+	if !c.meta.leased() {
+		return nil, false
+	}
+	asked := map[string]bool{}
+	for {
+		w.gate.RLock()
+		w.mu.Lock()
+		miss := ""
+		for _, p := range ps {
+			r, ok := w.covering(p)
+			if !ok {
+				miss = p
+				break
+			}
+			w.roots[r] = time.Now()
+		}
+		if miss == "" {
+			w.mu.Unlock()
+			return w.gate.RUnlock, true
+		}
+		w.gate.RUnlock()
+		root := path.Dir(miss)
+		if !ferry.HasPrefix(root, c.opt.Root) {
+			root = c.opt.Root
+		}
+		if t, ok := w.refused[root]; asked[root] || ok && time.Since(t) < refuseFor {
+			w.mu.Unlock()
+			return nil, false
+		}
+		if ch, ok := w.asking[root]; ok {
+			w.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return nil, false
+			}
+		}
+		asked[root] = true
+		ch := make(chan struct{})
+		w.asking[root] = ch
+		w.mu.Unlock()
+		granted, err := w.wl.WriteLease(ctx, root)
+		w.mu.Lock()
+		delete(w.asking, root)
+		close(ch)
+		if granted {
+			w.roots[root] = time.Now()
+			w.granted.Add(1)
+			if !w.idler {
+				w.idler = true
+				go c.idle()
+			}
+		} else {
+			w.refused[root] = time.Now()
+			if len(w.refused) > 1024 {
+				clear(w.refused)
+			}
+			if err != nil {
+				c.log.Debug("no write lease", "path", root, "err", err)
+			}
+		}
+		w.mu.Unlock()
+		if !granted {
+			return nil, false
+		}
+	}
+}
+
+// take takes the leases at or below root away from this cache (at or above
+// it too, with above), so that no change goes behind under them from now
+// on, and returns them.
+func (c *FS) take(root string, above bool) []string {
+	w := c.leases
+	w.gate.Lock()
+	defer w.gate.Unlock()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var taken []string
+	for r := range w.roots {
+		if ferry.HasPrefix(r, root) || above && ferry.HasPrefix(root, r) {
+			delete(w.roots, r)
+			taken = append(taken, r)
+		}
+	}
+	return taken
+}
+
+// recall gives the write lease over root back to the tree below, which
+// asked for it: what was kept back under it is stored first, in order,
+// and then ack is called.
+func (c *FS) recall(root string, ack func()) {
+	c.take(root, false)
+	c.leases.recalls.Add(1)
+	ctx, cancel := context.WithTimeout(c.ctx, c.opt.CallTimeout)
+	defer cancel()
+	if err := c.wback.wait(ctx, root); err != nil {
+		c.log.Warn("a recalled write lease is given back before what was written under it is stored", "path", root, "err", err)
+	}
+	if ack != nil {
+		ack()
+	}
+}
+
+// dropLeases forgets every write lease: the watch that held them ended,
+// and the tree below no longer waits for what is kept back under them.
+func (c *FS) dropLeases() {
+	if c.leases == nil {
+		return
+	}
+	roots := c.take(c.opt.Root, true)
+	if len(roots) == 0 {
+		return
+	}
+	c.leases.lost.Add(int64(len(roots)))
+	if ops, bytes := c.wback.pending(); ops > 0 {
+		c.log.Warn("write leases lost with changes not yet stored: other clients may not see them until they are",
+			"leases", len(roots), "changes", ops, "bytes", bytes)
+	}
+}
+
+// idle gives back, once stored, the write leases unused for
+// Options.LeaseIdle.
+func (c *FS) idle() {
+	w := c.leases
+	tick := time.NewTicker(c.opt.LeaseIdle / 2)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+		case <-c.ctx.Done():
+			return
+		}
+		w.mu.Lock()
+		var idle []string
+		for r, used := range w.roots {
+			if time.Since(used) >= c.opt.LeaseIdle {
+				idle = append(idle, r)
+			}
+		}
+		w.mu.Unlock()
+		for _, r := range idle {
+			c.take(r, false)
+			ctx, cancel := context.WithTimeout(c.ctx, c.opt.CallTimeout)
+			if err := c.wback.wait(ctx, r); err == nil {
+				if err := w.wl.ReleaseWrite(ctx, r); err == nil {
+					w.released.Add(1)
+				}
+			}
+			cancel()
+		}
+	}
+}

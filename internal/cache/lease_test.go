@@ -1,0 +1,157 @@
+package cache_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/cache"
+	"github.com/ferryfs/ferry/internal/server"
+	"github.com/ferryfs/ferry/internal/servertest"
+)
+
+// done reports whether f was already resolved when the call returned: the
+// change was kept back, not made on the server first.
+func done[T any](f *ferry.Future[T]) bool {
+	select {
+	case <-f.Done():
+		return true
+	default:
+		return false
+	}
+}
+
+// readAll reads the whole file at p from fsys.
+func readAll(ctx context.Context, fsys ferry.Tree, p string) (string, error) {
+	r := fsys.Get(ctx, p, 0, -1)
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	return string(b), err
+}
+
+// TestWriteLeaseCloseToOpen: a cache with write-behind over a server that
+// lends write leases keeps its changes back (the call returns before the
+// server has them), and another client's call right after each change
+// sees it, because the server recalls the lease first: rewrites, new
+// files, a file created and removed, renames and attribute changes, over
+// a link with a round trip of 40 ms, many rounds. The history of what
+// the other client saw is checked against what was written, in order.
+func TestWriteLeaseCloseToOpen(t *testing.T) {
+	s := servertest.Start(t, "")
+	ctx := context.Background()
+	slow := servertest.DelayProxy(t, s.Addr, 20*time.Millisecond)
+	c := open(t, s.ClientVia(t, "a", slow), cache.Options{WriteBehind: true})
+	other := s.Client(t, "b")
+	if _, err := c.Make(ctx, "/d", ferry.Dir{ferry.AttrType: ferry.TypeDir}); err != nil {
+		t.Fatal(err)
+	}
+	kept := 0
+	type step struct{ what, want, got string }
+	var history []step
+	for i := range 20 {
+		content := fmt.Sprintf("round %d %s", i, strings.Repeat("x", i))
+		f := c.Put(ctx, "/d/f", ferry.Dir{}, ferry.Whole, bytes.NewReader([]byte(content)))
+		if done(f) {
+			kept++
+		}
+		if _, err := f.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		got, err := readAll(ctx, other, "/d/f")
+		if err != nil {
+			got = "error: " + err.Error()
+		}
+		history = append(history, step{fmt.Sprintf("rewrite %d", i), content, got})
+
+		name := fmt.Sprintf("/d/new%d", i)
+		if _, err := c.Put(ctx, name, ferry.Dir{}, ferry.Whole, bytes.NewReader([]byte(name))).Wait(); err != nil {
+			t.Fatal(err)
+		}
+		got, err = readAll(ctx, other, name)
+		if err != nil {
+			got = "error: " + err.Error()
+		}
+		history = append(history, step{"create " + name, name, got})
+
+		tmp := fmt.Sprintf("/d/tmp%d", i)
+		c.Put(ctx, tmp, ferry.Dir{}, ferry.Whole, bytes.NewReader([]byte("tmp"))).Wait()
+		if _, err := c.Remove(ctx, tmp).Wait(); err != nil {
+			t.Fatal(err)
+		}
+		_, err = other.Stat(ctx, tmp).Wait()
+		history = append(history, step{"create and remove " + tmp, "absent", map[bool]string{true: "absent", false: fmt.Sprintf("%v", err)}[ferry.IsKind(err, ferry.KindNotExist)]})
+
+		moved := fmt.Sprintf("/d/moved%d", i)
+		if _, err := c.Move(ctx, name, moved).Wait(); err != nil {
+			t.Fatal(err)
+		}
+		got, err = readAll(ctx, other, moved)
+		if err != nil {
+			got = "error: " + err.Error()
+		}
+		history = append(history, step{"rename to " + moved, name, got})
+
+		mode := fmt.Sprintf("06%d0", i%8)
+		if _, err := c.Wstat(ctx, moved, ferry.Dir{ferry.AttrMode: mode}).Wait(); err != nil {
+			t.Fatal(err)
+		}
+		got = "error"
+		if d, err := other.Stat(ctx, moved).Wait(); err == nil {
+			got = d[ferry.AttrMode]
+		}
+		history = append(history, step{"chmod " + moved, mode, got})
+	}
+	for _, h := range history {
+		if h.got != h.want && !strings.HasPrefix(h.got, h.want+" ") {
+			t.Errorf("%s: the other client saw %q, want %q", h.what, h.got, h.want)
+		}
+	}
+	if kept < 10 {
+		t.Errorf("only %d of 20 rewrites returned before the server had them: the cache did not keep changes back under its lease", kept)
+	}
+	status := c.Status(ctx)
+	if !strings.Contains(status, "leases.write: ") || strings.Contains(status, " 0 recalled") {
+		t.Errorf("the cache's status shows no recalls:\n%s", status)
+	}
+	t.Logf("%d of 20 rewrites kept back; %s", kept, strings.SplitN(status[strings.Index(status, "leases.write"):], "\n", 2)[0])
+}
+
+// TestWriteLeaseHolderGone: a holder whose link goes silent with changes
+// kept back delays another client's call under its lease by at most the
+// lease's term, and no longer.
+func TestWriteLeaseHolderGone(t *testing.T) {
+	const lease = time.Second
+	s := servertest.StartWith(t, "", func(c *server.Config) { c.Lease = lease })
+	ctx := context.Background()
+	sw := servertest.SwitchProxy(t, s.Addr)
+	c := open(t, s.ClientVia(t, "a", sw.Addr), cache.Options{WriteBehind: true})
+	other := s.Client(t, "b")
+	if _, err := c.Make(ctx, "/d", ferry.Dir{ferry.AttrType: ferry.TypeDir}); err != nil {
+		t.Fatal(err)
+	}
+	// The link goes silent; a change under the lease the cache holds is
+	// kept back, and cannot be stored.
+	sw.Freeze()
+	defer sw.Thaw()
+	f := c.Put(ctx, "/d/f", ferry.Dir{}, ferry.Whole, strings.NewReader("held"))
+	if !done(f) {
+		t.Fatal("a put under the lease waited for the server")
+	}
+	began := time.Now()
+	_, err := other.Stat(ctx, "/d/f").Wait()
+	took := time.Since(began)
+	if !ferry.IsKind(err, ferry.KindNotExist) {
+		t.Fatalf("Stat of a file the silent holder kept back: %v, want not found", err)
+	}
+	// The bound is the lease's term, with room for a busy machine; the
+	// client being silent, nothing else ends the wait.
+	if took > 3*lease+2*time.Second {
+		t.Errorf("a call under the lease of a silent holder waited %s, more than the lease of %s", took, lease)
+	}
+	t.Logf("the other client's call waited %s (lease %s); it saw %v", took.Round(time.Millisecond), lease, err)
+}
