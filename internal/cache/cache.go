@@ -185,7 +185,8 @@ func New(below ferry.FS, opt Options) *FS {
 		gens:  map[string]uint64{},
 	}
 	if wl, ok := ferry.As[ferry.WriteLeaser](below); ok && opt.WriteBehind {
-		c.leases = &writeLeases{wl: wl, roots: map[string]time.Time{}, refused: map[string]time.Time{}, asking: map[string]chan struct{}{}}
+		c.leases = &writeLeases{wl: wl, roots: map[string]time.Time{}, refused: map[string]time.Time{},
+			asking: map[string]chan struct{}{}, revoked: map[string]bool{}}
 	}
 	c.meta.data = c.data
 	c.meta.settle = func(ctx context.Context, p string) error { return c.wback.wait(ctx, p) }

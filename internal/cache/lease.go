@@ -37,7 +37,10 @@ type writeLeases struct {
 	roots   map[string]time.Time // Held, with their last use.
 	refused map[string]time.Time
 	asking  map[string]chan struct{} // Requests in flight.
-	idler   bool                     // The idle loop runs.
+	// revoked holds the requests in flight whose lease was recalled
+	// before the answer was taken: the answer is then a refusal.
+	revoked map[string]bool
+	idler   bool // The idle loop runs.
 
 	granted, recalls, released, lost atomic.Int64
 }
@@ -106,11 +109,16 @@ func (c *FS) behind(ctx context.Context, ps ...string) (queued func(), ok bool) 
 		asked[root] = true
 		ch := make(chan struct{})
 		w.asking[root] = ch
+		delete(w.revoked, root) // A recall before this request is not its.
 		w.mu.Unlock()
 		granted, err := w.wl.WriteLease(ctx, root)
 		w.mu.Lock()
 		delete(w.asking, root)
 		close(ch)
+		if w.revoked[root] {
+			delete(w.revoked, root)
+			granted = false
+		}
 		if granted {
 			w.roots[root] = time.Now()
 			w.granted.Add(1)
@@ -150,6 +158,11 @@ func (c *FS) take(root string, above bool) []string {
 			taken = append(taken, r)
 		}
 	}
+	for r := range w.asking {
+		if ferry.HasPrefix(r, root) || above && ferry.HasPrefix(root, r) {
+			w.revoked[r] = true
+		}
+	}
 	return taken
 }
 
@@ -167,6 +180,45 @@ func (c *FS) recall(root string, ack func()) {
 	if ack != nil {
 		ack()
 	}
+}
+
+// release gives the write lease over r back once what was kept back under
+// it is stored. Until the release is sent, a change under r waits rather
+// than ask for r again: a request sent before the release would be
+// granted by a server that still holds r for this client, and the
+// release after it would then end the lease the client thinks it has.
+func (c *FS) release(r string) {
+	w := c.leases
+	w.gate.Lock()
+	w.mu.Lock()
+	if _, held := w.roots[r]; !held {
+		w.mu.Unlock()
+		w.gate.Unlock()
+		return
+	}
+	delete(w.roots, r)
+	for w.asking[r] != nil {
+		// A request for r in flight: give back after its answer.
+		ch := w.asking[r]
+		w.mu.Unlock()
+		<-ch
+		w.mu.Lock()
+	}
+	done := make(chan struct{})
+	w.asking[r] = done
+	w.mu.Unlock()
+	w.gate.Unlock()
+	ctx, cancel := context.WithTimeout(c.ctx, c.opt.CallTimeout)
+	defer cancel()
+	if err := c.wback.wait(ctx, r); err == nil {
+		if err := w.wl.ReleaseWrite(ctx, r); err == nil {
+			w.released.Add(1)
+		}
+	}
+	w.mu.Lock()
+	delete(w.asking, r)
+	close(done)
+	w.mu.Unlock()
 }
 
 // dropLeases forgets every write lease: the watch that held them ended,
@@ -207,14 +259,7 @@ func (c *FS) idle() {
 		}
 		w.mu.Unlock()
 		for _, r := range idle {
-			c.take(r, false)
-			ctx, cancel := context.WithTimeout(c.ctx, c.opt.CallTimeout)
-			if err := c.wback.wait(ctx, r); err == nil {
-				if err := w.wl.ReleaseWrite(ctx, r); err == nil {
-					w.released.Add(1)
-				}
-			}
-			cancel()
+			c.release(r)
 		}
 	}
 }

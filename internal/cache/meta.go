@@ -614,6 +614,14 @@ func (m *meta) run(ctx context.Context, dir string, depth, budget int, at time.T
 	n := 0
 	complete := func(o open) { // m.mu is held.
 		l := &listing{names: o.names, at: at, lease: m.leaseFor(o.path, lease, seq)}
+		if lease != 0 && l.lease == 0 {
+			// Begun under the lease, and the directory changed (or
+			// the lease ended) while the walk was on its way: the
+			// names may be older than the change, and are not trusted
+			// at all (another client may hold changes to them back
+			// under a write lease, which only a call recalls).
+			l.at = time.Time{}
+		}
 		// The walk may have passed a name before or after this mount
 		// (or another, by an event) created or removed it.
 		for name, s := range m.kids[o.path] {

@@ -90,10 +90,16 @@ Bigger files move by chunks through the chunk cache on disk (--cache,
 --cache-max).
 
 With --writeback, close returns at once: the file is copied into memory
-and stored in the background, and so are new directories, in the order
-the programs made their changes; fsync waits until the file is stored.
-A build that writes many small files then no longer waits a round trip
-per file. Unmounting waits (up to a minute) for what is not yet stored.
+and stored in the background, and so are new directories, removals,
+renames and changes of mode and times, in the order the programs made
+them; fsync waits until the file is stored. A build that writes many
+small files then no longer waits a round trip per file. The mount takes
+a write lease from the server over the directory it changes (one round
+trip per directory, kept while in use, given back after 1 s idle):
+another client's call there makes the server recall it, and waits until
+this mount has stored what it kept back, so close-to-open holds between
+clients as without --writeback. Unmounting waits (up to a minute) for
+what is not yet stored.
 
 Limitations:
 
@@ -110,10 +116,13 @@ Limitations:
   - A file created here reaches the server on its first close or fsync;
     until then other clients do not see it, and O_EXCL is checked only
     against what this mount knows.
-  - With --writeback, another client may not see a file for a moment
-    after close returned, and a failure to store it shows up only in the
+  - With --writeback, a failure to store a file shows up only in the
     log, in fsync, and in the next close of the file; changes not stored
-    when the mount process dies are lost.
+    when the mount process dies are lost, and those that were stored
+    need not be a prefix of what was done. Changes made directly on the
+    server's disk do not recall write leases. A server too old to lend
+    write leases gets write-behind without them: other clients may then
+    not see a file for a moment after close returned.
   - A file open for reading only is read by name: if another file is
     renamed over it while it is open, reads the kernel has not cached
     read the new file.

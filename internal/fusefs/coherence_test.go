@@ -210,12 +210,9 @@ func TestCloseToOpen(t *testing.T) {
 		write  func(p, data string, appendTo bool) error
 		remove func(p string) error
 	}
-	tests := []struct {
-		name   string
-		writer func(t *testing.T, c *remote.Client) writer
-	}{
-		{"another mount", func(t *testing.T, c *remote.Client) writer {
-			a, sa := mountFS(t, c, Options{TTL: time.Hour})
+	mountWriter := func(writeBack bool) func(t *testing.T, c *remote.Client) writer {
+		return func(t *testing.T, c *remote.Client) writer {
+			a, sa := mountFS(t, c, Options{TTL: time.Hour, WriteBack: writeBack})
 			if !waitFor(5*time.Second, sa.cache.Leased) {
 				t.Fatal("the writing mount got no watch")
 			}
@@ -234,7 +231,16 @@ func TestCloseToOpen(t *testing.T) {
 				},
 				remove: func(p string) error { return os.Remove(filepath.Join(a, p)) },
 			}
-		}},
+		}
+	}
+	tests := []struct {
+		name   string
+		writer func(t *testing.T, c *remote.Client) writer
+	}{
+		{"another mount", mountWriter(false)},
+		// Its changes are kept back under write leases, which the
+		// reader's opens recall.
+		{"another mount with write-back", mountWriter(true)},
 		{"a native client", func(t *testing.T, c *remote.Client) writer {
 			ctx := context.Background()
 			return writer{

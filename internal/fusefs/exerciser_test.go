@@ -26,6 +26,12 @@ import (
 var (
 	exerciseSeed = flag.Uint64("exercise.seed", 0, "seed of TestExerciser (0: one from the clock, logged)")
 	exerciseOps  = flag.Int("exercise.ops", 300, "operations per mode of TestExerciser")
+	// exerciseLeases adds the mode where the first of two clients keeps
+	// its changes back under write leases. It is not run by default: it
+	// still fails about one run in fifteen (another client reads a file
+	// the holder removed or renamed under its lease), a race not found
+	// yet (issue 17).
+	exerciseLeases = flag.Bool("exercise.writeleases", false, "also run TestExerciser with two clients, the first with write-back under write leases")
 )
 
 // exFile is a descriptor open on both sides.
@@ -70,17 +76,23 @@ func TestExerciser(t *testing.T) {
 		seed = uint64(time.Now().UnixNano())
 	}
 	t.Logf("seed %d (go test -run TestExerciser -exercise.seed %d to repeat)", seed, seed)
-	for _, mode := range []string{"default", "writeback", "two clients"} {
+	modes := []string{"default", "writeback", "two clients"}
+	if *exerciseLeases {
+		modes = append(modes, "two clients, write-back")
+	}
+	for _, mode := range modes {
 		t.Run(mode, func(t *testing.T) {
 			var dir, mnt, other string
 			var native ferry.Tree
-			if mode == "two clients" {
+			if strings.HasPrefix(mode, "two clients") {
 				// A second mount, further from the server, must see
 				// every change once the first has closed its files.
 				srv := servertest.Start(t, "")
 				dir = srv.Dir
 				var sa, sb *Server
-				mnt, sa = mountFS(t, srv.Client(t, "a"), Options{TTL: time.Hour})
+				// With write-back the first keeps its changes back
+				// under write leases, which the second's calls recall.
+				mnt, sa = mountFS(t, srv.Client(t, "a"), Options{TTL: time.Hour, WriteBack: mode != "two clients"})
 				other, sb = mountFS(t, srv.ClientVia(t, "b", servertest.DelayProxy(t, srv.Addr, 5*time.Millisecond)), Options{TTL: time.Hour})
 				if !waitFor(5*time.Second, func() bool { return sa.cache.Leased() && sb.cache.Leased() }) {
 					t.Fatal("the mounts got no watch")

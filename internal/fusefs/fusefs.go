@@ -168,6 +168,12 @@ type Server struct {
 	inos    map[string]uint64
 	nextIno uint64
 
+	// negs holds the paths the kernel was told do not exist, for as long
+	// as the lease lasts: a drop of a whole tree has to name each (the
+	// kernel keeps a missing name's entry apart from any node).
+	negMu sync.Mutex
+	negs  map[string]struct{}
+
 	// readdirs counts the listings the kernel asked for, for tests.
 	readdirs atomic.Int64
 	// kernel stands between the kernel and go-fuse's file system.
@@ -230,6 +236,7 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 		done:    make(chan struct{}),
 		rootUid: d.Int(ferry.AttrUid), rootGid: d.Int(ferry.AttrGid),
 		inos: map[string]uint64{}, nextIno: 2,
+		negs: map[string]struct{}{},
 	}
 	s.cache = cache.New(fsys, cache.Options{
 		Root: root, Log: opt.Log,

@@ -261,6 +261,9 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	if err != nil {
 		if ferry.IsKind(err, ferry.KindNotExist) {
 			_, neg := n.s.timeouts()
+			if neg > 0 && !n.s.negative(path.Join(dir, name)) {
+				neg = 0
+			}
 			out.SetEntryTimeout(neg)
 		}
 		return nil, errno(err)

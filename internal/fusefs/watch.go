@@ -96,6 +96,9 @@ func (s *Server) inode(p string) *fs.Inode {
 // every node it knows below p. A directory's entry is forgotten only if
 // gone says p is no longer a directory (see forgetEntry).
 func (s *Server) notify(p string, tree, gone bool) {
+	if tree {
+		s.forgetNegatives(p)
+	}
 	if p == s.opt.Root {
 		in := &s.root.Inode
 		in.NotifyContent(0, 0)
@@ -119,6 +122,44 @@ func (s *Server) notify(p string, tree, gone bool) {
 		child.NotifyContent(0, 0)
 		if tree {
 			s.notifyBelow(child)
+		}
+	}
+}
+
+// maxNegatives bounds the missing names the kernel may keep; past it, a
+// missing name is answered without a timeout.
+const maxNegatives = 1 << 16
+
+// negative records that the kernel is told p does not exist, and reports
+// whether it may keep that answer.
+func (s *Server) negative(p string) bool {
+	s.negMu.Lock()
+	defer s.negMu.Unlock()
+	if len(s.negs) >= maxNegatives {
+		return false
+	}
+	s.negs[p] = struct{}{}
+	return true
+}
+
+// forgetNegatives tells the kernel to forget the missing names it keeps
+// at or below p.
+func (s *Server) forgetNegatives(p string) {
+	s.negMu.Lock()
+	var names []string
+	for q := range s.negs {
+		if ferry.HasPrefix(q, p) {
+			names = append(names, q)
+			delete(s.negs, q)
+		}
+	}
+	s.negMu.Unlock()
+	for _, q := range names {
+		if q == s.opt.Root || !ferry.HasPrefix(q, s.opt.Root) {
+			continue
+		}
+		if parent := s.inode(path.Dir(q)); parent != nil {
+			parent.NotifyEntry(path.Base(q))
 		}
 	}
 }

@@ -88,7 +88,7 @@ func (c *Client) lease(ctx context.Context, p string, send func(ferry.Event) err
 	expiry := began.Add(lease)
 	sent := map[uint64]time.Time{} // Renewals not yet granted, by number.
 	out := make(chan *proto.LeaseMsg, 64)
-	ls := &leaseStream{root: p, out: out, ctx: sctx, replies: map[uint64]chan bool{}}
+	ls := &leaseStream{root: p, out: out, ctx: sctx, replies: map[uint64]*writeReq{}}
 	c.leaseMu.Lock()
 	if c.leases == nil {
 		c.leases = map[*leaseStream]struct{}{}
@@ -188,6 +188,11 @@ func (c *Client) lease(ctx context.Context, p string, send func(ferry.Event) err
 			ls.reply(m.WriteReply, m.WriteGranted)
 			continue
 		}
+		if m.Recall {
+			// A recall that overtook the answer to a request for the
+			// same lease ends it before it is given.
+			ls.revoke(m.Path)
+		}
 		ev := ferry.Event{Path: m.Path, Lost: m.Lost, Recall: m.Recall}
 		if m.Brk != 0 {
 			brk := m.Brk
@@ -215,17 +220,35 @@ type leaseStream struct {
 
 	mu      sync.Mutex
 	seq     uint64
-	replies map[uint64]chan bool // Write lease requests not yet answered.
+	replies map[uint64]*writeReq // Write lease requests not yet answered.
+}
+
+// writeReq is a write lease request waiting for its answer.
+type writeReq struct {
+	path    string
+	ch      chan bool
+	revoked bool // Recalled before it was answered.
 }
 
 // reply delivers the server's answer to write lease request n.
 func (ls *leaseStream) reply(n uint64, granted bool) {
 	ls.mu.Lock()
-	ch := ls.replies[n]
+	r := ls.replies[n]
 	delete(ls.replies, n)
 	ls.mu.Unlock()
-	if ch != nil {
-		ch <- granted
+	if r != nil {
+		r.ch <- granted && !r.revoked
+	}
+}
+
+// revoke marks the requests for a write lease over p as recalled.
+func (ls *leaseStream) revoke(p string) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	for _, r := range ls.replies {
+		if r.path == p {
+			r.revoked = true
+		}
 	}
 }
 
@@ -259,7 +282,7 @@ func (c *Client) WriteLease(ctx context.Context, p string) (bool, error) {
 	ls.mu.Lock()
 	ls.seq++
 	n := ls.seq
-	ls.replies[n] = ch
+	ls.replies[n] = &writeReq{path: p, ch: ch}
 	ls.mu.Unlock()
 	defer func() {
 		ls.mu.Lock()

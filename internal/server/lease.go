@@ -119,6 +119,28 @@ func (h *handler) changed(ctx context.Context, err error, cs ...callback.Change)
 	return h.s.leases.Break(ctx, h.session(ctx), cs...)
 }
 
+// grantWrite answers the write lease request m. A lease given breaks
+// first what the other clients cache below its root, and is answered once
+// they dropped it: from then on they ask the server about it, which
+// recalls the lease, so they see the holder's changes there. A call that
+// recalls the lease before the answer is sent is answered on the stream
+// before it; the client then takes the lease as refused.
+func (h *handler) grantWrite(ctx context.Context, lease *callback.Holder, root string, m *proto.LeaseMsg, out chan<- *proto.WatchEvent) {
+	granted := false
+	if p, err := ferry.CleanPath(m.WritePath); err == nil && ferry.HasPrefix(p, root) {
+		if granted = lease.GrantWrite(p); granted {
+			if err := h.s.leases.Break(ctx, h.session(ctx), callback.Change{Path: p, Tree: true}); err != nil {
+				lease.ReleaseWrite(p)
+				granted = false
+			}
+		}
+	}
+	select {
+	case out <- &proto.WatchEvent{WriteReply: m.WriteReq, WriteGranted: granted}:
+	case <-ctx.Done():
+	}
+}
+
 // Lease implements the Lease call: a watch of the path the first message
 // names, with the client's lease over it (see internal/callback).
 func (h *handler) Lease(st grpc.BidiStreamingServer[proto.LeaseMsg, proto.WatchEvent]) error {
@@ -172,15 +194,7 @@ func (h *handler) Lease(st grpc.BidiStreamingServer[proto.LeaseMsg, proto.WatchE
 				}
 			}
 			if m.WriteReq != 0 {
-				granted := false
-				if p, err := ferry.CleanPath(m.WritePath); err == nil && ferry.HasPrefix(p, root) {
-					granted = lease.GrantWrite(p)
-				}
-				select {
-				case out <- &proto.WatchEvent{WriteReply: m.WriteReq, WriteGranted: granted}:
-				case <-ctx.Done():
-					return
-				}
+				go h.grantWrite(ctx, lease, root, m, out)
 			}
 			if m.Renew != 0 && lease.Renew() {
 				select {
