@@ -1,13 +1,16 @@
 package fusefs
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ferryfs/ferry/internal/ctl"
 	"github.com/ferryfs/ferry/internal/server"
@@ -109,5 +112,42 @@ func TestReadOnly(t *testing.T) {
 	}
 	if got := readFile(t, filepath.Join(srv.Dir, "f")); got != "server" {
 		t.Errorf("the server's f is %q after the refused changes", got)
+	}
+}
+
+// nopControl is a control layer that knows every command and does
+// nothing, at once.
+type nopControl struct{}
+
+func (nopControl) Status(context.Context) string           { return "" }
+func (nopControl) Command(context.Context, []string) error { return nil }
+
+// TestCtlSyncReachesCache: "sync" written to the mount's control file
+// stores what the cache keeps back under its write lease before the write
+// returns: the file is on the server's disk the moment it does, though
+// the link takes 400 ms a round trip. (The layer below the cache in the
+// control file answers at once, so only the cache's sync waits.)
+func TestCtlSyncReachesCache(t *testing.T) {
+	needFUSE(t)
+	srv := servertest.Start(t, "")
+	c := srv.ClientVia(t, "a", servertest.DelayProxy(t, srv.Addr, 200*time.Millisecond))
+	_, tree := localTree(t)
+	mnt, s := mountFS(t, c, Options{WriteBack: true, CtlBelow: ctl.New("below", tree, nopControl{})})
+	if !waitFor(10*time.Second, s.cache.Leased) {
+		t.Fatal("the mount got no watch")
+	}
+	for i := range 3 {
+		name := fmt.Sprintf("f%d", i)
+		writeFile(t, filepath.Join(mnt, name), "kept back "+name)
+		if _, err := os.Stat(filepath.Join(srv.Dir, name)); err == nil {
+			t.Logf("%s was on the server when close returned: not kept back", name)
+		}
+		if err := os.WriteFile(filepath.Join(mnt, "Ctl"), []byte("sync\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(srv.Dir, name))
+		if err != nil || string(got) != "kept back "+name {
+			t.Errorf("after sync through the control file, the server's %s is %q (%v)", name, got, err)
+		}
 	}
 }
