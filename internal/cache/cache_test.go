@@ -8,6 +8,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -240,5 +242,50 @@ func TestPutSendsOnlyChanges(t *testing.T) {
 			}
 			t.Logf("a one-byte edit sent %d bytes up", sent)
 		})
+	}
+}
+
+// gets counts the Gets that reach the tree below.
+type gets struct {
+	ferry.FS
+	n atomic.Int64
+}
+
+func (g *gets) Get(ctx context.Context, p string, off, count int64) io.ReadCloser {
+	g.n.Add(1)
+	return g.FS.Get(ctx, p, off, count)
+}
+
+// TestKeptAcrossBackgroundChanges: a file written through the cache and
+// renamed into place, then given new times, all in the background, is read
+// back from the cache once those changes are stored, not fetched again
+// (git writes its index so, and reads it at once).
+func TestKeptAcrossBackgroundChanges(t *testing.T) {
+	fsys, _ := below(t, false)
+	g := &gets{FS: fsys}
+	c := open(t, g, cache.Options{WriteBehind: true})
+	ctx := context.Background()
+	data := strings.Repeat("index entry\n", 1000)
+	if _, err := c.List(ctx, "/"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, "/index.lock", ferry.Dir{}, ferry.Whole, strings.NewReader(data)).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Move(ctx, "/index.lock", "/index").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wstat(ctx, "/index", ferry.Dir{ferry.AttrMode: "0600"}).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Sync(ctx, "/"); err != nil {
+		t.Fatal(err)
+	}
+	got, err := readAll(ctx, c, "/index")
+	if err != nil || got != data {
+		t.Fatalf("read back %d bytes (%v), want %d", len(got), err, len(data))
+	}
+	if n := g.n.Load(); n != 0 {
+		t.Errorf("reading back what was written took %d Gets of the tree below, want 0", n)
 	}
 }

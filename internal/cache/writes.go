@@ -153,8 +153,15 @@ func (c *FS) landed(what, p string, gen uint64, got ferry.Dir, err error, also .
 	if !c.lastGen(p, gen) {
 		return false
 	}
+	// Recording drops the content held for p; a rename or a change of
+	// attributes did not change it (git's index, renamed into place, is
+	// read again at once).
+	held, _ := c.data.held(p)
 	c.meta.set(got)
 	c.meta.dropPending(p)
+	if held != nil && held.size == got.Size() {
+		c.data.keep(got, held.data)
+	}
 	return true
 }
 
@@ -486,7 +493,12 @@ func (c *FS) wstatBehind(ctx context.Context, p string, d ferry.Dir) (*ferry.Fut
 		local[k] = v
 	}
 	gen := c.nextGen(p)
+	// The content is as it was: what is held of it stays.
+	held, _ := c.data.held(p)
 	c.meta.update(local)
+	if held != nil {
+		c.data.keep(local, held.data)
+	}
 	c.wback.start(p, 0, func(ctx context.Context) error {
 		got, err := c.below.Wstat(ctx, p, d).Wait()
 		c.landed("changing attributes", p, gen, got, err)
