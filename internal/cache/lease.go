@@ -170,8 +170,26 @@ func (c *FS) take(root string, above bool) []string {
 // asked for it: what was kept back under it is stored first, in order,
 // and then ack is called.
 func (c *FS) recall(root string, ack func()) {
+	w := c.leases
 	c.take(root, false)
-	c.leases.recalls.Add(1)
+	w.recalls.Add(1)
+	// Until the acknowledgement is sent, a change under root waits rather
+	// than ask for root again (the server refuses it meanwhile).
+	w.mu.Lock()
+	var done chan struct{}
+	if w.asking[root] == nil {
+		done = make(chan struct{})
+		w.asking[root] = done
+	}
+	w.mu.Unlock()
+	defer func() {
+		if done != nil {
+			w.mu.Lock()
+			delete(w.asking, root)
+			close(done)
+			w.mu.Unlock()
+		}
+	}()
 	ctx, cancel := context.WithTimeout(c.ctx, c.opt.CallTimeout)
 	defer cancel()
 	if err := c.wback.wait(ctx, root); err != nil {

@@ -6,9 +6,12 @@
 // A client holds a lease over a subtree for as long as it renews it. The
 // server's view of a lease runs from when it received a renewal; the
 // client's from when it sent it, so the client stops trusting its cache no
-// later than the server stops waiting for it. While a break waits for its
-// acknowledgement, renewals are not granted: a client that cannot
-// acknowledge loses its lease, and the writer waits at most one lease.
+// later than the server stops waiting for it. Once a break has waited a
+// third of a lease for its acknowledgement, renewals are not granted: a
+// client that cannot acknowledge loses its lease, and the writer waits at
+// most a lease and a third. (A client that acknowledges keeps its lease
+// however many breaks it gets: another client's write leases break it
+// often.)
 //
 // Only clients that may cache what changed are broken. The server records,
 // for each session holding a lease, the entries and the directory listings
@@ -74,6 +77,7 @@ type Holder struct {
 	expiry  time.Time
 	queue   []Break
 	pending map[uint64]chan struct{}
+	since   map[uint64]time.Time // When each pending break was sent.
 	timer   *time.Timer // Set while a break waits: drops the holder at expiry.
 	dropped bool
 	// writes holds the roots of the holder's write leases, each with the
@@ -106,7 +110,7 @@ type Change struct {
 // The caller sends what Next returns, and calls Ack, Renew and Release or
 // Lost as the client's messages and the stream's end come.
 func (t *Table) Hold(session, root string) *Holder {
-	h := &Holder{t: t, session: session, root: root, pending: map[uint64]chan struct{}{},
+	h := &Holder{t: t, session: session, root: root, pending: map[uint64]chan struct{}{}, since: map[uint64]time.Time{},
 		wake: make(chan struct{}, 1), gone: make(chan struct{})}
 	t.mu.Lock()
 	h.expiry = t.now().Add(t.lease)
@@ -267,6 +271,7 @@ func (t *Table) Break(ctx context.Context, session string, changes ...Change) er
 			t.seq++
 			ch := make(chan struct{})
 			h.pending[t.seq] = ch
+			h.since[t.seq] = now
 			h.queue = append(h.queue, Break{Seq: t.seq, Path: c.Path, Tree: c.Tree})
 			if h.timer == nil {
 				// No renewal is granted from now until the break is
@@ -359,6 +364,7 @@ func (h *Holder) ackLocked(seq uint64) {
 		return
 	}
 	delete(h.pending, seq)
+	delete(h.since, seq)
 	close(ch)
 	if len(h.pending) == 0 && h.timer != nil {
 		h.timer.Stop()
@@ -372,12 +378,14 @@ func related(a, b string) bool { return ferry.HasPrefix(a, b) || ferry.HasPrefix
 // GrantWrite gives the holder's client a write lease over the subtree at p
 // (a clean path), with its lease: it may keep its changes under p to
 // itself until the lease is recalled, released or lost. It is refused
-// while another session holds a write lease over a path above or below p.
+// while another session holds a write lease over a path above or below p,
+// and while a recall of this one over p waits: the acknowledgement that
+// ends the recall would end the lease given again.
 func (h *Holder) GrantWrite(p string) bool {
 	t := h.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if h.dropped {
+	if h.dropped || h.writes[p] != 0 {
 		return false
 	}
 	for g := range t.holders {
@@ -471,6 +479,7 @@ func (t *Table) Recall(ctx context.Context, session string, tree bool, paths ...
 				seq = t.seq
 				h.writes[w] = seq
 				h.pending[seq] = make(chan struct{})
+				h.since[seq] = now
 				h.queue = append(h.queue, Break{Seq: seq, Path: w, Recall: true})
 				if h.timer == nil {
 					h.timer = time.AfterFunc(h.expiry.Sub(now), h.drop)
@@ -495,15 +504,27 @@ func (t *Table) Recalls() uint64 {
 }
 
 // Renew extends the lease by a full term from now, and reports whether it
-// did: not while a break waits for its acknowledgement, nor once the lease
-// is lost.
+// did: not once a break has waited a third of the lease for its
+// acknowledgement, nor once the lease is lost. A client busy with breaks
+// it acknowledges keeps its lease (another client's grants break it
+// often); one that does not acknowledge loses it within a lease and a
+// third of the break.
 func (h *Holder) Renew() bool {
 	h.t.mu.Lock()
 	defer h.t.mu.Unlock()
-	if h.dropped || len(h.pending) > 0 {
+	now := h.t.now()
+	if h.dropped {
 		return false
 	}
-	h.expiry = h.t.now().Add(h.t.lease)
+	for _, at := range h.since {
+		if now.Sub(at) >= h.t.lease/3 {
+			return false
+		}
+	}
+	h.expiry = now.Add(h.t.lease)
+	if h.timer != nil {
+		h.timer.Reset(h.expiry.Sub(now))
+	}
 	return true
 }
 

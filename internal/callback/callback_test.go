@@ -57,6 +57,8 @@ func pending(done <-chan error) bool {
 
 func TestBreakWaitsForAck(t *testing.T) {
 	tb := New(time.Minute)
+	clock := time.Now()
+	tb.now = func() time.Time { return clock }
 	b := hold(tb, "b", "/")
 	done := breakDone(tb, "a", Change{Path: "/d/f"})
 	bs := next(t, b)
@@ -66,8 +68,12 @@ func TestBreakWaitsForAck(t *testing.T) {
 	if !pending(done) {
 		t.Fatal("Break returned before its acknowledgement")
 	}
+	if !b.Renew() {
+		t.Error("a renewal was refused while a break sent a moment ago waited")
+	}
+	clock = clock.Add(tb.Lease() / 3)
 	if b.Renew() {
-		t.Error("a renewal was granted while a break waited")
+		t.Error("a renewal was granted while a break waited a third of the lease")
 	}
 	b.Ack(bs[0].Seq)
 	if err := <-done; err != nil {
@@ -325,6 +331,11 @@ func TestRecall(t *testing.T) {
 	}
 	if !pending(done) {
 		t.Fatal("the call under the lease went on before the recall was acknowledged")
+	}
+	// Asked again before the recall is acknowledged: the acknowledgement
+	// would end the lease given again, so it is refused.
+	if a.GrantWrite("/w") {
+		t.Error("a write lease was given again while its recall waited")
 	}
 	a.Ack(bs[0].Seq)
 	if err := <-done; err != nil {

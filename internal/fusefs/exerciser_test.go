@@ -26,12 +26,6 @@ import (
 var (
 	exerciseSeed = flag.Uint64("exercise.seed", 0, "seed of TestExerciser (0: one from the clock, logged)")
 	exerciseOps  = flag.Int("exercise.ops", 300, "operations per mode of TestExerciser")
-	// exerciseLeases adds the mode where the first of two clients keeps
-	// its changes back under write leases. It is not run by default: it
-	// still fails about one run in fifteen (another client reads a file
-	// the holder removed or renamed under its lease), a race not found
-	// yet (issue 17).
-	exerciseLeases = flag.Bool("exercise.writeleases", false, "also run TestExerciser with two clients, the first with write-back under write leases")
 )
 
 // exFile is a descriptor open on both sides.
@@ -76,11 +70,7 @@ func TestExerciser(t *testing.T) {
 		seed = uint64(time.Now().UnixNano())
 	}
 	t.Logf("seed %d (go test -run TestExerciser -exercise.seed %d to repeat)", seed, seed)
-	modes := []string{"default", "writeback", "two clients"}
-	if *exerciseLeases {
-		modes = append(modes, "two clients, write-back")
-	}
-	for _, mode := range modes {
+	for _, mode := range []string{"default", "writeback", "two clients", "two clients, write-back"} {
 		t.Run(mode, func(t *testing.T) {
 			var dir, mnt, other string
 			var native ferry.Tree

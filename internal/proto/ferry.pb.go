@@ -926,7 +926,7 @@ type WatchEvent struct {
 	// last renewal the server granted.
 	LeaseMs int64 `protobuf:"varint,4,opt,name=lease_ms,json=leaseMs,proto3" json:"lease_ms,omitempty"`
 	// renewed grants the renewal LeaseMsg.renew of that number. A renewal
-	// is not granted while a break is unacknowledged.
+	// is not granted once a break has waited a third of the lease unacknowledged.
 	Renewed uint64 `protobuf:"varint,5,opt,name=renewed,proto3" json:"renewed,omitempty"`
 	// recall, with brk, asks for the write lease over path back: the client
 	// stores every change under path it holds back, in order, and then
