@@ -78,7 +78,7 @@ type Holder struct {
 	queue   []Break
 	pending map[uint64]chan struct{}
 	since   map[uint64]time.Time // When each pending break was sent.
-	timer   *time.Timer // Set while a break waits: drops the holder at expiry.
+	timer   *time.Timer          // Set while a break waits: drops the holder at expiry.
 	dropped bool
 	// writes holds the roots of the holder's write leases, each with the
 	// number of the recall waiting for it, or 0.
