@@ -17,30 +17,50 @@ import (
 	"github.com/ferryfs/ferry/internal/cache"
 	"github.com/ferryfs/ferry/internal/fstest"
 	"github.com/ferryfs/ferry/internal/local"
+	"github.com/ferryfs/ferry/internal/remote"
 	"github.com/ferryfs/ferry/internal/servertest"
+	"github.com/ferryfs/ferry/internal/store"
 )
 
 // stacks are the stacks the product builds with the cache on top: over a
 // directory (as a library user might), and over the remote client of a
 // server over the chunk store (the mount's), each write-through and
-// write-behind, with the contents' memory large and tiny.
+// write-behind, with the contents' memory large and tiny, and with the
+// client's chunk cache on disk (the mount's whole files).
 var stacks = []struct {
 	name   string
 	remote bool
+	disk   bool
 	opt    cache.Options
 }{
-	{"local", false, cache.Options{}},
-	{"local-writebehind", false, cache.Options{WriteBehind: true}},
-	{"remote", true, cache.Options{}},
-	{"remote-writebehind", true, cache.Options{WriteBehind: true}},
-	{"remote-small-memory", true, cache.Options{Memory: 64 << 10, MetaEntries: 64}},
+	{"local", false, false, cache.Options{}},
+	{"local-writebehind", false, false, cache.Options{WriteBehind: true}},
+	{"remote", true, false, cache.Options{}},
+	{"remote-writebehind", true, false, cache.Options{WriteBehind: true}},
+	{"remote-small-memory", true, false, cache.Options{Memory: 64 << 10, MetaEntries: 64}},
+	{"remote-disk-writebehind", true, true, cache.Options{WriteBehind: true}},
 }
 
 // below returns the tree a stack's cache goes over, and its directory.
-func below(t *testing.T, remote bool) (ferry.FS, string) {
-	if remote {
+func below(t *testing.T, served bool) (ferry.FS, string) {
+	return belowWith(t, served, false)
+}
+
+// belowWith is below, with disk giving the remote client a chunk cache in
+// a directory.
+func belowWith(t *testing.T, served, disk bool) (ferry.FS, string) {
+	if served {
 		s := servertest.StartChunked(t, "")
-		return s.Client(t, "tester"), s.Dir
+		if !disk {
+			return s.Client(t, "tester"), s.Dir
+		}
+		chunks, err := store.OpenCache(t.TempDir(), 64<<20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s.ClientVia(t, "tester", s.Addr, func(c *remote.Config) {
+			c.Cache, c.CloseCache = chunks, true
+		}), s.Dir
 	}
 	dir := t.TempDir()
 	tree, err := local.New(dir)
@@ -84,7 +104,7 @@ func TestSuite(t *testing.T) {
 	for _, st := range stacks {
 		t.Run(st.name, func(t *testing.T) {
 			fstest.Run(t, func(t *testing.T) (ferry.FS, string) {
-				fsys, dir := below(t, st.remote)
+				fsys, dir := belowWith(t, st.remote, st.disk)
 				return syncing{open(t, fsys, st.opt)}, dir
 			})
 		})
