@@ -76,8 +76,8 @@ Metadata is fetched a subtree at a time (one request lists a directory and
 the ones below it, --prefetch-depth deep) and kept while the server's watch
 reports changes; without a watch it is trusted for --ttl. A file open for
 writing is buffered in a temporary file and stored whole and atomically
-when it is closed or synced: when close returns, the data is on the server
-(close-to-open consistency). Reading one small file of a directory fetches
+after it is closed or synced (close-to-open consistency: see write-back
+below). Reading one small file of a directory fetches
 the directory's small files (up to 64 KiB each) in the same request, so
 that grep or a compiler does not wait a round trip per file. A program
 seen going through a tree (grep -r, git status) gets the rest of the tree
@@ -89,7 +89,7 @@ the program stops reading.
 Bigger files move by chunks through the chunk cache on disk (--cache,
 --cache-max).
 
-With --writeback, close returns at once: the file is copied into memory
+By default (--writeback), close returns at once: the file is copied into memory
 and stored in the background, and so are new directories, removals,
 renames and changes of mode and times, in the order the programs made
 them; fsync waits until the file is stored. A build that writes many
@@ -98,8 +98,8 @@ a write lease from the server over the directory it changes (one round
 trip per directory, kept while in use, given back after 1 s idle):
 another client's call there makes the server recall it, and waits until
 this mount has stored what it kept back, so close-to-open holds between
-clients as without --writeback. Unmounting waits (up to a minute) for
-what is not yet stored.
+clients. --writeback=false makes close wait until the server has the
+file. Unmounting waits (up to a minute) for what is not yet stored.
 
 Limitations:
 
@@ -116,7 +116,7 @@ Limitations:
   - A file created here reaches the server on its first close or fsync;
     until then other clients do not see it, and O_EXCL is checked only
     against what this mount knows.
-  - With --writeback, a failure to store a file shows up only in the
+  - With write-back, a failure to store a file shows up only in the
     log, in fsync, and in the next close of the file; changes not stored
     when the mount process dies are lost, and those that were stored
     need not be a prefix of what was done. Changes made directly on the
@@ -199,7 +199,7 @@ Limitations:
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	c.Flags().StringVar(&logFile, "log", "", "log file of the background process (default $FERRY_HOME/mount-PATH.log for the mount point PATH)")
 	c.Flags().DurationVar(&ttl, "ttl", time.Second, "how long metadata is trusted without a watch from the server")
-	c.Flags().BoolVar(&writeBack, "writeback", false, "let close return before the file is stored; fsync still waits")
+	c.Flags().BoolVar(&writeBack, "writeback", true, "let close return before the file is stored, under write leases that keep close-to-open (--writeback=false: close waits for the server); fsync still waits")
 	c.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long a call waits for the server (reconnecting meanwhile) before it fails with EIO")
 	c.Flags().IntVar(&depth, "prefetch-depth", 16, "how many levels below a directory its first use fetches")
 	c.Flags().Var(&memory, "memory", "the mount's memory budget, a quarter of it for file contents fetched ahead (128M, 512M, 1G)")
