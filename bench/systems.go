@@ -590,11 +590,9 @@ func (f *ferryMount) reset(ctx context.Context, e *env) error {
 }
 
 // settle waits for the stores write-back has in the background: fsync of
-// the mount's root waits for everything below it.
+// the mount's root waits for everything below it. The default mount
+// writes behind too (under write leases), so both rows settle.
 func (f *ferryMount) settle(ctx context.Context, e *env) error {
-	if !f.writeBack {
-		return nil
-	}
 	return e.client(ctx, f.b.h.o.timeout, fmt.Sprintf("python3 -c %s", q(fmt.Sprintf("import os; os.fsync(os.open(%q, os.O_RDONLY))", e.mnt))))
 }
 
