@@ -535,8 +535,9 @@ func (f *ferry) script(w workload, e *env) (string, error) {
 // server's tree, afresh before every run, and the same commands as on the
 // sshfs mount. Until the binary has a mount subcommand its rows are "not
 // yet available". With writeBack it is `ferry mount --writeback`
-// (ferry-mount-wb), whose close does not wait for the server; it runs
-// only the workloads that write.
+// (ferry-mount-wb); it runs only the workloads that write. Write-back is
+// the mount's default now, so both rows keep changes back under write
+// leases; the second names the flag, as older reports do.
 type ferryMount struct {
 	b         *ferryBuild
 	srv       ferryServer
