@@ -117,8 +117,10 @@ type FS struct {
 	subMu sync.Mutex
 	subs  map[*sub]struct{}
 
-	// breaks counts the callback breaks acknowledged.
-	breaks atomic.Int64
+	// breaks counts the callback breaks acknowledged; storedFiles and
+	// storedBytes the files written behind and stored since.
+	breaks                   atomic.Int64
+	storedFiles, storedBytes atomic.Int64
 	// leases are the write leases held, if the tree below lends them
 	// and Options.WriteBehind is set.
 	leases *writeLeases
@@ -325,6 +327,7 @@ func (c *FS) Status(context.Context) string {
 	fmt.Fprintf(&b, "writeback: %v\n", c.opt.WriteBehind)
 	ops, bytes := c.wback.pending()
 	fmt.Fprintf(&b, "writeback.pending: %d calls, %d bytes\n", ops, bytes)
+	fmt.Fprintf(&b, "writeback.stored: %d files, %d bytes\n", c.storedFiles.Load(), c.storedBytes.Load())
 	if w := c.leases; w != nil {
 		w.mu.Lock()
 		held := len(w.roots)

@@ -118,6 +118,9 @@ func TestWriteLeaseCloseToOpen(t *testing.T) {
 	if !strings.Contains(status, "leases.write: ") || strings.Contains(status, " 0 recalled") {
 		t.Errorf("the cache's status shows no recalls:\n%s", status)
 	}
+	if strings.Contains(status, "writeback.stored: 0 files") {
+		t.Errorf("the cache's status counts no file stored in the background:\n%s", status)
+	}
 	t.Logf("%d of 20 rewrites kept back; %s", kept, strings.SplitN(status[strings.Index(status, "leases.write"):], "\n", 2)[0])
 }
 

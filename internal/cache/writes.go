@@ -119,6 +119,10 @@ func (c *FS) putBehind(ctx context.Context, p string, d ferry.Dir, data io.Reade
 	c.data.keep(local, buf)
 	ok = c.wback.start(p, size, func(ctx context.Context) error {
 		got, _, err := c.store(ctx, p, d, ferry.Whole, bytes.NewReader(buf))
+		if err == nil {
+			c.storedFiles.Add(1)
+			c.storedBytes.Add(size)
+		}
 		if c.landed("storing a file", p, gen, got, err) {
 			c.data.keep(got, buf)
 		}
