@@ -149,7 +149,7 @@ type handle struct {
 	// exec is set for the open of a program being executed (execve).
 	exec bool
 	r    *stream // Set for one open for reading only...
-	// ...unless the file's content was prefetched (see contents): then
+	// ...unless the file's content was prefetched (the cache's Contents): then
 	// r is nil and mem holds it.
 	mem []byte
 	// lazy is set instead, to the attributes seen at open, when the
