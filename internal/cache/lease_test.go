@@ -5,6 +5,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -157,4 +159,45 @@ func TestWriteLeaseHolderGone(t *testing.T) {
 		t.Errorf("a call under the lease of a silent holder waited %s, more than the lease of %s", took, lease)
 	}
 	t.Logf("the other client's call waited %s (lease %s); it saw %v", took.Round(time.Millisecond), lease, err)
+}
+
+// TestWriteLeaseRecalledByDiskChange: a change made directly on the
+// server's disk under a write lease recalls it, with no other client's
+// call; the holder's own stores do not.
+func TestWriteLeaseRecalledByDiskChange(t *testing.T) {
+	s := servertest.Start(t, "")
+	ctx := context.Background()
+	c := open(t, s.ClientVia(t, "a", servertest.DelayProxy(t, s.Addr, 5*time.Millisecond)), cache.Options{WriteBehind: true, LeaseIdle: time.Hour})
+	if _, err := c.Make(ctx, "/d", ferry.Dir{ferry.AttrType: ferry.TypeDir}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := c.Put(ctx, fmt.Sprintf("/d/f%d", i), ferry.Dir{}, ferry.Whole, strings.NewReader("mine")).Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Sync(ctx, "/"); err != nil {
+		t.Fatal(err)
+	}
+	status := func() string {
+		st := c.Status(ctx)
+		i := strings.Index(st, "leases.write: ")
+		return strings.SplitN(st[i:], "\n", 2)[0]
+	}
+	// The holder's own stores reached the server's disk and its watch:
+	// no recall for those.
+	time.Sleep(500 * time.Millisecond)
+	if st := status(); !strings.Contains(st, " 0 recalled") || strings.Contains(st, " 0 held") {
+		t.Fatalf("after the holder's own stores: %s, want the lease held and no recall", st)
+	}
+	if err := os.WriteFile(filepath.Join(s.Dir, "d", "direct"), []byte("on the disk"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for strings.Contains(status(), " 0 recalled") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := status(); strings.Contains(st, " 0 recalled") || !strings.Contains(st, " 0 held") {
+		t.Errorf("after a change on the server's disk under the lease: %s, want it recalled", st)
+	}
 }

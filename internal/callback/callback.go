@@ -50,6 +50,10 @@ type Table struct {
 	// are none costs no walk of the holders; recalls counts the recalls
 	// sent.
 	writes, recalls uint64
+	// served holds the paths calls of the server touched lately, with
+	// when: a watch event for one of them is likely that call's, not a
+	// change made directly on the disk (see Changed).
+	served map[string]time.Time
 	// waited and waitTime count the changes that waited for breaks and
 	// the time they waited.
 	waited   uint64
@@ -452,6 +456,7 @@ func (t *Table) Recall(ctx context.Context, session string, tree bool, paths ...
 		t.mu.Unlock()
 		return nil
 	}
+	t.touchedLocked(paths)
 	var waits []brokenWait
 	now := t.now()
 	for h := range t.holders {
@@ -462,7 +467,7 @@ func (t *Table) Recall(ctx context.Context, session string, tree bool, paths ...
 			h.dropLocked()
 			continue
 		}
-		for w, seq := range h.writes {
+		for w := range h.writes {
 			hit := false
 			for _, q := range paths {
 				if ferry.HasPrefix(q, w) || tree && ferry.HasPrefix(w, q) {
@@ -470,30 +475,82 @@ func (t *Table) Recall(ctx context.Context, session string, tree bool, paths ...
 					break
 				}
 			}
-			if !hit {
-				continue
+			if hit {
+				seq := h.recallLocked(w, now)
+				waits = append(waits, brokenWait{h, h.pending[seq]})
 			}
-			if seq == 0 {
-				t.seq++
-				t.recalls++
-				seq = t.seq
-				h.writes[w] = seq
-				h.pending[seq] = make(chan struct{})
-				h.since[seq] = now
-				h.queue = append(h.queue, Break{Seq: seq, Path: w, Recall: true})
-				if h.timer == nil {
-					h.timer = time.AfterFunc(h.expiry.Sub(now), h.drop)
-				}
-				select {
-				case h.wake <- struct{}{}:
-				default:
-				}
-			}
-			waits = append(waits, brokenWait{h, h.pending[seq]})
 		}
 	}
 	t.mu.Unlock()
 	return t.await(ctx, "callback.Recall", waits)
+}
+
+// servedFor is how long after a call touched a path an event for it is
+// taken to be that call's.
+const servedFor = 2 * time.Second
+
+// Touched records that a call of the server is about to read or change
+// the paths ps: the events their changes cause are not direct changes on
+// the disk. t.mu is held.
+func (t *Table) touchedLocked(ps []string) {
+	if t.writes == 0 {
+		return
+	}
+	now := t.now()
+	if t.served == nil || len(t.served) > 1<<14 {
+		t.served = map[string]time.Time{}
+	}
+	for _, p := range ps {
+		t.served[p] = now
+	}
+}
+
+// Changed takes note of a change at p that the tree's watch reported: one
+// no call of the server made lately was made directly on the server's
+// disk, and recalls every write lease over p, without waiting (no call
+// waits for it). The holders store what they kept back there, after the
+// change, and other clients then see both in that order.
+func (t *Table) Changed(p string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.writes == 0 {
+		return
+	}
+	now := t.now()
+	if at, ok := t.served[p]; ok && now.Sub(at) < servedFor {
+		return
+	}
+	for h := range t.holders {
+		for w := range h.writes {
+			if ferry.HasPrefix(p, w) {
+				h.recallLocked(w, now)
+			}
+		}
+	}
+}
+
+// recallLocked sends the holder a recall of its write lease over w, unless
+// one waits already, and returns its number. t.mu is held.
+func (h *Holder) recallLocked(w string, now time.Time) uint64 {
+	if seq := h.writes[w]; seq != 0 {
+		return seq
+	}
+	t := h.t
+	t.seq++
+	t.recalls++
+	seq := t.seq
+	h.writes[w] = seq
+	h.pending[seq] = make(chan struct{})
+	h.since[seq] = now
+	h.queue = append(h.queue, Break{Seq: seq, Path: w, Recall: true})
+	if h.timer == nil {
+		h.timer = time.AfterFunc(h.expiry.Sub(now), h.drop)
+	}
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+	return seq
 }
 
 // Recalls returns how many recalls were sent.

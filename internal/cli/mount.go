@@ -119,8 +119,9 @@ Limitations:
   - With write-back, a failure to store a file shows up only in the
     log, in fsync, and in the next close of the file; changes not stored
     when the mount process dies are lost, and those that were stored
-    need not be a prefix of what was done. Changes made directly on the
-    server's disk do not recall write leases. A server too old to lend
+    need not be a prefix of what was done. A change made directly on the
+    server's disk recalls the write lease over it, but what the mount
+    stores after it may overwrite it. A server too old to lend
     write leases gets write-behind without them: other clients may then
     not see a file for a moment after close returned.
   - A file open for reading only is read by name: if another file is

@@ -225,6 +225,11 @@ func (h *handler) Lease(st grpc.BidiStreamingServer[proto.LeaseMsg, proto.WatchE
 	defer events.Close()
 	go func() {
 		for e := range events.All() {
+			if !e.Lost {
+				if p, err := ferry.CleanPath(e.Path); err == nil {
+					h.s.leases.Changed(p)
+				}
+			}
 			select {
 			case out <- &proto.WatchEvent{Path: e.Path, Lost: e.Lost}:
 			case <-ctx.Done():
