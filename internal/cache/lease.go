@@ -36,13 +36,28 @@ type writeLeases struct {
 	mu      sync.Mutex
 	roots   map[string]time.Time // Held, with their last use.
 	refused map[string]time.Time
-	asking  map[string]chan struct{} // Requests in flight.
+	// asking holds the roots with a request, a recall or a release in
+	// flight (see mark): a change under one waits for it.
+	asking map[string]chan struct{}
 	// revoked holds the requests in flight whose lease was recalled
 	// before the answer was taken: the answer is then a refusal.
 	revoked map[string]bool
 	idler   bool // The idle loop runs.
 
 	granted, recalls, released, lost atomic.Int64
+}
+
+// markLocked records that a request, recall or release of r is in flight
+// until unmarkLocked: a change under r waits for it rather than ask for r
+// meanwhile. w.mu is held.
+func (w *writeLeases) markLocked(r string) {
+	w.asking[r] = make(chan struct{})
+}
+
+// unmarkLocked ends what markLocked began. w.mu is held.
+func (w *writeLeases) unmarkLocked(r string) {
+	close(w.asking[r])
+	delete(w.asking, r)
 }
 
 // covering returns the held root at or above p, if any. w.mu is held.
@@ -107,14 +122,12 @@ func (c *FS) behind(ctx context.Context, ps ...string) (queued func(), ok bool) 
 			}
 		}
 		asked[root] = true
-		ch := make(chan struct{})
-		w.asking[root] = ch
+		w.markLocked(root)
 		delete(w.revoked, root) // A recall before this request is not its.
 		w.mu.Unlock()
 		granted, err := w.wl.WriteLease(ctx, root)
 		w.mu.Lock()
-		delete(w.asking, root)
-		close(ch)
+		w.unmarkLocked(root)
 		if w.revoked[root] {
 			delete(w.revoked, root)
 			granted = false
@@ -176,17 +189,15 @@ func (c *FS) recall(root string, ack func()) {
 	// Until the acknowledgement is sent, a change under root waits rather
 	// than ask for root again (the server refuses it meanwhile).
 	w.mu.Lock()
-	var done chan struct{}
-	if w.asking[root] == nil {
-		done = make(chan struct{})
-		w.asking[root] = done
+	marked := w.asking[root] == nil
+	if marked {
+		w.markLocked(root)
 	}
 	w.mu.Unlock()
 	defer func() {
-		if done != nil {
+		if marked {
 			w.mu.Lock()
-			delete(w.asking, root)
-			close(done)
+			w.unmarkLocked(root)
 			w.mu.Unlock()
 		}
 	}()
@@ -222,8 +233,7 @@ func (c *FS) release(r string) {
 		<-ch
 		w.mu.Lock()
 	}
-	done := make(chan struct{})
-	w.asking[r] = done
+	w.markLocked(r)
 	w.mu.Unlock()
 	w.gate.Unlock()
 	ctx, cancel := context.WithTimeout(c.ctx, c.opt.CallTimeout)
@@ -234,8 +244,7 @@ func (c *FS) release(r string) {
 		}
 	}
 	w.mu.Lock()
-	delete(w.asking, r)
-	close(done)
+	w.unmarkLocked(r)
 	w.mu.Unlock()
 }
 

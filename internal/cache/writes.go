@@ -90,11 +90,15 @@ func (c *FS) putBehind(ctx context.Context, p string, d ferry.Dir, data io.Reade
 			return ferry.Resolved[ferry.Dir](nil, ferry.E("cache.Put", p, ferry.KindIO, err)), true
 		}
 	}
-	queued, ok := c.behind(ctx, p)
-	if !ok {
+	// now stores the copy at once, where the file cannot go behind.
+	now := func() *ferry.Future[ferry.Dir] {
 		return ferry.Go(func() (ferry.Dir, error) {
 			return c.putSettled(ctx, p, d, ferry.Whole, bytes.NewReader(buf))
-		}), true
+		})
+	}
+	queued, ok := c.behind(ctx, p)
+	if !ok {
+		return now(), true
 	}
 	defer queued()
 	// The tree takes the mtime shown here until the store is done, so
@@ -130,9 +134,7 @@ func (c *FS) putBehind(ctx context.Context, p string, d ferry.Dir, data io.Reade
 	})
 	if !ok {
 		c.meta.dropPending(p)
-		return ferry.Go(func() (ferry.Dir, error) {
-			return c.putSettled(ctx, p, d, ferry.Whole, bytes.NewReader(buf))
-		}), true
+		return now(), true
 	}
 	return ferry.Resolved(local, nil), true
 }

@@ -489,9 +489,9 @@ func (t *Table) Recall(ctx context.Context, session string, tree bool, paths ...
 // taken to be that call's.
 const servedFor = 2 * time.Second
 
-// Touched records that a call of the server is about to read or change
-// the paths ps: the events their changes cause are not direct changes on
-// the disk. t.mu is held.
+// touchedLocked records that a call of the server is about to read or
+// change the paths ps: the events their changes cause are not direct
+// changes on the disk. t.mu is held.
 func (t *Table) touchedLocked(ps []string) {
 	if t.writes == 0 {
 		return
@@ -505,26 +505,26 @@ func (t *Table) touchedLocked(ps []string) {
 	}
 }
 
-// Changed takes note of a change at p that the tree's watch reported: one
-// no call of the server made lately was made directly on the server's
-// disk, and recalls every write lease over p, without waiting (no call
-// waits for it). The holders store what they kept back there, after the
-// change, and other clients then see both in that order.
-func (t *Table) Changed(p string) {
+// Changed takes note of a change at p that the holder's watch reported:
+// one no call of the server made lately was made directly on the
+// server's disk, and recalls the holder's write lease over p, without
+// waiting (no call waits for it). The holder stores what it kept back
+// there, after the change. Each holder's watch covers its write leases,
+// so each holder looks at its own only.
+func (h *Holder) Changed(p string) {
+	t := h.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.writes == 0 {
+	if len(h.writes) == 0 {
 		return
 	}
 	now := t.now()
 	if at, ok := t.served[p]; ok && now.Sub(at) < servedFor {
 		return
 	}
-	for h := range t.holders {
-		for w := range h.writes {
-			if ferry.HasPrefix(p, w) {
-				h.recallLocked(w, now)
-			}
+	for w := range h.writes {
+		if ferry.HasPrefix(p, w) {
+			h.recallLocked(w, now)
 		}
 	}
 }

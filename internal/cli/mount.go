@@ -181,15 +181,15 @@ Limitations:
 				return mountBackground(cmd, args[1], logFile)
 			}
 			return mountForeground(cmd, args[0], args[1], readyFd, fusefs.Options{
-				Uid:           uid,
-				Gid:           gid,
-				ReadOnly:      readOnly,
-				AllowOther:    allowOther,
-				Debug:         debug,
-				TTL:           ttl,
-				PrefetchDepth: depth,
-				WriteBack:     writeBack,
-				CallTimeout:   timeout,
+				Uid:         uid,
+				Gid:         gid,
+				ReadOnly:    readOnly,
+				AllowOther:  allowOther,
+				Debug:       debug,
+				TTL:         ttl,
+				Cache:       cache.Options{PrefetchDepth: depth},
+				WriteBack:   writeBack,
+				CallTimeout: timeout,
 			}, int64(memory))
 		},
 	}
@@ -327,8 +327,8 @@ func mountForeground(cmd *cobra.Command, target, mountpoint string, readyFd int,
 	// the heap's slack. The metadata's share holds a tree of 16,000
 	// entries at 128M: smaller, it made warm walks of such a tree pay a
 	// Find per directory (bench/REPORT-bigtree.md).
-	opt.Memory = memory / 4
-	opt.MetaEntries = int(max(memory/4/cache.MetaEntrySize, 1024))
+	opt.Cache.Memory = memory / 4
+	opt.Cache.MetaEntries = int(max(memory/4/cache.MetaEntrySize, 1024))
 	window, _ := mountShares(memory)
 	c, err := dial(cmd, t.Addr, func(c *remote.Config) {
 		c.Window = window

@@ -66,11 +66,6 @@ says how many bytes crossed the wire for how many bytes of files.`,
 // download: each costs a few round trips, so several in flight hide them.
 const getParallel = 8
 
-// get downloads the tree at p from f into dst in one FindGet stream.
-func get(ctx context.Context, f ferry.FS, p, dst string, prog *progress, errOut io.Writer) error {
-	return getSplit(ctx, f, p, dst, getOpts{nest: true}, prog, errOut)
-}
-
 // getOpts are a get's choices: whether an existing directory dst receives
 // p itself (nest) or what p holds; the size above which files go by chunks
 // beside the stream (split, 0 for none); what to leave out (filter).

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/remote"
 	"github.com/ferryfs/ferry/internal/servertest"
 )
@@ -65,4 +66,10 @@ func TestSummary(t *testing.T) {
 			}
 		})
 	}
+}
+
+// get downloads the tree at p from f into dst in one FindGet stream, as
+// ferry get does without --split.
+func get(ctx context.Context, f ferry.FS, p, dst string, prog *progress, errOut io.Writer) error {
+	return getSplit(ctx, f, p, dst, getOpts{nest: true}, prog, errOut)
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/cache"
 	"github.com/ferryfs/ferry/internal/remote"
 	"github.com/ferryfs/ferry/internal/servertest"
 )
@@ -146,7 +147,7 @@ func TestListingExpiresWithoutLease(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "d", "a"), "a")
 	w := &watching{FS: tree, watches: make(chan chan ferry.Event, 4)}
 	// The watch does not come back within the test once it ends.
-	mnt, s := mountFS(t, w, Options{TTL: 200 * time.Millisecond, WatchBackoff: time.Hour})
+	mnt, s := mountFS(t, w, Options{TTL: 200 * time.Millisecond, Cache: cache.Options{WatchBackoff: time.Hour}})
 	events := <-w.watches
 	if !waitFor(5*time.Second, s.cache.Leased) {
 		t.Fatal("no lease after the watch's first event")

@@ -74,22 +74,11 @@ type Options struct {
 	CtlBelow ferry.FS
 	// Log receives the adaptor's messages; nothing is logged if nil.
 	Log *slog.Logger
-	// PrefetchDepth bounds the Find issued on first use of a directory
-	// (default 16). The entry budget is what bounds a walk of a big tree;
-	// the depth mostly keeps a deep one from delaying the listings near
-	// its top. Lookups and listings below a directory being fetched wait
-	// for that walk rather than asking again. A 328-directory tree of
-	// 2,700 entries at 100 ms took one Find and 0.34 s to ls -lR cold
-	// with 16, and 187 Finds and 3.4 s with 3.
-	PrefetchDepth int
-	// PrefetchBudget stops a prefetch after this many entries (default
-	// 20000); what it completed is kept.
-	PrefetchBudget int
-	// MetaEntries bounds the entries of metadata the mount keeps (default
-	// cache.DefaultMetaEntries; each costs about cache.MetaEntrySize bytes): past it
-	// the least recently used go, and are asked for again if used, so a
-	// tree of any size fits the mount's memory.
-	MetaEntries int
+	// Cache configures the mount's cache layer (internal/cache): its
+	// prefetch depth and budget, metadata entries, memory for contents
+	// and watch backoff. Its Root, Log, TTL, CallTimeout, WriteBehind,
+	// owner and HeldDir are the mount's, set from these Options.
+	Cache cache.Options
 	// TTL is how long metadata is trusted without a watch, in the adaptor
 	// and in the kernel (default 1 s).
 	TTL time.Duration
@@ -131,14 +120,6 @@ type Options struct {
 	// (remote.Config.ResumeFor) should not be longer: ferry mount
 	// --timeout sets both.
 	CallTimeout time.Duration
-	// WatchBackoff is the first wait before re-establishing a lost watch
-	// (default 100 ms); it doubles up to a minute.
-	WatchBackoff time.Duration
-	// Memory bounds the bytes of file contents the mount holds fetched
-	// ahead of their reads (default cache.DefaultMemory); a walk of a bigger
-	// tree streams through it. What programs read stays in the kernel's
-	// page cache besides, as for any file system.
-	Memory int64
 }
 
 // Server is a mounted tree.
@@ -238,13 +219,10 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 		inos: map[string]uint64{}, nextIno: 2,
 		negs: map[string]struct{}{},
 	}
-	s.cache = cache.New(fsys, cache.Options{
-		Root: root, Log: opt.Log,
-		PrefetchDepth: opt.PrefetchDepth, PrefetchBudget: opt.PrefetchBudget, MetaEntries: opt.MetaEntries,
-		TTL: opt.TTL, CallTimeout: opt.CallTimeout, WatchBackoff: opt.WatchBackoff, Memory: opt.Memory,
-		WriteBehind: opt.WriteBack, Uid: s.rootUid, Gid: s.rootGid,
-		HeldDir: s.heldDir,
-	})
+	co := opt.Cache
+	co.Root, co.Log, co.TTL, co.CallTimeout, co.WriteBehind = root, opt.Log, opt.TTL, opt.CallTimeout, opt.WriteBack
+	co.Uid, co.Gid, co.HeldDir = s.rootUid, s.rootGid, s.heldDir
+	s.cache = cache.New(fsys, co)
 	s.fsys = s.cache
 	if opt.CtlBelow != nil {
 		s.ctl = ctl.New("mount", ctl.New("cache", opt.CtlBelow, s.cache), s)

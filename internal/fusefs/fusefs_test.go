@@ -644,7 +644,7 @@ func TestWatch(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "a"), "one")
 	writeFile(t, filepath.Join(dir, "d/b"), "b")
 	// Without events nothing would ever be refreshed.
-	mnt, s := mountFS(t, w, Options{TTL: time.Hour, WatchBackoff: 10 * time.Millisecond})
+	mnt, s := mountFS(t, w, Options{TTL: time.Hour, Cache: cache.Options{WatchBackoff: 10 * time.Millisecond}})
 	events := <-w.watches
 	if !waitFor(5*time.Second, s.cache.Leased) {
 		t.Fatal("no lease after the watch's first event")

@@ -227,7 +227,7 @@ func (h *handler) Lease(st grpc.BidiStreamingServer[proto.LeaseMsg, proto.WatchE
 		for e := range events.All() {
 			if !e.Lost {
 				if p, err := ferry.CleanPath(e.Path); err == nil {
-					h.s.leases.Changed(p)
+					lease.Changed(p)
 				}
 			}
 			select {
