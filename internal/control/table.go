@@ -1,0 +1,355 @@
+// Package control is a replica set's control table: which member server
+// controls which object of the tree (the primary of the replication paper,
+// Zhang and Honeyman). It is the state machine of the set's raft log
+// (internal/consensus): every member applies the same commands in the same
+// order and so holds the same table. Nothing in it reads a clock or a random
+// number; a command's effect depends only on the table and the command.
+//
+// A member controls a path shallowly (the object itself: a file, or a
+// directory's own entries) or deeply (the path and everything below it). A
+// grant is refused when another member controls the path or deeply controls
+// an ancestor; a deep request is granted shallow when another member
+// controls something below. Each directory keeps, per member, a count of
+// the controls below it (the paper's ancestry counters), so both checks
+// cost the path's depth, not the table's size. A grant's epoch is the log
+// index that made it; a member's updates carry it, and a release names it,
+// so a release or an update from an older grant changes nothing.
+package control
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"path"
+	"sort"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/proto"
+	pb "google.golang.org/protobuf/proto"
+)
+
+// Control is one row of the table.
+type Control struct {
+	Path   string
+	Holder string
+	Deep   bool
+	Epoch  uint64
+}
+
+// Covers reports whether c controls p.
+func (c Control) Covers(p string) bool {
+	return c.Path == p || c.Deep && ferry.HasPrefix(p, c.Path)
+}
+
+// Table is the control table. It is not safe for concurrent use; the
+// consensus node applies to it from one goroutine and serves readers under
+// its own lock.
+type Table struct {
+	rows   map[string]Control
+	counts map[string]map[string]int // directory -> member -> controls strictly below it
+	index  uint64                    // the last entry applied
+}
+
+// New returns an empty table.
+func New() *Table {
+	return &Table{rows: map[string]Control{}, counts: map[string]map[string]int{}}
+}
+
+// Index returns the log index of the last entry applied.
+func (t *Table) Index() uint64 { return t.index }
+
+// Len returns the number of rows.
+func (t *Table) Len() int { return len(t.rows) }
+
+// Controller returns the control covering p: p's own row, or the nearest
+// ancestor controlled deeply.
+func (t *Table) Controller(p string) (Control, bool) {
+	if c, ok := t.rows[p]; ok {
+		return c, true
+	}
+	for _, a := range ancestors(p) {
+		if c, ok := t.rows[a]; ok && c.Deep {
+			return c, true
+		}
+	}
+	return Control{}, false
+}
+
+// Held returns the rows member holds, sorted by path.
+func (t *Table) Held(member string) []Control {
+	var out []Control
+	for _, c := range t.rows {
+		if c.Holder == member {
+			out = append(out, c)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// Rows returns every row, sorted by path.
+func (t *Table) Rows() []Control {
+	out := make([]Control, 0, len(t.rows))
+	for _, c := range t.rows {
+		out = append(out, c)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}
+
+// Apply applies the log entry at index, an encoded proto.ControlCmd, and
+// returns its encoded proto.ControlResult. An entry that does not decode,
+// or names paths that are not clean, is refused with a reason, the same way
+// at every member.
+func (t *Table) Apply(index uint64, data []byte) []byte {
+	res := t.apply(index, data)
+	out, err := pb.Marshal(res)
+	if err != nil {
+		panic(err) // a message we built always marshals
+	}
+	return out
+}
+
+func (t *Table) apply(index uint64, data []byte) *proto.ControlResult {
+	if index > t.index {
+		t.index = index
+	}
+	var cmd proto.ControlCmd
+	if err := pb.Unmarshal(data, &cmd); err != nil {
+		return refused("malformed command")
+	}
+	switch c := cmd.Cmd.(type) {
+	case *proto.ControlCmd_Grant:
+		return t.grant(index, c.Grant)
+	case *proto.ControlCmd_Release:
+		return t.release(c.Release)
+	}
+	return refused("unknown command")
+}
+
+func refused(reason string, cs ...Control) *proto.ControlResult {
+	return &proto.ControlResult{Reason: reason, Controls: toProto(cs)}
+}
+
+// clean reports whether p is a path in the one spelling ferry.CleanPath gives.
+func clean(p string) bool {
+	c, err := ferry.CleanPath(p)
+	return err == nil && c == p
+}
+
+func (t *Table) grant(index uint64, g *proto.Grant) *proto.ControlResult {
+	s := g.GetServer()
+	if s == "" || len(g.GetPaths()) == 0 || len(g.GetPaths()) > 2 {
+		return refused("a grant names a member and one or two paths")
+	}
+	for _, p := range g.Paths {
+		if !clean(p) {
+			return refused(fmt.Sprintf("path %q is not clean", p))
+		}
+		if c, ok := t.rows[p]; ok && c.Holder != s {
+			return refused("controlled by "+c.Holder, c)
+		}
+		for _, a := range ancestors(p) {
+			if c, ok := t.rows[a]; ok && c.Deep && c.Holder != s {
+				return refused("controlled by "+c.Holder, c)
+			}
+		}
+	}
+	var granted []Control
+	for _, p := range g.Paths {
+		c, ok := t.rows[p]
+		if !ok {
+			if a, ok := t.Controller(p); ok {
+				granted = append(granted, a) // under our own deep control
+				continue
+			}
+		}
+		deep := g.Deep && !t.othersBelow(p, s)
+		switch {
+		case ok:
+			if deep && !c.Deep {
+				c.Deep = true // the same holder widens; its epoch stands
+				t.rows[p] = c
+			}
+		default:
+			c = Control{Path: p, Holder: s, Deep: deep, Epoch: index}
+			t.rows[p] = c
+			t.count(p, s, 1)
+		}
+		granted = append(granted, c)
+	}
+	return &proto.ControlResult{Ok: true, Controls: toProto(granted)}
+}
+
+func (t *Table) release(r *proto.Release) *proto.ControlResult {
+	c, ok := t.rows[r.GetPath()]
+	if !ok || c.Holder != r.GetServer() || c.Epoch != r.GetEpoch() {
+		return refused("not held under that epoch")
+	}
+	delete(t.rows, c.Path)
+	t.count(c.Path, c.Holder, -1)
+	return &proto.ControlResult{Ok: true, Controls: toProto([]Control{c})}
+}
+
+// othersBelow reports whether a member other than s controls a path
+// strictly below p.
+func (t *Table) othersBelow(p, s string) bool {
+	for m, n := range t.counts[p] {
+		if m != s && n > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// count adds d to member's ancestry counter in every ancestor of p.
+func (t *Table) count(p, member string, d int) {
+	for _, a := range ancestors(p) {
+		m := t.counts[a]
+		if m == nil {
+			m = map[string]int{}
+			t.counts[a] = m
+		}
+		m[member] += d
+		if m[member] == 0 {
+			delete(m, member)
+			if len(m) == 0 {
+				delete(t.counts, a)
+			}
+		}
+	}
+}
+
+// ancestors returns p's proper ancestors, nearest first; "/" has none.
+func ancestors(p string) []string {
+	var out []string
+	for p != "/" && p != "." && p != "" {
+		p = path.Dir(p)
+		out = append(out, p)
+	}
+	return out
+}
+
+// Check verifies the table's invariants: no two members control
+// overlapping objects (a deep control and another member's control below
+// it), and every ancestry counter equals a recount of the rows.
+func (t *Table) Check() error {
+	want := map[string]map[string]int{}
+	for p, c := range t.rows {
+		if c.Path != p || c.Holder == "" {
+			return fmt.Errorf("row %q is %+v", p, c)
+		}
+		for _, a := range ancestors(p) {
+			if want[a] == nil {
+				want[a] = map[string]int{}
+			}
+			want[a][c.Holder]++
+			if o, ok := t.rows[a]; ok && o.Deep && o.Holder != c.Holder {
+				return fmt.Errorf("%s controls %s deeply, %s controls %s below it", o.Holder, a, c.Holder, p)
+			}
+		}
+	}
+	if len(want) != len(t.counts) {
+		return fmt.Errorf("counters on %d directories, recount %d", len(t.counts), len(want))
+	}
+	for a, m := range want {
+		for s, n := range m {
+			if t.counts[a][s] != n {
+				return fmt.Errorf("counter of %s at %s is %d, recount %d", s, a, t.counts[a][s], n)
+			}
+		}
+		if len(m) != len(t.counts[a]) {
+			return fmt.Errorf("counters at %s name %d members, recount %d", a, len(t.counts[a]), len(m))
+		}
+	}
+	return nil
+}
+
+// Snapshot returns the table encoded, rows sorted, so that equal tables
+// encode alike.
+func (t *Table) Snapshot() []byte {
+	out, err := pb.MarshalOptions{Deterministic: true}.Marshal(&proto.ControlSnapshot{Controls: toProto(t.Rows()), Index: t.index})
+	if err != nil {
+		panic(err)
+	}
+	return out
+}
+
+// Restore replaces the table with a snapshot's.
+func (t *Table) Restore(data []byte) error {
+	var s proto.ControlSnapshot
+	if err := pb.Unmarshal(data, &s); err != nil {
+		return fmt.Errorf("control: snapshot: %w", err)
+	}
+	n := New()
+	for _, c := range s.Controls {
+		if !clean(c.Path) || c.Holder == "" {
+			return fmt.Errorf("control: snapshot: bad row %v", c)
+		}
+		if _, dup := n.rows[c.Path]; dup {
+			return fmt.Errorf("control: snapshot: %s twice", c.Path)
+		}
+		n.rows[c.Path] = Control{Path: c.Path, Holder: c.Holder, Deep: c.Deep, Epoch: c.Epoch}
+		n.count(c.Path, c.Holder, 1)
+	}
+	if err := n.Check(); err != nil {
+		return fmt.Errorf("control: snapshot: %w", err)
+	}
+	n.index = s.Index
+	*t = *n
+	return nil
+}
+
+// Sum returns a hash of the table's state, for comparing members.
+func (t *Table) Sum() [32]byte { return sha256.Sum256(t.Snapshot()) }
+
+func toProto(cs []Control) []*proto.Control {
+	out := make([]*proto.Control, len(cs))
+	for i, c := range cs {
+		out[i] = &proto.Control{Path: c.Path, Holder: c.Holder, Deep: c.Deep, Epoch: c.Epoch}
+	}
+	return out
+}
+
+// FromProto converts a result's controls.
+func FromProto(cs []*proto.Control) []Control {
+	out := make([]Control, len(cs))
+	for i, c := range cs {
+		out[i] = Control{Path: c.GetPath(), Holder: c.GetHolder(), Deep: c.GetDeep(), Epoch: c.GetEpoch()}
+	}
+	return out
+}
+
+// GrantCmd encodes a grant of paths to member.
+func GrantCmd(member string, deep bool, paths ...string) []byte {
+	return marshal(&proto.ControlCmd{Cmd: &proto.ControlCmd_Grant{Grant: &proto.Grant{Server: member, Paths: paths, Deep: deep}}})
+}
+
+// ReleaseCmd encodes a release of c.
+func ReleaseCmd(c Control) []byte {
+	return marshal(&proto.ControlCmd{Cmd: &proto.ControlCmd_Release{Release: &proto.Release{Server: c.Holder, Path: c.Path, Epoch: c.Epoch}}})
+}
+
+func marshal(m pb.Message) []byte {
+	out, err := pb.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	return out
+}
+
+// Result is what a command did: for a grant, the control now covering each
+// path; for a refusal, the reason and the control in the way, if any.
+type Result struct {
+	OK       bool
+	Controls []Control
+	Reason   string
+}
+
+// DecodeResult decodes what Apply returned.
+func DecodeResult(data []byte) (Result, error) {
+	var r proto.ControlResult
+	if err := pb.Unmarshal(data, &r); err != nil {
+		return Result{}, fmt.Errorf("control: result: %w", err)
+	}
+	return Result{OK: r.Ok, Controls: FromProto(r.Controls), Reason: r.Reason}, nil
+}
