@@ -383,3 +383,46 @@ func NewToken() string {
 	rand.Read(b[:])
 	return base64.RawURLEncoding.EncodeToString(b[:])
 }
+
+// PeerTLS returns the TLS 1.3 configuration of a connection between two
+// members of a replica set: each side presents key and admits the other
+// only if admit accepts its key's fingerprint. server is true for the
+// listening side.
+func PeerTLS(key ed25519.PrivateKey, server bool, admit func(fp string) error) (*tls.Config, error) {
+	cert, err := Certificate(key)
+	if err != nil {
+		return nil, err
+	}
+	cfg := &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{cert},
+		NextProtos:   []string{"h2"},
+		// The chains are self-signed; VerifyPeerCertificate checks the key.
+		InsecureSkipVerify: true,
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			k, err := peerKey(raw)
+			if err != nil {
+				return ferry.E("auth.PeerTLS", "", ferry.KindAuth, err)
+			}
+			return admit(Fingerprint(k))
+		},
+	}
+	if server {
+		cfg.ClientAuth = tls.RequireAnyClientCert
+	}
+	return cfg, nil
+}
+
+// PeerFingerprint returns the key fingerprint the other side of a TLS
+// connection presented.
+func PeerFingerprint(st tls.ConnectionState) (string, error) {
+	var raw [][]byte
+	for _, c := range st.PeerCertificates {
+		raw = append(raw, c.Raw)
+	}
+	k, err := peerKey(raw)
+	if err != nil {
+		return "", ferry.E("auth.PeerFingerprint", "", ferry.KindAuth, err)
+	}
+	return Fingerprint(k), nil
+}

@@ -1,0 +1,89 @@
+// Package replica makes several Ferry servers, one per site, one replica
+// set: each holds a full copy of the tree, and which member controls which
+// object (internal/control) is agreed on one raft log
+// (internal/consensus). This part runs the set: its members, their
+// mutually authenticated connections, the log and the control table, and
+// the "[replica]" section of the control file. The replica layer that
+// serves, forwards and streams updates by that table comes next (issue 15).
+package replica
+
+import (
+	"bufio"
+	"fmt"
+	"hash/fnv"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/ferryfs/ferry"
+)
+
+// Member is one server of a replica set, as the set's members file names
+// it: "NAME ADDR FINGERPRINT" a line, where ADDR is the address the member
+// listens on for the other members and FINGERPRINT its server key's.
+type Member struct {
+	Name        string
+	Addr        string
+	Fingerprint string
+	ID          uint64 // raft's id, from the name, so every member agrees
+}
+
+// MaxMembers bounds a set: every grant waits for a majority of them.
+const MaxMembers = 9
+
+// memberID gives a member its raft id from its name.
+func memberID(name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	if id := h.Sum64(); id != 0 {
+		return id
+	}
+	return 1
+}
+
+// LoadMembers reads a members file.
+func LoadMembers(file string) ([]Member, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil, ferry.E("replica.LoadMembers", file, err)
+	}
+	defer f.Close()
+	ms, err := ParseMembers(f)
+	if err != nil {
+		return nil, ferry.E("replica.LoadMembers", file, ferry.KindInvalid, err)
+	}
+	return ms, nil
+}
+
+// ParseMembers reads the lines of a members file; blank lines and lines
+// starting with # are skipped.
+func ParseMembers(r io.Reader) ([]Member, error) {
+	var ms []Member
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			return nil, fmt.Errorf("line %d: want NAME ADDR FINGERPRINT, got %d fields", n, len(f))
+		}
+		m := Member{Name: f[0], Addr: f[1], Fingerprint: f[2], ID: memberID(f[0])}
+		for _, k := range []string{"name " + m.Name, "addr " + m.Addr, "key " + m.Fingerprint, fmt.Sprint("id ", m.ID)} {
+			if seen[k] {
+				return nil, fmt.Errorf("line %d: %s named twice", n, k)
+			}
+			seen[k] = true
+		}
+		ms = append(ms, m)
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(ms) == 0 || len(ms) > MaxMembers {
+		return nil, fmt.Errorf("a set has 1 to %d members, not %d", MaxMembers, len(ms))
+	}
+	return ms, nil
+}

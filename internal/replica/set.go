@@ -1,0 +1,264 @@
+package replica
+
+import (
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"log/slog"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/auth"
+	"github.com/ferryfs/ferry/internal/consensus"
+	"github.com/ferryfs/ferry/internal/control"
+	"github.com/ferryfs/ferry/internal/proto"
+)
+
+// Config is what a member needs to join its set.
+type Config struct {
+	Members []Member
+	Key     ed25519.PrivateKey // the server's key; its fingerprint names this member
+	LogDir  string             // where the raft log lives
+	// Tick is raft's clock (default 100 ms): a heartbeat each tick, an
+	// election after 10 to 20 without one.
+	Tick time.Duration
+	Log  *slog.Logger
+}
+
+// Set is this member's part of a replica set.
+type Set struct {
+	members []Member
+	self    Member
+	key     ed25519.PrivateKey
+	log     *slog.Logger
+	disk    *consensus.Disk
+	tab     *control.Table
+	node    *consensus.Node
+	senders map[uint64]*sender
+	lis     net.Listener
+	srv     *grpc.Server
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// Open joins the set: it finds this member in cfg.Members by its key,
+// opens the log, listens on its address for the other members and starts
+// raft. It returns once the listener is up, not once a leader is elected.
+func Open(cfg Config) (*Set, error) {
+	const op = "replica.Open"
+	fp := auth.Fingerprint(cfg.Key.Public().(ed25519.PublicKey))
+	s := &Set{members: cfg.Members, key: cfg.Key, log: cfg.Log, senders: map[uint64]*sender{}}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	found := false
+	for _, m := range cfg.Members {
+		if m.Fingerprint == fp {
+			s.self, found = m, true
+		}
+	}
+	if !found {
+		return nil, ferry.E(op, "", ferry.KindInvalid, "this server's key "+fp+" is not in the members file")
+	}
+	if cfg.Tick == 0 {
+		cfg.Tick = 100 * time.Millisecond
+	}
+	lis, err := net.Listen("tcp", s.self.Addr)
+	if err != nil {
+		return nil, ferry.E(op, s.self.Addr, ferry.KindUnavailable, err)
+	}
+	s.lis = lis
+	if s.disk, err = consensus.OpenDisk(cfg.LogDir); err != nil {
+		lis.Close()
+		return nil, ferry.E(op, cfg.LogDir, ferry.KindIO, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	s.cancel = cancel
+	var ids []uint64
+	for _, m := range cfg.Members {
+		ids = append(ids, m.ID)
+		if m.ID != s.self.ID {
+			s.senders[m.ID] = &sender{to: m, q: make(chan raftpb.Message, queueLen), key: cfg.Key, log: s.log}
+		}
+	}
+	s.tab = control.New()
+	s.node, err = consensus.Start(consensus.Config{ID: s.self.ID, Peers: ids}, s.disk, s.tab, s, cfg.Tick)
+	if err != nil {
+		cancel()
+		lis.Close()
+		s.disk.Close()
+		return nil, ferry.E(op, cfg.LogDir, err)
+	}
+	for _, snd := range s.senders {
+		snd.rep = s.node
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			snd.run(ctx)
+		}()
+	}
+	tlsCfg, err := auth.PeerTLS(cfg.Key, true, func(fp string) error {
+		for _, m := range s.members {
+			if m.Fingerprint == fp && m.ID != s.self.ID {
+				return nil
+			}
+		}
+		return ferry.E(op, "", ferry.KindAuth, "key "+fp+" is not another member's")
+	})
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.srv = grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsCfg)),
+		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Second, Timeout: 2 * time.Second}),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}))
+	proto.RegisterReplicaServer(s.srv, receiver{set: s})
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.srv.Serve(lis)
+	}()
+	return s, nil
+}
+
+// Send implements consensus.Transport: each message joins its member's
+// queue; one for a member whose queue is full is lost, and raft told.
+func (s *Set) Send(msgs []raftpb.Message) {
+	for _, m := range msgs {
+		snd := s.senders[m.To]
+		if snd == nil {
+			continue
+		}
+		select {
+		case snd.q <- m:
+		default:
+			snd.lost(m) // the node calls Send outside its lock
+		}
+	}
+}
+
+// Self returns this member.
+func (s *Set) Self() Member { return s.self }
+
+// Grant asks for control of paths (one object, or both sides of a rename)
+// for this member.
+func (s *Set) Grant(ctx context.Context, deep bool, paths ...string) (control.Result, error) {
+	return s.propose(ctx, control.GrantCmd(s.self.Name, deep, paths...))
+}
+
+// Release gives up a control this member holds.
+func (s *Set) Release(ctx context.Context, c control.Control) (control.Result, error) {
+	return s.propose(ctx, control.ReleaseCmd(c))
+}
+
+func (s *Set) propose(ctx context.Context, cmd []byte) (control.Result, error) {
+	res, err := s.node.Propose(ctx, cmd)
+	if err != nil {
+		return control.Result{}, ferry.E("replica", "", ferry.KindUnavailable, err)
+	}
+	return control.DecodeResult(res)
+}
+
+// Controller returns the control covering p, as this member last applied.
+func (s *Set) Controller(p string) (c control.Control, ok bool) {
+	s.node.View(func() { c, ok = s.tab.Controller(p) })
+	return c, ok
+}
+
+// Status implements ctl.Controller: the set, its leader, the controls.
+func (s *Set) Status(ctx context.Context) string {
+	st := s.node.Status()
+	var b strings.Builder
+	fmt.Fprintf(&b, "self: %s\n", s.self.Name)
+	for _, m := range s.members {
+		role := ""
+		if m.ID == st.Leader {
+			role = " leader"
+		}
+		fmt.Fprintf(&b, "member: %s %s%s\n", m.Name, m.Addr, role)
+	}
+	fmt.Fprintf(&b, "raft: %s term %d commit %d applied %d\n", strings.TrimPrefix(st.State, "State"), st.Term, st.Commit, st.Applied)
+	if st.Err != nil {
+		fmt.Fprintf(&b, "error: %v\n", st.Err)
+	}
+	var rows, here []control.Control
+	s.node.View(func() { rows, here = s.tab.Rows(), s.tab.Held(s.self.Name) })
+	fmt.Fprintf(&b, "controls: %d (%d here)\n", len(rows), len(here))
+	for i, c := range here {
+		if i == 20 {
+			fmt.Fprintf(&b, "held: ... %d more\n", len(here)-i)
+			break
+		}
+		kind := "shallow"
+		if c.Deep {
+			kind = "deep"
+		}
+		fmt.Fprintf(&b, "held: %s %s epoch %d\n", c.Path, kind, c.Epoch)
+	}
+	return b.String()
+}
+
+// Command implements ctl.Controller: "grant PATH [deep]" and "release
+// PATH" act for this member (for administrators and tests; the replica
+// layer asks for its own), "leader NAME" hands raft's leadership over.
+func (s *Set) Command(ctx context.Context, args []string) error {
+	const op = "replica.Command"
+	switch {
+	case args[0] == "sync":
+		return nil
+	case args[0] == "grant" && (len(args) == 2 || len(args) == 3 && args[2] == "deep"):
+		p, err := ferry.CleanPath(args[1])
+		if err != nil {
+			return err
+		}
+		r, err := s.Grant(ctx, len(args) == 3, p)
+		if err != nil {
+			return err
+		}
+		if !r.OK {
+			return ferry.E(op, p, ferry.KindUnavailable, r.Reason)
+		}
+		return nil
+	case args[0] == "release" && len(args) == 2:
+		p, err := ferry.CleanPath(args[1])
+		if err != nil {
+			return err
+		}
+		c, ok := s.Controller(p)
+		if !ok || c.Holder != s.self.Name || c.Path != p {
+			return ferry.E(op, p, ferry.KindNotExist, "not controlled here")
+		}
+		_, err = s.Release(ctx, c)
+		return err
+	case args[0] == "leader" && len(args) == 2:
+		for _, m := range s.members {
+			if m.Name == args[1] {
+				s.node.TransferLeader(m.ID)
+				return nil
+			}
+		}
+		return ferry.E(op, args[1], ferry.KindNotExist, "no such member")
+	}
+	return ferry.E(op, "", ferry.KindInvalid, fmt.Sprintf("unknown command %q (replica commands: grant PATH [deep], release PATH, leader NAME)", strings.Join(args, " ")))
+}
+
+// Close leaves the set: it stops serving the other members, stops raft and
+// closes the log.
+func (s *Set) Close() error {
+	if s.srv != nil {
+		s.srv.Stop()
+	}
+	s.cancel()
+	s.lis.Close()
+	s.node.Stop()
+	s.wg.Wait()
+	return s.disk.Close()
+}
