@@ -60,7 +60,12 @@ func start(t *testing.T, flags ...string) *env {
 // startVia is start with the server run by the command via, which runs
 // the command line that follows it (as prlimit does).
 func startVia(t *testing.T, via []string, flags ...string) *env {
-	e := &env{t: t, home: t.TempDir(), dir: t.TempDir()}
+	return startIn(t, t.TempDir(), via, flags...)
+}
+
+// startIn is startVia with the server's FERRY_HOME given.
+func startIn(t *testing.T, home string, via []string, flags ...string) *env {
+	e := &env{t: t, home: home, dir: t.TempDir()}
 	args := append(append(via, ferryBin, "serve", e.dir, "--listen", "127.0.0.1:0", "--grace", "2s"), flags...)
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = e.environ()

@@ -31,9 +31,11 @@ import (
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/auth"
 	"github.com/ferryfs/ferry/internal/chunkstore"
+	"github.com/ferryfs/ferry/internal/ctl"
 	"github.com/ferryfs/ferry/internal/local"
 	"github.com/ferryfs/ferry/internal/netem/netemcmd"
 	"github.com/ferryfs/ferry/internal/remote"
+	"github.com/ferryfs/ferry/internal/replica"
 	"github.com/ferryfs/ferry/internal/server"
 	"github.com/ferryfs/ferry/internal/transport"
 )
@@ -143,6 +145,7 @@ func serveCmd() *cobra.Command {
 	var ix indexOpts
 	var raFixed int64
 	var metricsPerConn bool
+	var rs replicaOpts
 	c := &cobra.Command{
 		Use:   "serve DIR",
 		Short: "Serve the directory DIR",
@@ -174,13 +177,27 @@ Files replaced, truncated or removed are kept a while outside DIR (beside
 the index; --trash-max bytes, --trash-age long) with their chunks indexed,
 because the next version of a file usually shares most of its chunks.
 
+With --members FILE the server joins a replica set: FILE names each member
+server, one "NAME ADDR FINGERPRINT" a line (ADDR where that member listens
+for the other members, FINGERPRINT its server key's, as "ferry key --server"
+prints it), the same file at every member. The server finds itself in it by
+its key, listens on its ADDR for the other members only (both sides' keys
+checked against FILE), and agrees with them, on a raft log kept in
+--replica-log, which member controls which part of the tree. The control
+file's [replica] section shows the set, its leader and the controls held;
+"pass grant PATH [deep]", "pass release PATH" and "pass leader NAME" act on
+them. Serving, forwarding and copying files by that agreement is not built
+yet: each member serves its own DIR.
+
 Limitations: all admitted users have the server process's rights on DIR;
 a real file named Ctl at the top of DIR is shadowed by the control file.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return serve(cmd.Context(), args[0], listen, metrics, grace, !noSelf, ix, serverTuning{raFixed, metricsPerConn}, cmd.ErrOrStderr())
+			return serve(cmd.Context(), args[0], listen, metrics, grace, !noSelf, ix, rs, serverTuning{raFixed, metricsPerConn}, cmd.ErrOrStderr())
 		},
 	}
+	c.Flags().StringVar(&rs.members, "members", "", "join the replica set this members `file` names")
+	c.Flags().StringVar(&rs.logDir, "replica-log", "", "directory of the replica set's raft log (default $FERRY_HOME/replica/NAME-HASH)")
 	c.Flags().StringVar(&ix.dir, "index", "", "directory of the chunk index (default $FERRY_HOME/index/NAME-HASH)")
 	c.Flags().Int64Var(&ix.max, "index-max", defaultIndexMax, "the most chunks the index holds")
 	c.Flags().BoolVar(&ix.rebuild, "reindex", false, "rebuild the chunk index in the background on start")
@@ -205,6 +222,12 @@ a real file named Ctl at the top of DIR is shadowed by the control file.`,
 type serverTuning struct {
 	readAheadFixed int64
 	metricsPerConn bool
+}
+
+// replicaOpts are serve's replica set flags.
+type replicaOpts struct {
+	members string
+	logDir  string
 }
 
 // indexOpts are serve's chunk index flags.
@@ -232,7 +255,7 @@ func indexDir(dir string) (string, error) {
 	return filepath.Join(auth.Home(), "index", filepath.Base(abs)+"-"+hex.EncodeToString(sum[:8])), nil
 }
 
-func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration, self bool, ix indexOpts, tune serverTuning, stderr io.Writer) error {
+func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration, self bool, ix indexOpts, rs replicaOpts, tune serverTuning, stderr io.Writer) error {
 	home := auth.Home()
 	key, created, err := auth.LoadOrCreateKey(filepath.Join(home, auth.ServerKeyFile))
 	if err != nil {
@@ -277,7 +300,17 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 	// served tree; what a killed server left there is resumed by its
 	// clients (the server drops what waited longer than an hour).
 	staging := filepath.Join(home, "staging", filepath.Base(ix.dir))
-	srv, err := server.New(server.Config{FS: tree, Key: key, Auth: az, Version: Version, Log: log, Level: level, ReadAheadFixed: tune.readAheadFixed, MetricsPerConn: tune.metricsPerConn, StagingDir: staging})
+	var served ferry.FS = tree
+	if rs.members != "" {
+		set, err := joinSet(rs, key, home, ix.dir, log)
+		if err != nil {
+			return err
+		}
+		defer set.Close()
+		served = ctl.New("replica", tree, set)
+		fmt.Fprintf(stderr, "ferry: member %s of the replica set in %s, listening for members on %s\n", set.Self().Name, rs.members, set.Self().Addr)
+	}
+	srv, err := server.New(server.Config{FS: served, Key: key, Auth: az, Version: Version, Log: log, Level: level, ReadAheadFixed: tune.readAheadFixed, MetricsPerConn: tune.metricsPerConn, StagingDir: staging})
 	if err != nil {
 		return err
 	}
@@ -321,6 +354,21 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 	err = srv.Serve(ctx, l, grace)
 	fmt.Fprintln(stderr, "ferry: stopped")
 	return err
+}
+
+// joinSet opens this server's part of the replica set rs names.
+func joinSet(rs replicaOpts, key ed25519.PrivateKey, home, indexDir string, log *slog.Logger) (*replica.Set, error) {
+	ms, err := replica.LoadMembers(rs.members)
+	if err != nil {
+		return nil, err
+	}
+	if rs.logDir == "" {
+		rs.logDir = filepath.Join(home, "replica", filepath.Base(indexDir))
+	}
+	if err := os.MkdirAll(rs.logDir, 0o700); err != nil {
+		return nil, ferry.E("serve", rs.logDir, err)
+	}
+	return replica.Open(replica.Config{Members: ms, Key: key, LogDir: rs.logDir, Log: log})
 }
 
 // sweep removes, in the background, the temporary files that Puts of an
@@ -418,12 +466,20 @@ func withRemote(cmd *cobra.Command, target string, fn func(ctx context.Context, 
 }
 
 func keyCmd() *cobra.Command {
-	return &cobra.Command{
+	var srv bool
+	c := &cobra.Command{
 		Use:   "key",
 		Short: "Print this user's client key fingerprint, making the key if needed",
-		Args:  cobra.NoArgs,
+		Long: `Key prints this user's client key fingerprint, making the key if needed;
+a server admits it with "ferry authorize". With --server it prints the
+server key's instead, as a replica set's members file names it.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			key, _, err := auth.LoadOrCreateKey(filepath.Join(auth.Home(), auth.ClientKeyFile))
+			file := auth.ClientKeyFile
+			if srv {
+				file = auth.ServerKeyFile
+			}
+			key, _, err := auth.LoadOrCreateKey(filepath.Join(auth.Home(), file))
 			if err != nil {
 				return err
 			}
@@ -431,6 +487,8 @@ func keyCmd() *cobra.Command {
 			return nil
 		},
 	}
+	c.Flags().BoolVar(&srv, "server", false, "print the server key's fingerprint")
+	return c
 }
 
 func authorizeCmd() *cobra.Command {

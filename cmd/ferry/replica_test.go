@@ -1,0 +1,91 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestReplicaSet runs three ferry serve processes as one replica set:
+// they elect a leader, a grant made through one member's control file is
+// seen by the others and stands in the way of theirs, and each member still
+// serves its clients.
+func TestReplicaSet(t *testing.T) {
+	names := []string{"a", "b", "c"}
+	var lines []string
+	homes := map[string]string{}
+	for _, n := range names {
+		homes[n] = t.TempDir()
+		cmd := exec.Command(ferryBin, "key", "--server")
+		cmd.Env = append(os.Environ(), "FERRY_HOME="+homes[n])
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("ferry key --server: %v", err)
+		}
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		lines = append(lines, fmt.Sprintf("%s %s %s", n, addr, strings.TrimSpace(string(out))))
+	}
+	members := filepath.Join(t.TempDir(), "members")
+	if err := os.WriteFile(members, []byte("# three sites\n"+strings.Join(lines, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	es := map[string]*env{}
+	for _, n := range names {
+		es[n] = startIn(t, homes[n], nil, "--members", members)
+	}
+	// ctl reads a member's control file until it shows want.
+	wait := func(n, want string) string {
+		t.Helper()
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			out, _ := es[n].run(true, "ctl", es[n].host)
+			if strings.Contains(out, want) {
+				return out
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s's control file never showed %q:\n%s", n, want, out)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	out := wait("b", " leader\n")
+	for _, want := range []string{"[replica]", "self: b", "member: a ", "member: c "} {
+		if !strings.Contains(out, want) {
+			t.Errorf("b's control file lacks %q:\n%s", want, out)
+		}
+	}
+	es["a"].run(true, "ctl", es["a"].host, "pass", "grant", "/src", "deep")
+	wait("a", "held: /src deep")
+	wait("c", "controls: 1 (0 here)")
+	_, stderr := es["c"].run(false, "ctl", es["c"].host, "pass", "grant", "/src/main.c")
+	if !strings.Contains(stderr, "controlled by a") {
+		t.Errorf("c's grant under a's deep control: %s", stderr)
+	}
+	es["c"].run(true, "ctl", es["c"].host, "pass", "grant", "/doc")
+	wait("b", "controls: 2 (0 here)")
+
+	// Each member still serves its clients, by chunks too.
+	big := strings.Repeat("ferry replica ", 20000)
+	src := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(src, []byte(big), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	es["b"].run(true, "put", src, es["b"].at("/f"))
+	if got, err := os.ReadFile(filepath.Join(es["b"].dir, "f")); err != nil || string(got) != big {
+		t.Fatalf("put through member b: %v", err)
+	}
+	out, _ = es["b"].run(true, "ctl", es["b"].host)
+	if !strings.Contains(out, "calls.putchunked: 1") || !strings.Contains(out, "[replica]") {
+		t.Errorf("b's control file:\n%s", out)
+	}
+}
