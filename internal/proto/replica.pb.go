@@ -24,6 +24,425 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// Update is one change, or one piece of a file's content: a put's
+// content follows in Updates of the same seq with data only, the last
+// with more unset.
+type Update struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Run           uint64                 `protobuf:"varint,1,opt,name=run,proto3" json:"run,omitempty"` // the origin's run; seq counts from 1 in each
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Epoch         uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"` // the control the change was made under
+	Op            string                 `protobuf:"bytes,4,opt,name=op,proto3" json:"op,omitempty"`        // put, remove, removeall, move, link, wstat
+	Path          string                 `protobuf:"bytes,5,opt,name=path,proto3" json:"path,omitempty"`
+	To            string                 `protobuf:"bytes,6,opt,name=to,proto3" json:"to,omitempty"`   // move and link
+	Dir           *Dir                   `protobuf:"bytes,7,opt,name=dir,proto3" json:"dir,omitempty"` // put and wstat: the attributes to set
+	Data          []byte                 `protobuf:"bytes,8,opt,name=data,proto3" json:"data,omitempty"`
+	More          bool                   `protobuf:"varint,9,opt,name=more,proto3" json:"more,omitempty"`
+	ToEpoch       uint64                 `protobuf:"varint,10,opt,name=to_epoch,json=toEpoch,proto3" json:"to_epoch,omitempty"` // the control of to
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Update) Reset() {
+	*x = Update{}
+	mi := &file_replica_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Update) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Update) ProtoMessage() {}
+
+func (x *Update) ProtoReflect() protoreflect.Message {
+	mi := &file_replica_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Update.ProtoReflect.Descriptor instead.
+func (*Update) Descriptor() ([]byte, []int) {
+	return file_replica_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Update) GetRun() uint64 {
+	if x != nil {
+		return x.Run
+	}
+	return 0
+}
+
+func (x *Update) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *Update) GetEpoch() uint64 {
+	if x != nil {
+		return x.Epoch
+	}
+	return 0
+}
+
+func (x *Update) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *Update) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Update) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *Update) GetDir() *Dir {
+	if x != nil {
+		return x.Dir
+	}
+	return nil
+}
+
+func (x *Update) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *Update) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+func (x *Update) GetToEpoch() uint64 {
+	if x != nil {
+		return x.ToEpoch
+	}
+	return 0
+}
+
+type UpdateAck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Run           uint64                 `protobuf:"varint,1,opt,name=run,proto3" json:"run,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UpdateAck) Reset() {
+	*x = UpdateAck{}
+	mi := &file_replica_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UpdateAck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UpdateAck) ProtoMessage() {}
+
+func (x *UpdateAck) ProtoReflect() protoreflect.Message {
+	mi := &file_replica_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UpdateAck.ProtoReflect.Descriptor instead.
+func (*UpdateAck) Descriptor() ([]byte, []int) {
+	return file_replica_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *UpdateAck) GetRun() uint64 {
+	if x != nil {
+		return x.Run
+	}
+	return 0
+}
+
+func (x *UpdateAck) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+type AppliedReq struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppliedReq) Reset() {
+	*x = AppliedReq{}
+	mi := &file_replica_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppliedReq) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppliedReq) ProtoMessage() {}
+
+func (x *AppliedReq) ProtoReflect() protoreflect.Message {
+	mi := &file_replica_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppliedReq.ProtoReflect.Descriptor instead.
+func (*AppliedReq) Descriptor() ([]byte, []int) {
+	return file_replica_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AppliedReq) GetIndex() uint64 {
+	if x != nil {
+		return x.Index
+	}
+	return 0
+}
+
+type AppliedReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AppliedReply) Reset() {
+	*x = AppliedReply{}
+	mi := &file_replica_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AppliedReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AppliedReply) ProtoMessage() {}
+
+func (x *AppliedReply) ProtoReflect() protoreflect.Message {
+	mi := &file_replica_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AppliedReply.ProtoReflect.Descriptor instead.
+func (*AppliedReply) Descriptor() ([]byte, []int) {
+	return file_replica_proto_rawDescGZIP(), []int{3}
+}
+
+type SyncReq struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncReq) Reset() {
+	*x = SyncReq{}
+	mi := &file_replica_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncReq) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncReq) ProtoMessage() {}
+
+func (x *SyncReq) ProtoReflect() protoreflect.Message {
+	mi := &file_replica_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncReq.ProtoReflect.Descriptor instead.
+func (*SyncReq) Descriptor() ([]byte, []int) {
+	return file_replica_proto_rawDescGZIP(), []int{4}
+}
+
+type SyncReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Run           uint64                 `protobuf:"varint,1,opt,name=run,proto3" json:"run,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SyncReply) Reset() {
+	*x = SyncReply{}
+	mi := &file_replica_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SyncReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SyncReply) ProtoMessage() {}
+
+func (x *SyncReply) ProtoReflect() protoreflect.Message {
+	mi := &file_replica_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SyncReply.ProtoReflect.Descriptor instead.
+func (*SyncReply) Descriptor() ([]byte, []int) {
+	return file_replica_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *SyncReply) GetRun() uint64 {
+	if x != nil {
+		return x.Run
+	}
+	return 0
+}
+
+func (x *SyncReply) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+type RevokeReq struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeReq) Reset() {
+	*x = RevokeReq{}
+	mi := &file_replica_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeReq) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeReq) ProtoMessage() {}
+
+func (x *RevokeReq) ProtoReflect() protoreflect.Message {
+	mi := &file_replica_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeReq.ProtoReflect.Descriptor instead.
+func (*RevokeReq) Descriptor() ([]byte, []int) {
+	return file_replica_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *RevokeReq) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type RevokeReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeReply) Reset() {
+	*x = RevokeReply{}
+	mi := &file_replica_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeReply) ProtoMessage() {}
+
+func (x *RevokeReply) ProtoReflect() protoreflect.Message {
+	mi := &file_replica_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeReply.ProtoReflect.Descriptor instead.
+func (*RevokeReply) Descriptor() ([]byte, []int) {
+	return file_replica_proto_rawDescGZIP(), []int{7}
+}
+
 type RaftBatch struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Msgs          [][]byte               `protobuf:"bytes,1,rep,name=msgs,proto3" json:"msgs,omitempty"`
@@ -33,7 +452,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_replica_proto_msgTypes[0]
+	mi := &file_replica_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -45,7 +464,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[0]
+	mi := &file_replica_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -58,7 +477,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{0}
+	return file_replica_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RaftBatch) GetMsgs() [][]byte {
@@ -76,7 +495,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_replica_proto_msgTypes[1]
+	mi := &file_replica_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -88,7 +507,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[1]
+	mi := &file_replica_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -101,19 +520,49 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{1}
+	return file_replica_proto_rawDescGZIP(), []int{9}
 }
 
 var File_replica_proto protoreflect.FileDescriptor
 
 const file_replica_proto_rawDesc = "" +
 	"\n" +
-	"\rreplica.proto\x12\bferry.v1\"\x1f\n" +
+	"\rreplica.proto\x12\bferry.v1\x1a\vferry.proto\"\xda\x01\n" +
+	"\x06Update\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\x04R\x03run\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x14\n" +
+	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x0e\n" +
+	"\x02op\x18\x04 \x01(\tR\x02op\x12\x12\n" +
+	"\x04path\x18\x05 \x01(\tR\x04path\x12\x0e\n" +
+	"\x02to\x18\x06 \x01(\tR\x02to\x12\x1f\n" +
+	"\x03dir\x18\a \x01(\v2\r.ferry.v1.DirR\x03dir\x12\x12\n" +
+	"\x04data\x18\b \x01(\fR\x04data\x12\x12\n" +
+	"\x04more\x18\t \x01(\bR\x04more\x12\x19\n" +
+	"\bto_epoch\x18\n" +
+	" \x01(\x04R\atoEpoch\"/\n" +
+	"\tUpdateAck\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\x04R\x03run\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\"\n" +
+	"\n" +
+	"AppliedReq\x12\x14\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\"\x0e\n" +
+	"\fAppliedReply\"\t\n" +
+	"\aSyncReq\"/\n" +
+	"\tSyncReply\x12\x10\n" +
+	"\x03run\x18\x01 \x01(\x04R\x03run\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x1f\n" +
+	"\tRevokeReq\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\"\r\n" +
+	"\vRevokeReply\"\x1f\n" +
 	"\tRaftBatch\x12\x12\n" +
 	"\x04msgs\x18\x01 \x03(\fR\x04msgs\"\t\n" +
-	"\aRaftAck2;\n" +
+	"\aRaftAck2\x90\x02\n" +
 	"\aReplica\x120\n" +
-	"\x04Raft\x12\x13.ferry.v1.RaftBatch\x1a\x11.ferry.v1.RaftAck(\x01B)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
+	"\x04Raft\x12\x13.ferry.v1.RaftBatch\x1a\x11.ferry.v1.RaftAck(\x01\x124\n" +
+	"\aUpdates\x12\x10.ferry.v1.Update\x1a\x13.ferry.v1.UpdateAck(\x010\x01\x127\n" +
+	"\aApplied\x12\x14.ferry.v1.AppliedReq\x1a\x16.ferry.v1.AppliedReply\x12.\n" +
+	"\x04Sync\x12\x11.ferry.v1.SyncReq\x1a\x13.ferry.v1.SyncReply\x124\n" +
+	"\x06Revoke\x12\x13.ferry.v1.RevokeReq\x1a\x15.ferry.v1.RevokeReplyB)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
 
 var (
 	file_replica_proto_rawDescOnce sync.Once
@@ -127,19 +576,37 @@ func file_replica_proto_rawDescGZIP() []byte {
 	return file_replica_proto_rawDescData
 }
 
-var file_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
 var file_replica_proto_goTypes = []any{
-	(*RaftBatch)(nil), // 0: ferry.v1.RaftBatch
-	(*RaftAck)(nil),   // 1: ferry.v1.RaftAck
+	(*Update)(nil),       // 0: ferry.v1.Update
+	(*UpdateAck)(nil),    // 1: ferry.v1.UpdateAck
+	(*AppliedReq)(nil),   // 2: ferry.v1.AppliedReq
+	(*AppliedReply)(nil), // 3: ferry.v1.AppliedReply
+	(*SyncReq)(nil),      // 4: ferry.v1.SyncReq
+	(*SyncReply)(nil),    // 5: ferry.v1.SyncReply
+	(*RevokeReq)(nil),    // 6: ferry.v1.RevokeReq
+	(*RevokeReply)(nil),  // 7: ferry.v1.RevokeReply
+	(*RaftBatch)(nil),    // 8: ferry.v1.RaftBatch
+	(*RaftAck)(nil),      // 9: ferry.v1.RaftAck
+	(*Dir)(nil),          // 10: ferry.v1.Dir
 }
 var file_replica_proto_depIdxs = []int32{
-	0, // 0: ferry.v1.Replica.Raft:input_type -> ferry.v1.RaftBatch
-	1, // 1: ferry.v1.Replica.Raft:output_type -> ferry.v1.RaftAck
-	1, // [1:2] is the sub-list for method output_type
-	0, // [0:1] is the sub-list for method input_type
-	0, // [0:0] is the sub-list for extension type_name
-	0, // [0:0] is the sub-list for extension extendee
-	0, // [0:0] is the sub-list for field type_name
+	10, // 0: ferry.v1.Update.dir:type_name -> ferry.v1.Dir
+	8,  // 1: ferry.v1.Replica.Raft:input_type -> ferry.v1.RaftBatch
+	0,  // 2: ferry.v1.Replica.Updates:input_type -> ferry.v1.Update
+	2,  // 3: ferry.v1.Replica.Applied:input_type -> ferry.v1.AppliedReq
+	4,  // 4: ferry.v1.Replica.Sync:input_type -> ferry.v1.SyncReq
+	6,  // 5: ferry.v1.Replica.Revoke:input_type -> ferry.v1.RevokeReq
+	9,  // 6: ferry.v1.Replica.Raft:output_type -> ferry.v1.RaftAck
+	1,  // 7: ferry.v1.Replica.Updates:output_type -> ferry.v1.UpdateAck
+	3,  // 8: ferry.v1.Replica.Applied:output_type -> ferry.v1.AppliedReply
+	5,  // 9: ferry.v1.Replica.Sync:output_type -> ferry.v1.SyncReply
+	7,  // 10: ferry.v1.Replica.Revoke:output_type -> ferry.v1.RevokeReply
+	6,  // [6:11] is the sub-list for method output_type
+	1,  // [1:6] is the sub-list for method input_type
+	1,  // [1:1] is the sub-list for extension type_name
+	1,  // [1:1] is the sub-list for extension extendee
+	0,  // [0:1] is the sub-list for field type_name
 }
 
 func init() { file_replica_proto_init() }
@@ -147,13 +614,14 @@ func file_replica_proto_init() {
 	if File_replica_proto != nil {
 		return
 	}
+	file_ferry_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_replica_proto_rawDesc), len(file_replica_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   10,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -22,7 +22,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Replica_Raft_FullMethodName = "/ferry.v1.Replica/Raft"
+	Replica_Raft_FullMethodName    = "/ferry.v1.Replica/Raft"
+	Replica_Updates_FullMethodName = "/ferry.v1.Replica/Updates"
+	Replica_Applied_FullMethodName = "/ferry.v1.Replica/Applied"
+	Replica_Sync_FullMethodName    = "/ferry.v1.Replica/Sync"
+	Replica_Revoke_FullMethodName  = "/ferry.v1.Replica/Revoke"
 )
 
 // ReplicaClient is the client API for Replica service.
@@ -32,6 +36,18 @@ type ReplicaClient interface {
 	// Raft carries one member's raft messages to another, each a marshaled
 	// raftpb.Message, batched as they come.
 	Raft(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[RaftBatch, RaftAck], error)
+	// Updates carries the changes a member made under its controls to
+	// another member, in the order it made them; the receiver acknowledges
+	// each once applied.
+	Updates(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[Update, UpdateAck], error)
+	// Applied answers once the member has applied the raft log up to index.
+	Applied(ctx context.Context, in *AppliedReq, opts ...grpc.CallOption) (*AppliedReply, error)
+	// Sync returns the last update the member queued for the caller, so the
+	// caller can wait for it before serving a read of what the member
+	// controls.
+	Sync(ctx context.Context, in *SyncReq, opts ...grpc.CallOption) (*SyncReply, error)
+	// Revoke asks the member to give up its control of path soon.
+	Revoke(ctx context.Context, in *RevokeReq, opts ...grpc.CallOption) (*RevokeReply, error)
 }
 
 type replicaClient struct {
@@ -55,6 +71,49 @@ func (c *replicaClient) Raft(ctx context.Context, opts ...grpc.CallOption) (grpc
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Replica_RaftClient = grpc.ClientStreamingClient[RaftBatch, RaftAck]
 
+func (c *replicaClient) Updates(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[Update, UpdateAck], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Replica_ServiceDesc.Streams[1], Replica_Updates_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[Update, UpdateAck]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Replica_UpdatesClient = grpc.BidiStreamingClient[Update, UpdateAck]
+
+func (c *replicaClient) Applied(ctx context.Context, in *AppliedReq, opts ...grpc.CallOption) (*AppliedReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(AppliedReply)
+	err := c.cc.Invoke(ctx, Replica_Applied_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *replicaClient) Sync(ctx context.Context, in *SyncReq, opts ...grpc.CallOption) (*SyncReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SyncReply)
+	err := c.cc.Invoke(ctx, Replica_Sync_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *replicaClient) Revoke(ctx context.Context, in *RevokeReq, opts ...grpc.CallOption) (*RevokeReply, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RevokeReply)
+	err := c.cc.Invoke(ctx, Replica_Revoke_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ReplicaServer is the server API for Replica service.
 // All implementations must embed UnimplementedReplicaServer
 // for forward compatibility.
@@ -62,6 +121,18 @@ type ReplicaServer interface {
 	// Raft carries one member's raft messages to another, each a marshaled
 	// raftpb.Message, batched as they come.
 	Raft(grpc.ClientStreamingServer[RaftBatch, RaftAck]) error
+	// Updates carries the changes a member made under its controls to
+	// another member, in the order it made them; the receiver acknowledges
+	// each once applied.
+	Updates(grpc.BidiStreamingServer[Update, UpdateAck]) error
+	// Applied answers once the member has applied the raft log up to index.
+	Applied(context.Context, *AppliedReq) (*AppliedReply, error)
+	// Sync returns the last update the member queued for the caller, so the
+	// caller can wait for it before serving a read of what the member
+	// controls.
+	Sync(context.Context, *SyncReq) (*SyncReply, error)
+	// Revoke asks the member to give up its control of path soon.
+	Revoke(context.Context, *RevokeReq) (*RevokeReply, error)
 	mustEmbedUnimplementedReplicaServer()
 }
 
@@ -74,6 +145,18 @@ type UnimplementedReplicaServer struct{}
 
 func (UnimplementedReplicaServer) Raft(grpc.ClientStreamingServer[RaftBatch, RaftAck]) error {
 	return status.Error(codes.Unimplemented, "method Raft not implemented")
+}
+func (UnimplementedReplicaServer) Updates(grpc.BidiStreamingServer[Update, UpdateAck]) error {
+	return status.Error(codes.Unimplemented, "method Updates not implemented")
+}
+func (UnimplementedReplicaServer) Applied(context.Context, *AppliedReq) (*AppliedReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Applied not implemented")
+}
+func (UnimplementedReplicaServer) Sync(context.Context, *SyncReq) (*SyncReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Sync not implemented")
+}
+func (UnimplementedReplicaServer) Revoke(context.Context, *RevokeReq) (*RevokeReply, error) {
+	return nil, status.Error(codes.Unimplemented, "method Revoke not implemented")
 }
 func (UnimplementedReplicaServer) mustEmbedUnimplementedReplicaServer() {}
 func (UnimplementedReplicaServer) testEmbeddedByValue()                 {}
@@ -103,17 +186,97 @@ func _Replica_Raft_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Replica_RaftServer = grpc.ClientStreamingServer[RaftBatch, RaftAck]
 
+func _Replica_Updates_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ReplicaServer).Updates(&grpc.GenericServerStream[Update, UpdateAck]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Replica_UpdatesServer = grpc.BidiStreamingServer[Update, UpdateAck]
+
+func _Replica_Applied_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AppliedReq)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReplicaServer).Applied(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Replica_Applied_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReplicaServer).Applied(ctx, req.(*AppliedReq))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Replica_Sync_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SyncReq)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReplicaServer).Sync(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Replica_Sync_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReplicaServer).Sync(ctx, req.(*SyncReq))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Replica_Revoke_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RevokeReq)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ReplicaServer).Revoke(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Replica_Revoke_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ReplicaServer).Revoke(ctx, req.(*RevokeReq))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Replica_ServiceDesc is the grpc.ServiceDesc for Replica service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var Replica_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "ferry.v1.Replica",
 	HandlerType: (*ReplicaServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Applied",
+			Handler:    _Replica_Applied_Handler,
+		},
+		{
+			MethodName: "Sync",
+			Handler:    _Replica_Sync_Handler,
+		},
+		{
+			MethodName: "Revoke",
+			Handler:    _Replica_Revoke_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Raft",
 			Handler:       _Replica_Raft_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Updates",
+			Handler:       _Replica_Updates_Handler,
+			ServerStreams: true,
 			ClientStreams: true,
 		},
 	},

@@ -8,6 +8,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.etcd.io/raft/v3/raftpb"
@@ -43,6 +44,10 @@ type Set struct {
 	tab     *control.Table
 	node    *consensus.Node
 	senders map[uint64]*sender
+	links   map[uint64]*link
+	run     uint64 // this run's number, so that members tell its updates from an earlier run's
+	fs      atomic.Pointer[FS]
+	inbox   *inbox
 	lis     net.Listener
 	srv     *grpc.Server
 	cancel  context.CancelFunc
@@ -55,7 +60,8 @@ type Set struct {
 func Open(cfg Config) (*Set, error) {
 	const op = "replica.Open"
 	fp := auth.Fingerprint(cfg.Key.Public().(ed25519.PublicKey))
-	s := &Set{members: cfg.Members, key: cfg.Key, log: cfg.Log, senders: map[uint64]*sender{}}
+	s := &Set{members: cfg.Members, key: cfg.Key, log: cfg.Log, senders: map[uint64]*sender{},
+		links: map[uint64]*link{}, run: uint64(time.Now().UnixNano()), inbox: newInbox()}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -85,14 +91,28 @@ func Open(cfg Config) (*Set, error) {
 	var ids []uint64
 	for _, m := range cfg.Members {
 		ids = append(ids, m.ID)
-		if m.ID != s.self.ID {
-			s.senders[m.ID] = &sender{to: m, q: make(chan raftpb.Message, queueLen), key: cfg.Key, log: s.log}
+		if m.ID == s.self.ID {
+			continue
 		}
+		l := &link{m: m}
+		if l.ctl, err = dial(m, cfg.Key); err == nil {
+			l.bulk, err = dial(m, cfg.Key)
+		}
+		if err != nil {
+			cancel()
+			s.closeLinks()
+			lis.Close()
+			s.disk.Close()
+			return nil, err
+		}
+		s.links[m.ID] = l
+		s.senders[m.ID] = &sender{to: m, conn: l.ctl, q: make(chan raftpb.Message, queueLen), log: s.log}
 	}
 	s.tab = control.New()
 	s.node, err = consensus.Start(consensus.Config{ID: s.self.ID, Peers: ids}, s.disk, s.tab, s, cfg.Tick)
 	if err != nil {
 		cancel()
+		s.closeLinks()
 		lis.Close()
 		s.disk.Close()
 		return nil, ferry.E(op, cfg.LogDir, err)
@@ -260,5 +280,39 @@ func (s *Set) Close() error {
 	s.lis.Close()
 	s.node.Stop()
 	s.wg.Wait()
+	s.closeLinks()
 	return s.disk.Close()
+}
+
+func (s *Set) closeLinks() {
+	for _, l := range s.links {
+		if l.ctl != nil {
+			l.ctl.Close()
+		}
+		if l.bulk != nil {
+			l.bulk.Close()
+		}
+	}
+}
+
+// member returns the member named name.
+func (s *Set) member(name string) (Member, bool) {
+	for _, m := range s.members {
+		if m.Name == name {
+			return m, true
+		}
+	}
+	return Member{}, false
+}
+
+// waitApplied waits until this member applied the log up to index.
+func (s *Set) waitApplied(ctx context.Context, index uint64) error {
+	for s.node.Status().Applied < index {
+		select {
+		case <-ctx.Done():
+			return ferry.E("replica", "", ferry.KindUnavailable, fmt.Sprintf("raft log not applied up to %d: %v", index, ctx.Err()))
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	return nil
 }

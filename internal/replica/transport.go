@@ -10,6 +10,7 @@ import (
 
 	"go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/grpc"
+	gbackoff "google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/peer"
@@ -30,13 +31,65 @@ type reporter interface {
 const queueLen = 4096
 
 // sender keeps one stream to one member and sends it raft's messages in
-// order, making the connection again after a failure.
+// order, opening the stream again after a failure.
 type sender struct {
-	to  Member
-	q   chan raftpb.Message
-	rep reporter
-	key ed25519.PrivateKey
-	log *slog.Logger
+	to   Member
+	conn *grpc.ClientConn
+	q    chan raftpb.Message
+	rep  reporter
+	log  *slog.Logger
+}
+
+// link is this member's pair of connections to another: one for raft and
+// the small calls, one for updates, so that a heartbeat never waits behind
+// a file's content.
+type link struct {
+	m         Member
+	ctl, bulk *grpc.ClientConn
+}
+
+// dial makes a connection to m that admits only m's key. It connects
+// lazily and again after failures.
+func dial(m Member, key ed25519.PrivateKey) (*grpc.ClientConn, error) {
+	tlsCfg, err := auth.PeerTLS(key, false, func(fp string) error {
+		if fp != m.Fingerprint {
+			return ferry.E("replica", m.Addr, ferry.KindAuth, "member "+m.Name+" presented key "+fp)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Calls wait for the connection (bounded by their contexts), and a
+	// member that was down is tried again within a second, not after
+	// gRPC's default backoff of up to two minutes.
+	return grpc.NewClient(m.Addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 2 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
+		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 5 * time.Second,
+			Backoff: gbackoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}),
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
+}
+
+// backoff runs fn until ctx ends, waiting longer after each failure.
+func backoff(ctx context.Context, fn func(context.Context) error, failed func(error)) {
+	wait := 50 * time.Millisecond
+	for ctx.Err() == nil {
+		start := time.Now()
+		err := fn(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		failed(err)
+		if time.Since(start) > 5*time.Second {
+			wait = 50 * time.Millisecond // it ran a while: a new failure
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, time.Second)
+	}
 }
 
 // lost tells raft that m did not reach its member.
@@ -48,42 +101,16 @@ func (s *sender) lost(m raftpb.Message) {
 }
 
 func (s *sender) run(ctx context.Context) {
-	backoff := 50 * time.Millisecond
-	for ctx.Err() == nil {
-		err := s.stream(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		s.log.Debug("replica: connection to member lost", "member", s.to.Name, "err", err)
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, time.Second)
-	}
+	backoff(ctx, s.stream, func(err error) {
+		s.log.Debug("replica: raft stream to member lost", "member", s.to.Name, "err", err)
+	})
 }
 
-// stream connects and sends until a send fails or ctx ends.
+// stream sends until a send fails or ctx ends.
 func (s *sender) stream(ctx context.Context) error {
-	tlsCfg, err := auth.PeerTLS(s.key, false, func(fp string) error {
-		if fp != s.to.Fingerprint {
-			return ferry.E("replica", s.to.Addr, ferry.KindAuth, "member "+s.to.Name+" presented key "+fp)
-		}
-		return nil
-	})
-	if err != nil {
-		return err
-	}
-	conn, err := grpc.NewClient(s.to.Addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
-		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 2 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}))
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
 	sctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := proto.NewReplicaClient(conn).Raft(sctx)
+	st, err := proto.NewReplicaClient(s.conn).Raft(sctx)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,686 @@
+package replica
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/chunk"
+	"github.com/ferryfs/ferry/internal/chunkstore"
+	"github.com/ferryfs/ferry/internal/control"
+	"github.com/ferryfs/ferry/internal/proto"
+)
+
+// DefaultIdle is how long a member keeps a control it no longer uses.
+const DefaultIdle = time.Second
+
+// FS is the replica layer: a ferry.FS over this member's copy of the tree
+// (the chunk store) that keeps it one tree with the other members' copies.
+//
+// A change to a path first makes this member its controller: covered by a
+// control it holds already, or granted one (deep over the parent
+// directory, so that a burst of changes there costs one agreement; shallow
+// on the path where that cannot be had). A path another member controls
+// waits until that member, asked to revoke, has given it up. The first
+// change under a new control returns only once every member applied its
+// grant. The change is then made here, answered, and queued for every
+// other member in the order made (whole files, from a spool copy); they
+// apply it only under the control it names. A control is given up after
+// Idle without use, once every member applied its last update.
+//
+// A read of what another member controls first asks that member how far
+// its updates go and waits until they are applied here, so an open after
+// a close at another site sees that close.
+type FS struct {
+	ferry.FS // this member's copy
+	set      *Set
+	out      *outbox
+	spool    string
+	idle     time.Duration
+
+	applyMu sync.Mutex // local changes are queued in the order made
+
+	mu   sync.Mutex
+	held map[string]*use // control path -> its use here
+
+	stop context.CancelFunc
+	wg   sync.WaitGroup
+}
+
+// use is what this member does with a control it holds.
+type use struct {
+	last      time.Time // of the last change under it
+	seq       uint64    // the last update made under it
+	busy      int       // changes in progress under it
+	revoked   bool      // another member asked for it
+	releasing bool
+}
+
+var (
+	_ ferry.FS        = (*FS)(nil)
+	_ ferry.Unwrapper = (*FS)(nil)
+)
+
+// NewFS stacks the replica layer over below, this member's copy of the
+// tree, and starts sending its updates to the other members.
+func NewFS(below ferry.FS, set *Set, spool string, idle time.Duration) (*FS, error) {
+	if idle == 0 {
+		idle = DefaultIdle
+	}
+	if err := os.MkdirAll(spool, 0o700); err != nil {
+		return nil, ferry.E("replica.NewFS", spool, err)
+	}
+	var peers []uint64
+	for id := range set.links {
+		peers = append(peers, id)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &FS{FS: below, set: set, out: newOutbox(set.run, peers), spool: spool, idle: idle,
+		held: map[string]*use{}, stop: cancel}
+	set.fs.Store(f)
+	for _, l := range set.links {
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			backoff(ctx, func(ctx context.Context) error { return f.streamUpdates(ctx, l) }, func(err error) {
+				set.log.Debug("replica: update stream to member lost", "member", l.m.Name, "err", err)
+			})
+		}()
+	}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		f.releaser(ctx)
+	}()
+	return f, nil
+}
+
+// Unwrap implements ferry.Unwrapper.
+func (f *FS) Unwrap() ferry.FS { return f.FS }
+
+// Close stops sending updates and releasing controls.
+func (f *FS) Close() error {
+	f.stop()
+	f.wg.Wait()
+	f.set.fs.CompareAndSwap(f, nil)
+	return nil
+}
+
+// --- control ---
+
+// acquire makes this member the controller of every path and marks the
+// controls busy until done is called.
+func (f *FS) acquire(ctx context.Context, paths ...string) (done func(seq uint64), err error) {
+	const op = "replica"
+	self := f.set.self.Name
+	wait := 5 * time.Millisecond
+	triedParent := map[string]bool{}
+	for {
+		var need []string
+		var got []string
+		f.mu.Lock()
+		ok := true
+		for _, p := range paths {
+			c, covered := f.set.Controller(p)
+			switch {
+			case !covered || c.Holder != self:
+				need = append(need, p)
+			case f.held[c.Path] != nil && f.held[c.Path].releasing:
+				ok = false // being given up: wait, then ask again
+			default:
+				got = append(got, c.Path)
+			}
+		}
+		if ok && len(need) == 0 {
+			for _, cp := range got {
+				u := f.held[cp]
+				if u == nil {
+					u = &use{}
+					f.held[cp] = u
+				}
+				u.busy++
+			}
+			f.mu.Unlock()
+			return func(seq uint64) {
+				f.mu.Lock()
+				defer f.mu.Unlock()
+				for _, cp := range got {
+					u := f.held[cp]
+					u.busy--
+					u.last = time.Now()
+					u.seq = max(u.seq, seq)
+				}
+			}, nil
+		}
+		f.mu.Unlock()
+		if len(need) > 0 {
+			var res control.Result
+			var err error
+			switch dir := path.Dir(need[0]); {
+			case len(need) == 1 && dir != "/" && !triedParent[dir]:
+				triedParent[dir] = true
+				res, err = f.set.Grant(ctx, true, dir)
+			default:
+				res, err = f.set.Grant(ctx, false, need...)
+			}
+			if err != nil {
+				return nil, err
+			}
+			if res.OK {
+				f.mu.Lock()
+				for _, c := range res.Controls {
+					if f.held[c.Path] == nil {
+						f.held[c.Path] = &use{last: time.Now()} // not idle before its first use
+					}
+				}
+				f.mu.Unlock()
+				if err := f.everyoneApplied(ctx, res.Controls); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			if len(res.Controls) > 0 && res.Controls[0].Holder != self {
+				f.askRevoke(ctx, res.Controls[0])
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ferry.E(op, paths[0], ferry.KindUnavailable, fmt.Sprintf("another member controls it: %v", ctx.Err()))
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
+}
+
+// everyoneApplied waits until every other member applied the grants of cs,
+// so that each of them then sends reads of those paths through us.
+func (f *FS) everyoneApplied(ctx context.Context, cs []control.Control) error {
+	var index uint64
+	for _, c := range cs {
+		index = max(index, c.Epoch)
+	}
+	return f.eachMember(ctx, func(ctx context.Context, c proto.ReplicaClient) error {
+		_, err := c.Applied(ctx, &proto.AppliedReq{Index: index})
+		return err
+	})
+}
+
+// eachMember calls fn for every other member at once.
+func (f *FS) eachMember(ctx context.Context, fn func(context.Context, proto.ReplicaClient) error) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(f.set.links))
+	for _, l := range f.set.links {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := fn(ctx, proto.NewReplicaClient(l.ctl)); err != nil {
+				errs <- ferry.E("replica", l.m.Name, ferry.KindUnavailable, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs
+}
+
+// askRevoke asks c's holder to give it up soon.
+func (f *FS) askRevoke(ctx context.Context, c control.Control) {
+	m, ok := f.set.member(c.Holder)
+	if !ok {
+		return
+	}
+	if l := f.set.links[m.ID]; l != nil {
+		rctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		proto.NewReplicaClient(l.ctl).Revoke(rctx, &proto.RevokeReq{Path: c.Path}) // best effort: the grant is asked again
+	}
+}
+
+// revoke marks the control covering p to be given up.
+func (f *FS) revoke(p string) {
+	c, ok := f.set.Controller(p)
+	if !ok || c.Holder != f.set.self.Name {
+		return
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	u := f.held[c.Path]
+	if u == nil {
+		u = &use{}
+		f.held[c.Path] = u
+	}
+	u.revoked = true
+}
+
+// releaser gives up controls idle for f.idle, or revoked, once every other
+// member applied their last update.
+func (f *FS) releaser(ctx context.Context) {
+	t := time.NewTicker(min(f.idle/4, 50*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		var rows []control.Control
+		f.set.node.View(func() { rows = f.set.tab.Held(f.set.self.Name) })
+		for _, c := range rows {
+			f.mu.Lock()
+			u := f.held[c.Path]
+			if u == nil {
+				u = &use{} // held from before a restart, or granted for another
+				f.held[c.Path] = u
+			}
+			ready := u.busy == 0 && !u.releasing && (u.revoked || time.Since(u.last) >= f.idle) && f.out.applied(u.seq)
+			if ready {
+				u.releasing = true
+			}
+			f.mu.Unlock()
+			if !ready {
+				continue
+			}
+			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := f.set.Release(rctx, c)
+			cancel()
+			f.mu.Lock()
+			if err != nil {
+				u.releasing = false
+			} else {
+				delete(f.held, c.Path)
+			}
+			f.mu.Unlock()
+		}
+	}
+}
+
+// --- changes ---
+
+// change makes a change to paths under this member's control: apply does
+// it on this member's copy and returns the update (and the spool file of
+// its content) for the others.
+func (f *FS) change(ctx context.Context, paths []string, apply func() (*proto.Update, string, error)) error {
+	done, err := f.acquire(ctx, paths...)
+	if err != nil {
+		return err
+	}
+	var seq uint64
+	defer func() { done(seq) }()
+	f.applyMu.Lock()
+	defer f.applyMu.Unlock()
+	u, spool, err := apply()
+	if err != nil {
+		return err
+	}
+	// Each path's update names the control it was made under; the
+	// controls stand while the change is busy under them.
+	c, _ := f.set.Controller(u.Path)
+	u.Epoch = c.Epoch
+	if u.To != "" {
+		c, _ := f.set.Controller(u.To)
+		u.ToEpoch = c.Epoch
+	}
+	seq = f.out.add(u, spool)
+	return nil
+}
+
+// spoolFile copies r into a new spool file.
+func (f *FS) spoolFile(r io.Reader) (string, error) {
+	tmp, err := os.CreateTemp(f.spool, "put-*")
+	if err != nil {
+		return "", err
+	}
+	_, err = io.Copy(tmp, r)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return "", err
+	}
+	return tmp.Name(), nil
+}
+
+// sendAttrs are the attributes an update sets on the other copies.
+var sendAttrs = []string{ferry.AttrType, ferry.AttrMode, ferry.AttrMtime, ferry.AttrTarget, ferry.AttrRdev}
+
+func attrsOf(d ferry.Dir) ferry.Dir {
+	out := ferry.Dir{}
+	for _, k := range sendAttrs {
+		if v, ok := d[k]; ok {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// Put implements ferry.Tree.
+func (f *FS) Put(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) *ferry.Future[ferry.Dir] {
+	return ferry.Go(func() (ferry.Dir, error) {
+		in := ""
+		if data != nil {
+			// The content waits here, not holding the order of changes
+			// while a slow client sends it.
+			var err error
+			if in, err = f.spoolFile(data); err != nil {
+				return nil, ferry.E("replica.Put", p, err)
+			}
+			defer func() {
+				if in != "" {
+					os.Remove(in)
+				}
+			}()
+		}
+		var out ferry.Dir
+		err := f.change(ctx, []string{p}, func() (*proto.Update, string, error) {
+			var r io.Reader
+			if in != "" {
+				fh, err := os.Open(in)
+				if err != nil {
+					return nil, "", err
+				}
+				defer fh.Close()
+				r = fh
+			}
+			var err error
+			if out, err = f.FS.Put(ctx, p, d, off, r).Wait(); err != nil {
+				return nil, "", err
+			}
+			u := &proto.Update{Op: "put", Path: p, Dir: proto.FromDir(attrsOf(out))}
+			spool := ""
+			if out.Type() == ferry.TypeFile {
+				if off == ferry.Whole && in != "" {
+					spool, in = in, "" // what was put is the content
+				} else {
+					rc := f.FS.Get(ctx, p, 0, -1)
+					spool, err = f.spoolFile(rc)
+					rc.Close()
+					if err != nil {
+						return nil, "", err
+					}
+				}
+			}
+			return u, spool, nil
+		})
+		return out, err
+	})
+}
+
+// Move implements ferry.Tree.
+func (f *FS) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
+	return f.changeDir(ctx, []string{from, to}, "move", func() (ferry.Dir, error) { return f.FS.Move(ctx, from, to).Wait() })
+}
+
+// Link implements ferry.Tree.
+func (f *FS) Link(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
+	return f.changeDir(ctx, []string{from, to}, "link", func() (ferry.Dir, error) { return f.FS.Link(ctx, from, to).Wait() })
+}
+
+// Wstat implements ferry.Tree.
+func (f *FS) Wstat(ctx context.Context, p string, d ferry.Dir) *ferry.Future[ferry.Dir] {
+	return f.changeDir(ctx, []string{p}, "wstat", func() (ferry.Dir, error) { return f.FS.Wstat(ctx, p, d).Wait() })
+}
+
+// Remove implements ferry.Tree.
+func (f *FS) Remove(ctx context.Context, p string) *ferry.Future[struct{}] {
+	return f.changeNone(ctx, p, "remove", func() error { return wait0(f.FS.Remove(ctx, p)) })
+}
+
+// RemoveAll implements ferry.Tree.
+func (f *FS) RemoveAll(ctx context.Context, p string) *ferry.Future[struct{}] {
+	return f.changeNone(ctx, p, "removeall", func() error { return wait0(f.FS.RemoveAll(ctx, p)) })
+}
+
+func (f *FS) changeDir(ctx context.Context, paths []string, op string, fn func() (ferry.Dir, error)) *ferry.Future[ferry.Dir] {
+	return ferry.Go(func() (ferry.Dir, error) {
+		var out ferry.Dir
+		err := f.change(ctx, paths, func() (*proto.Update, string, error) {
+			var err error
+			if out, err = fn(); err != nil {
+				return nil, "", err
+			}
+			u := &proto.Update{Op: op, Path: paths[0]}
+			if len(paths) > 1 {
+				u.To = paths[1]
+			} else {
+				u.Dir = proto.FromDir(attrsOf(out))
+			}
+			return u, "", nil
+		})
+		return out, err
+	})
+}
+
+func (f *FS) changeNone(ctx context.Context, p, op string, fn func() error) *ferry.Future[struct{}] {
+	return ferry.Go(func() (struct{}, error) {
+		return struct{}{}, f.change(ctx, []string{p}, func() (*proto.Update, string, error) {
+			if err := fn(); err != nil {
+				return nil, "", err
+			}
+			return &proto.Update{Op: op, Path: p}, "", nil
+		})
+	})
+}
+
+// --- reads ---
+
+// syncFor waits until this copy has every update of the members that
+// control p (or, for a tree, anything in it).
+func (f *FS) syncFor(ctx context.Context, p string, tree bool) error {
+	self := f.set.self.Name
+	holders := map[string]bool{}
+	if tree {
+		var rows []control.Control
+		f.set.node.View(func() { rows = f.set.tab.Rows() })
+		for _, c := range rows {
+			if c.Holder != self && (c.Covers(p) || ferry.HasPrefix(c.Path, p)) {
+				holders[c.Holder] = true
+			}
+		}
+	} else if c, ok := f.set.Controller(p); ok && c.Holder != self {
+		holders[c.Holder] = true
+	}
+	for h := range holders {
+		m, ok := f.set.member(h)
+		l := f.set.links[m.ID]
+		if !ok || l == nil {
+			continue
+		}
+		r, err := proto.NewReplicaClient(l.ctl).Sync(ctx, &proto.SyncReq{})
+		if err != nil {
+			return ferry.E("replica", p, ferry.KindUnavailable, fmt.Errorf("asking %s for its updates: %w", h, err))
+		}
+		if err := f.set.inbox.wait(ctx, m.ID, r.Run, r.Seq); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Stat implements ferry.Tree.
+func (f *FS) Stat(ctx context.Context, p string) *ferry.Future[ferry.Dir] {
+	return ferry.Go(func() (ferry.Dir, error) {
+		if err := f.syncFor(ctx, p, false); err != nil {
+			return nil, err
+		}
+		return f.FS.Stat(ctx, p).Wait()
+	})
+}
+
+// Get implements ferry.Tree.
+func (f *FS) Get(ctx context.Context, p string, off, count int64) io.ReadCloser {
+	if err := f.syncFor(ctx, p, false); err != nil {
+		return errReader{err}
+	}
+	return f.FS.Get(ctx, p, off, count)
+}
+
+// Find implements ferry.Finder.
+func (f *FS) Find(ctx context.Context, p, pred string) *ferry.Stream[ferry.Entry] {
+	if err := f.syncFor(ctx, p, true); err != nil {
+		return ferry.ErrStream[ferry.Entry](err)
+	}
+	return f.FS.Find(ctx, p, pred)
+}
+
+// FindGet implements ferry.Finder.
+func (f *FS) FindGet(ctx context.Context, p, pred string) *ferry.Stream[ferry.Entry] {
+	if err := f.syncFor(ctx, p, true); err != nil {
+		return ferry.ErrStream[ferry.Entry](err)
+	}
+	return f.FS.FindGet(ctx, p, pred)
+}
+
+// chunkFS is the chunk store's interface the server uses.
+type chunkFS interface {
+	ChunkList(ctx context.Context, path string, dir func(ferry.Dir) error, fn func(chunk.Ref) error) error
+	ReadChunk(ctx context.Context, h chunk.Hash, prefer string, buf []byte) ([]byte, error)
+	BeginPut(ctx context.Context, path string, d ferry.Dir, size int64) (*chunkstore.Put, error)
+}
+
+func (f *FS) chunks() (chunkFS, error) {
+	c, ok := ferry.As[chunkFS](f.FS)
+	if !ok {
+		return nil, ferry.E(proto.NoChunksOp, "", ferry.KindInvalid, "this server does not serve chunks")
+	}
+	return c, nil
+}
+
+// ChunkList serves a file's chunk list once this copy is current; the
+// server reads files by chunks through it.
+func (f *FS) ChunkList(ctx context.Context, p string, dir func(ferry.Dir) error, fn func(chunk.Ref) error) error {
+	c, err := f.chunks()
+	if err != nil {
+		return err
+	}
+	if err := f.syncFor(ctx, p, false); err != nil {
+		return err
+	}
+	return c.ChunkList(ctx, p, dir, fn)
+}
+
+// ReadChunk reads a chunk from this copy.
+func (f *FS) ReadChunk(ctx context.Context, h chunk.Hash, prefer string, buf []byte) ([]byte, error) {
+	c, err := f.chunks()
+	if err != nil {
+		return nil, err
+	}
+	return c.ReadChunk(ctx, h, prefer, buf)
+}
+
+// BeginPut starts a chunked put; its commit is a Put through the whole
+// stack, and so through this layer.
+func (f *FS) BeginPut(ctx context.Context, p string, d ferry.Dir, size int64) (*chunkstore.Put, error) {
+	c, err := f.chunks()
+	if err != nil {
+		return nil, err
+	}
+	return c.BeginPut(ctx, p, d, size)
+}
+
+// wait0 waits for a future of nothing.
+func wait0(f *ferry.Future[struct{}]) error {
+	_, err := f.Wait()
+	return err
+}
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+func (e errReader) Close() error             { return nil }
+
+// --- applying other members' updates ---
+
+// applyUpdate applies one of from's updates to this copy, reading the
+// rest of its content from st. An update not made under the control its
+// paths have here is refused (fenced), and an update applied before is
+// skipped.
+func (f *FS) applyUpdate(ctx context.Context, from Member, h *proto.Update, st grpc.BidiStreamingServer[proto.Update, proto.UpdateAck]) error {
+	// rest drains the pieces of content that follow h.
+	more := h.More
+	rest := func(w io.Writer) error {
+		for more {
+			m, err := st.Recv()
+			if err != nil {
+				return err
+			}
+			if m.Seq != h.Seq {
+				return ferry.E("replica.Updates", h.Path, ferry.KindInvalid, "content of another update")
+			}
+			if _, err := w.Write(m.Data); err != nil {
+				return err
+			}
+			more = m.More
+		}
+		return nil
+	}
+	if h.Seq <= f.set.inbox.last(from.ID, h.Run) {
+		return rest(io.Discard)
+	}
+	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := f.set.waitApplied(actx, max(h.Epoch, h.ToEpoch)); err != nil {
+		rest(io.Discard)
+		return err
+	}
+	fenced := ""
+	for p, epoch := range map[string]uint64{h.Path: h.Epoch, h.To: h.ToEpoch} {
+		if p == "" {
+			continue
+		}
+		if c, ok := f.set.Controller(p); !ok || c.Holder != from.Name || c.Epoch != epoch {
+			fenced = p
+		}
+	}
+	var err error
+	switch {
+	case fenced != "":
+		err = fmt.Errorf("not under %s's control of epoch %d", from.Name, h.Epoch)
+		rest(io.Discard)
+	case h.Op == "put":
+		d := proto.ToDir(h.Dir)
+		if d.Type() != ferry.TypeFile {
+			_, err = f.FS.Put(ctx, h.Path, d, ferry.Whole, nil).Wait()
+			break
+		}
+		pr, pw := io.Pipe()
+		go func() {
+			_, werr := pw.Write(h.Data)
+			if werr == nil {
+				werr = rest(pw)
+			}
+			pw.CloseWithError(werr)
+		}()
+		_, err = f.FS.Put(ctx, h.Path, d, ferry.Whole, pr).Wait()
+		pr.CloseWithError(io.ErrClosedPipe)
+	case h.Op == "remove":
+		err = wait0(f.FS.Remove(ctx, h.Path))
+	case h.Op == "removeall":
+		err = wait0(f.FS.RemoveAll(ctx, h.Path))
+	case h.Op == "move":
+		_, err = f.FS.Move(ctx, h.Path, h.To).Wait()
+	case h.Op == "link":
+		_, err = f.FS.Link(ctx, h.Path, h.To).Wait()
+	case h.Op == "wstat":
+		_, err = f.FS.Wstat(ctx, h.Path, proto.ToDir(h.Dir)).Wait()
+	default:
+		err = fmt.Errorf("unknown update %q", h.Op)
+	}
+	if err != nil {
+		// The copies may now differ; a later update of the path mends it.
+		f.set.log.Warn("replica: an update from another member was not applied", "member", from.Name, "op", h.Op, "path", h.Path, "err", err)
+	}
+	f.set.inbox.done(from.ID, h.Run, h.Seq)
+	return nil
+}
+
+// spoolDir returns the spool directory beside a log directory.
+func spoolDir(logDir string) string { return filepath.Join(logDir, "spool") }

@@ -1,0 +1,221 @@
+package replica
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/local"
+)
+
+// sites is a replica set of three members, each with its copy of the
+// tree in a directory and the replica layer over it.
+type sites struct {
+	*testSet
+	dirs map[string]string
+	fs   map[string]*FS
+}
+
+func newSites(t *testing.T, idle time.Duration) *sites {
+	s := &sites{testSet: newTestSet(t, "a", "b", "c"), dirs: map[string]string{}, fs: map[string]*FS{}}
+	for name, set := range s.sets {
+		s.dirs[name] = t.TempDir()
+		lt, err := local.NewServed(s.dirs[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := NewFS(lt, set, filepath.Join(t.TempDir(), "spool"), idle)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.fs[name] = f
+		t.Cleanup(func() {
+			f.Close()
+			lt.Close()
+		})
+	}
+	return s
+}
+
+func put(t *testing.T, f ferry.FS, p, content string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := f.Put(ctx, p, nil, ferry.Whole, strings.NewReader(content)).Wait(); err != nil {
+		t.Fatalf("put %s: %v", p, err)
+	}
+}
+
+func get(t *testing.T, f ferry.FS, p string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	r := f.Get(ctx, p, 0, -1)
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return string(b)
+}
+
+// quiet waits until every member's updates reached every other member.
+func (s *sites) quiet(t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		n := 0
+		for _, f := range s.fs {
+			n += f.out.pending()
+		}
+		if n == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d updates still pending", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// snapshot describes a copy on disk: each entry's type, mode, mtime and
+// content, the temporary directory left out.
+func snapshot(t *testing.T, dir string) string {
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if strings.HasPrefix(rel, ".ferry-tmp") {
+			return filepath.SkipDir
+		}
+		info, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s %v", rel, info.Mode())
+		if !info.IsDir() {
+			fmt.Fprintf(&b, " %d", info.ModTime().UnixNano())
+		}
+		if info.Mode().IsRegular() {
+			c, _ := os.ReadFile(p)
+			fmt.Fprintf(&b, " %q", c)
+		}
+		b.WriteString("\n")
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b.String()
+}
+
+func (s *sites) same(t *testing.T) {
+	t.Helper()
+	s.quiet(t)
+	a := snapshot(t, s.dirs["a"])
+	for _, n := range []string{"b", "c"} {
+		if got := snapshot(t, s.dirs[n]); got != a {
+			t.Fatalf("copies differ:\na:\n%s%s:\n%s", a, n, got)
+		}
+	}
+}
+
+// TestCloseToOpenAcrossSites: a read at any member after a write at
+// another returned sees that write, and a write at a second member takes
+// the control over.
+func TestCloseToOpenAcrossSites(t *testing.T) {
+	s := newSites(t, 200*time.Millisecond)
+	a, b, c := s.fs["a"], s.fs["b"], s.fs["c"]
+	for i := range 5 {
+		v := fmt.Sprint("a wrote ", i)
+		put(t, a, "/f", v)
+		if got := get(t, b, "/f"); got != v {
+			t.Fatalf("b read %q after a wrote %q", got, v)
+		}
+		if got := get(t, c, "/f"); got != v {
+			t.Fatalf("c read %q after a wrote %q", got, v)
+		}
+	}
+	put(t, b, "/f", "b wrote")
+	if got := get(t, a, "/f"); got != "b wrote" {
+		t.Fatalf("a read %q after b wrote", got)
+	}
+	if cn, ok := b.set.Controller("/f"); !ok || cn.Holder != "b" {
+		t.Fatalf("/f is controlled by %+v, want b", cn)
+	}
+	s.same(t)
+}
+
+// TestTreeOpsAcrossSites: directories, renames, links, attributes and
+// removals made at one member reach the others, in order.
+func TestTreeOpsAcrossSites(t *testing.T) {
+	s := newSites(t, 200*time.Millisecond)
+	a, b := s.fs["a"], s.fs["b"]
+	ctx := context.Background()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	_, err := a.Put(ctx, "/d", ferry.Dir{ferry.AttrType: ferry.TypeDir, ferry.AttrMode: "0750"}, ferry.Whole, nil).Wait()
+	must(err)
+	put(t, a, "/d/x", "x")
+	_, err = a.Move(ctx, "/d/x", "/d/y").Wait()
+	must(err)
+	_, err = a.Link(ctx, "/d/y", "/d/z").Wait()
+	must(err)
+	_, err = a.Wstat(ctx, "/d/y", ferry.Dir{ferry.AttrMode: "0600"}).Wait()
+	must(err)
+	_, err = a.Put(ctx, "/d/s", ferry.Dir{ferry.AttrType: ferry.TypeSymlink, ferry.AttrTarget: "y"}, ferry.Whole, nil).Wait()
+	must(err)
+	if got := get(t, b, "/d/z"); got != "x" {
+		t.Fatalf("b reads %q from the link a made", got)
+	}
+	// b works in the directory a made, then removes it all.
+	put(t, b, "/d/w", "w")
+	_, err = b.Move(ctx, "/d/w", "/top").Wait()
+	must(err)
+	s.same(t)
+	_, err = b.RemoveAll(ctx, "/d").Wait()
+	must(err)
+	_, err = b.Remove(ctx, "/top").Wait()
+	must(err)
+	if _, err := a.Stat(ctx, "/d").Wait(); ferry.KindOf(err) != ferry.KindNotExist {
+		t.Fatalf("a stats /d after b removed it: %v", err)
+	}
+	s.same(t)
+}
+
+// TestConcurrentWritersAcrossSites: members writing the same file at once
+// all succeed, one at a time, and the copies end the same.
+func TestConcurrentWritersAcrossSites(t *testing.T) {
+	s := newSites(t, 20*time.Millisecond)
+	var wg sync.WaitGroup
+	for _, n := range []string{"a", "b", "c"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 10 {
+				put(t, s.fs[n], "/shared", fmt.Sprintf("%s %d", n, i))
+				put(t, s.fs[n], "/own-"+n, fmt.Sprint(i))
+			}
+		}()
+	}
+	wg.Wait()
+	s.same(t)
+	v := get(t, s.fs["a"], "/shared")
+	if !strings.HasSuffix(v, " 9") {
+		t.Fatalf("/shared holds %q, not some member's last write", v)
+	}
+}

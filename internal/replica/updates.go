@@ -1,0 +1,323 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+
+	"google.golang.org/grpc"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/proto"
+)
+
+// piece is how much of a file's content one Update carries.
+const piece = proto.SendData
+
+// update is one change this member made, kept until every other member
+// applied it.
+type update struct {
+	h     *proto.Update // without data
+	spool string        // the content of a put, "" for none
+}
+
+// outbox holds the updates this member made under its controls, in the
+// order it made them, until every other member acknowledged them.
+type outbox struct {
+	mu      sync.Mutex
+	run     uint64
+	seq     uint64
+	log     []*update
+	acked   map[uint64]uint64 // member id -> last seq it applied
+	changed chan struct{}     // closed and replaced on each add and ack
+}
+
+func newOutbox(run uint64, peers []uint64) *outbox {
+	o := &outbox{run: run, acked: map[uint64]uint64{}, changed: make(chan struct{})}
+	for _, id := range peers {
+		o.acked[id] = 0
+	}
+	return o
+}
+
+func (o *outbox) notifyLocked() {
+	close(o.changed)
+	o.changed = make(chan struct{})
+}
+
+// add queues an update for every other member and returns its seq.
+func (o *outbox) add(h *proto.Update, spool string) uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.seq++
+	h.Run, h.Seq = o.run, o.seq
+	if len(o.acked) == 0 {
+		if spool != "" {
+			os.Remove(spool)
+		}
+		return o.seq
+	}
+	o.log = append(o.log, &update{h: h, spool: spool})
+	o.notifyLocked()
+	return o.seq
+}
+
+// last returns the seq of the last update queued.
+func (o *outbox) last() uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.seq
+}
+
+// applied reports whether every other member applied seq.
+func (o *outbox) applied(seq uint64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, a := range o.acked {
+		if a < seq {
+			return false
+		}
+	}
+	return true
+}
+
+// ack records that member id applied up to seq, and drops what every
+// member has.
+func (o *outbox) ack(id, seq uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if seq <= o.acked[id] {
+		return
+	}
+	o.acked[id] = seq
+	low := seq
+	for _, a := range o.acked {
+		low = min(low, a)
+	}
+	n := 0
+	for n < len(o.log) && o.log[n].h.Seq <= low {
+		if o.log[n].spool != "" {
+			os.Remove(o.log[n].spool)
+		}
+		n++
+	}
+	o.log = o.log[n:]
+	o.notifyLocked()
+}
+
+// next waits for the first update after seq that member id has not
+// acknowledged.
+func (o *outbox) next(ctx context.Context, after uint64) (*update, error) {
+	for {
+		o.mu.Lock()
+		for _, u := range o.log {
+			if u.h.Seq > after {
+				o.mu.Unlock()
+				return u, nil
+			}
+		}
+		ch := o.changed
+		o.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+// pending returns how many updates wait for some member.
+func (o *outbox) pending() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return len(o.log)
+}
+
+// streamUpdates sends this member's updates to l's member, from the first
+// it has not acknowledged, until the stream fails or ctx ends.
+func (f *FS) streamUpdates(ctx context.Context, l *link) error {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	st, err := proto.NewReplicaClient(l.bulk).Updates(sctx)
+	if err != nil {
+		return err
+	}
+	errc := make(chan error, 1)
+	go func() {
+		for {
+			a, err := st.Recv()
+			if err != nil {
+				errc <- err
+				cancel()
+				return
+			}
+			if a.Run == f.out.run {
+				f.out.ack(l.m.ID, a.Seq)
+			}
+		}
+	}()
+	f.out.mu.Lock()
+	after := f.out.acked[l.m.ID]
+	f.out.mu.Unlock()
+	for {
+		u, err := f.out.next(sctx, after)
+		if err != nil {
+			select {
+			case err = <-errc:
+			default:
+			}
+			return err
+		}
+		if err := sendUpdate(st, u); err != nil {
+			return err
+		}
+		after = u.h.Seq
+	}
+}
+
+// sendUpdate sends u's header and then its content, if any, in pieces.
+func sendUpdate(st grpc.BidiStreamingClient[proto.Update, proto.UpdateAck], u *update) error {
+	if u.spool == "" {
+		return st.Send(u.h)
+	}
+	f, err := os.Open(u.spool)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	buf := make([]byte, piece)
+	first := true
+	for {
+		n, rerr := io.ReadFull(f, buf)
+		if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
+			return rerr
+		}
+		done := rerr != nil
+		m := &proto.Update{Seq: u.h.Seq, Run: u.h.Run, Data: buf[:n], More: !done}
+		if first {
+			m = pbClone(u.h)
+			m.Data, m.More = buf[:n], !done
+			first = false
+		}
+		if err := st.Send(m); err != nil {
+			return err
+		}
+		if done {
+			return nil
+		}
+	}
+}
+
+func pbClone(h *proto.Update) *proto.Update {
+	return &proto.Update{Run: h.Run, Seq: h.Seq, Epoch: h.Epoch, Op: h.Op, Path: h.Path, To: h.To, Dir: h.Dir}
+}
+
+// inbox records, per member, the last of its updates applied here.
+type inbox struct {
+	mu      sync.Mutex
+	from    map[uint64][2]uint64 // member id -> run, seq
+	changed chan struct{}
+}
+
+func newInbox() *inbox {
+	return &inbox{from: map[uint64][2]uint64{}, changed: make(chan struct{})}
+}
+
+// done records that id's update (run, seq) is applied.
+func (in *inbox) done(id, run, seq uint64) {
+	in.mu.Lock()
+	in.from[id] = [2]uint64{run, seq}
+	close(in.changed)
+	in.changed = make(chan struct{})
+	in.mu.Unlock()
+}
+
+// last returns the last update of id's run applied here.
+func (in *inbox) last(id, run uint64) uint64 {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if f := in.from[id]; f[0] == run {
+		return f[1]
+	}
+	return 0
+}
+
+// wait waits until id's update (run, seq) is applied here, or a later
+// run's.
+func (in *inbox) wait(ctx context.Context, id, run, seq uint64) error {
+	for {
+		in.mu.Lock()
+		f, ch := in.from[id], in.changed
+		in.mu.Unlock()
+		if f[0] > run || f[0] == run && f[1] >= seq || seq == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ferry.E("replica", "", ferry.KindUnavailable, fmt.Sprintf("waiting for another member's update %d: %v", seq, ctx.Err()))
+		case <-ch:
+		}
+	}
+}
+
+// Updates applies another member's updates in the order it made them.
+func (r receiver) Updates(st grpc.BidiStreamingServer[proto.Update, proto.UpdateAck]) error {
+	from, err := r.set.caller(st.Context())
+	if err != nil {
+		return err
+	}
+	f := r.set.fs.Load()
+	if f == nil {
+		return ferry.E("replica.Updates", "", ferry.KindUnavailable, "this member serves no tree yet")
+	}
+	for {
+		h, err := st.Recv()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if err := f.applyUpdate(st.Context(), from, h, st); err != nil {
+			return err
+		}
+		if err := st.Send(&proto.UpdateAck{Run: h.Run, Seq: h.Seq}); err != nil {
+			return err
+		}
+	}
+}
+
+// Applied answers once this member applied the log up to the index asked.
+func (r receiver) Applied(ctx context.Context, q *proto.AppliedReq) (*proto.AppliedReply, error) {
+	if _, err := r.set.caller(ctx); err != nil {
+		return nil, err
+	}
+	return &proto.AppliedReply{}, r.set.waitApplied(ctx, q.Index)
+}
+
+// Sync returns the last update this member queued.
+func (r receiver) Sync(ctx context.Context, _ *proto.SyncReq) (*proto.SyncReply, error) {
+	if _, err := r.set.caller(ctx); err != nil {
+		return nil, err
+	}
+	f := r.set.fs.Load()
+	if f == nil {
+		return &proto.SyncReply{Run: r.set.run}, nil
+	}
+	return &proto.SyncReply{Run: f.out.run, Seq: f.out.last()}, nil
+}
+
+// Revoke marks this member's control over a path to be given up as soon
+// as the other members have its updates.
+func (r receiver) Revoke(ctx context.Context, q *proto.RevokeReq) (*proto.RevokeReply, error) {
+	if _, err := r.set.caller(ctx); err != nil {
+		return nil, err
+	}
+	if f := r.set.fs.Load(); f != nil {
+		f.revoke(q.Path)
+	}
+	return &proto.RevokeReply{}, nil
+}
