@@ -73,19 +73,46 @@ func TestReplicaSet(t *testing.T) {
 	}
 	es["c"].run(true, "ctl", es["c"].host, "pass", "grant", "/doc")
 	wait("b", "controls: 2 (0 here)")
+	es["a"].run(true, "ctl", es["a"].host, "pass", "release", "/src")
+	es["c"].run(true, "ctl", es["c"].host, "pass", "release", "/doc")
+	wait("b", "controls: 0 (0 here)")
 
-	// Each member still serves its clients, by chunks too.
+	// A file put through b (by chunks) is read at a and c at once, and
+	// lands in every member's directory.
 	big := strings.Repeat("ferry replica ", 20000)
 	src := filepath.Join(t.TempDir(), "f")
 	if err := os.WriteFile(src, []byte(big), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	es["b"].run(true, "put", src, es["b"].at("/f"))
-	if got, err := os.ReadFile(filepath.Join(es["b"].dir, "f")); err != nil || string(got) != big {
-		t.Fatalf("put through member b: %v", err)
+	for _, n := range []string{"a", "c"} {
+		if got, _ := es[n].run(true, "cat", es[n].at("/f")); got != big {
+			t.Fatalf("%s read %d bytes of what b put (%d)", n, len(got), len(big))
+		}
 	}
 	out, _ = es["b"].run(true, "ctl", es["b"].host)
 	if !strings.Contains(out, "calls.putchunked: 1") || !strings.Contains(out, "[replica]") {
 		t.Errorf("b's control file:\n%s", out)
+	}
+	// A write at c takes the control over; b reads it.
+	if err := os.WriteFile(src, []byte("c wrote"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	es["c"].run(true, "put", src, es["c"].at("/f"))
+	if got, _ := es["b"].run(true, "cat", es["b"].at("/f")); got != "c wrote" {
+		t.Fatalf("b read %q after c wrote", got)
+	}
+	for _, n := range names {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			got, err := os.ReadFile(filepath.Join(es[n].dir, "f"))
+			if err == nil && string(got) == "c wrote" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s's directory holds %q, %v", n, got, err)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
 	}
 }

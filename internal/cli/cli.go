@@ -186,8 +186,12 @@ checked against FILE), and agrees with them, on a raft log kept in
 --replica-log, which member controls which part of the tree. The control
 file's [replica] section shows the set, its leader and the controls held;
 "pass grant PATH [deep]", "pass release PATH" and "pass leader NAME" act on
-them. Serving, forwarding and copying files by that agreement is not built
-yet: each member serves its own DIR.
+them. Each member keeps a full copy in its DIR: a change is made under a
+control this member holds (asked of the set, or of the member holding it),
+then copied to the others in order; a read of what another member controls
+waits for that member's updates, so an open after a close at another site
+sees the close. Start every member on the same tree (or on empty ones): a
+member does not yet catch up with changes made while it was away.
 
 Limitations: all admitted users have the server process's rights on DIR;
 a real file named Ctl at the top of DIR is shadowed by the control file.`,
@@ -302,12 +306,17 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 	staging := filepath.Join(home, "staging", filepath.Base(ix.dir))
 	var served ferry.FS = tree
 	if rs.members != "" {
-		set, err := joinSet(rs, key, home, ix.dir, log)
+		set, err := joinSet(&rs, key, home, ix.dir, log)
 		if err != nil {
 			return err
 		}
 		defer set.Close()
-		served = ctl.New("replica", tree, set)
+		rfs, err := replica.NewFS(tree, set, filepath.Join(rs.logDir, "spool"), replica.DefaultIdle)
+		if err != nil {
+			return err
+		}
+		defer rfs.Close()
+		served = ctl.New("replica", rfs, set)
 		fmt.Fprintf(stderr, "ferry: member %s of the replica set in %s, listening for members on %s\n", set.Self().Name, rs.members, set.Self().Addr)
 	}
 	srv, err := server.New(server.Config{FS: served, Key: key, Auth: az, Version: Version, Log: log, Level: level, ReadAheadFixed: tune.readAheadFixed, MetricsPerConn: tune.metricsPerConn, StagingDir: staging})
@@ -357,7 +366,7 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 }
 
 // joinSet opens this server's part of the replica set rs names.
-func joinSet(rs replicaOpts, key ed25519.PrivateKey, home, indexDir string, log *slog.Logger) (*replica.Set, error) {
+func joinSet(rs *replicaOpts, key ed25519.PrivateKey, home, indexDir string, log *slog.Logger) (*replica.Set, error) {
 	ms, err := replica.LoadMembers(rs.members)
 	if err != nil {
 		return nil, err

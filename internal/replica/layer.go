@@ -61,6 +61,7 @@ type use struct {
 	seq       uint64    // the last update made under it
 	busy      int       // changes in progress under it
 	revoked   bool      // another member asked for it
+	pinned    bool      // granted by an administrator's command: kept until released
 	releasing bool
 }
 
@@ -244,6 +245,19 @@ func (f *FS) askRevoke(ctx context.Context, c control.Control) {
 	}
 }
 
+// pin keeps the control at p, granted by an administrator, until pinned
+// is false.
+func (f *FS) pin(p string, pinned bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	u := f.held[p]
+	if u == nil {
+		u = &use{last: time.Now()}
+		f.held[p] = u
+	}
+	u.pinned = pinned
+}
+
 // revoke marks the control covering p to be given up.
 func (f *FS) revoke(p string) {
 	c, ok := f.set.Controller(p)
@@ -280,7 +294,7 @@ func (f *FS) releaser(ctx context.Context) {
 				u = &use{} // held from before a restart, or granted for another
 				f.held[c.Path] = u
 			}
-			ready := u.busy == 0 && !u.releasing && (u.revoked || time.Since(u.last) >= f.idle) && f.out.applied(u.seq)
+			ready := u.busy == 0 && !u.releasing && !u.pinned && (u.revoked || time.Since(u.last) >= f.idle) && f.out.applied(u.seq)
 			if ready {
 				u.releasing = true
 			}

@@ -246,6 +246,9 @@ func (s *Set) Command(ctx context.Context, args []string) error {
 		if !r.OK {
 			return ferry.E(op, p, ferry.KindUnavailable, r.Reason)
 		}
+		if f := s.fs.Load(); f != nil {
+			f.pin(r.Controls[0].Path, true) // the replica layer would release it idle
+		}
 		return nil
 	case args[0] == "release" && len(args) == 2:
 		p, err := ferry.CleanPath(args[1])
@@ -255,6 +258,10 @@ func (s *Set) Command(ctx context.Context, args []string) error {
 		c, ok := s.Controller(p)
 		if !ok || c.Holder != s.self.Name || c.Path != p {
 			return ferry.E(op, p, ferry.KindNotExist, "not controlled here")
+		}
+		if f := s.fs.Load(); f != nil {
+			f.pin(p, false) // released when its updates are everywhere
+			return nil
 		}
 		_, err = s.Release(ctx, c)
 		return err
