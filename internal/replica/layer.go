@@ -57,6 +57,7 @@ type FS struct {
 
 // use is what this member does with a control it holds.
 type use struct {
+	epoch     uint64
 	last      time.Time // of the last change under it
 	seq       uint64    // the last update made under it
 	busy      int       // changes in progress under it
@@ -124,37 +125,48 @@ func (f *FS) acquire(ctx context.Context, paths ...string) (done func(seq uint64
 	self := f.set.self.Name
 	wait := 5 * time.Millisecond
 	triedParent := map[string]bool{}
+	// reserved are controls granted to this call, kept busy until it uses
+	// them: a control released before its first use (idle while the
+	// grant spread, or revoked by a rival) would starve both.
+	var reserved []*use
+	defer func() {
+		f.mu.Lock()
+		for _, u := range reserved {
+			u.busy--
+		}
+		f.mu.Unlock()
+	}()
 	for {
 		var need []string
-		var got []string
+		var got []*use
 		f.mu.Lock()
 		ok := true
 		for _, p := range paths {
 			c, covered := f.set.Controller(p)
-			switch {
-			case !covered || c.Holder != self:
+			if !covered || c.Holder != self {
 				need = append(need, p)
-			case f.held[c.Path] != nil && f.held[c.Path].releasing:
-				ok = false // being given up: wait, then ask again
-			default:
-				got = append(got, c.Path)
+				continue
 			}
+			u := f.useLocked(c)
+			if u.releasing {
+				ok = false // being given up: wait, then ask again
+				continue
+			}
+			got = append(got, u)
 		}
 		if ok && len(need) == 0 {
-			for _, cp := range got {
-				u := f.held[cp]
-				if u == nil {
-					u = &use{}
-					f.held[cp] = u
-				}
+			for _, u := range got {
 				u.busy++
 			}
+			for _, u := range reserved {
+				u.busy--
+			}
+			reserved = nil
 			f.mu.Unlock()
 			return func(seq uint64) {
 				f.mu.Lock()
 				defer f.mu.Unlock()
-				for _, cp := range got {
-					u := f.held[cp]
+				for _, u := range got {
 					u.busy--
 					u.last = time.Now()
 					u.seq = max(u.seq, seq)
@@ -178,9 +190,9 @@ func (f *FS) acquire(ctx context.Context, paths ...string) (done func(seq uint64
 			if res.OK {
 				f.mu.Lock()
 				for _, c := range res.Controls {
-					if f.held[c.Path] == nil {
-						f.held[c.Path] = &use{last: time.Now()} // not idle before its first use
-					}
+					u := f.useLocked(c)
+					u.busy++
+					reserved = append(reserved, u)
 				}
 				f.mu.Unlock()
 				if err := f.everyoneApplied(ctx, res.Controls); err != nil {
@@ -199,6 +211,17 @@ func (f *FS) acquire(ctx context.Context, paths ...string) (done func(seq uint64
 		}
 		wait = min(2*wait, 200*time.Millisecond)
 	}
+}
+
+// useLocked returns this member's use of its control c, new for a new
+// grant: a use belongs to one epoch of the control.
+func (f *FS) useLocked(c control.Control) *use {
+	u := f.held[c.Path]
+	if u == nil || u.epoch != c.Epoch {
+		u = &use{epoch: c.Epoch, last: time.Now()}
+		f.held[c.Path] = u
+	}
+	return u
 }
 
 // everyoneApplied waits until every other member applied the grants of cs,
@@ -247,15 +270,10 @@ func (f *FS) askRevoke(ctx context.Context, c control.Control) {
 
 // pin keeps the control at p, granted by an administrator, until pinned
 // is false.
-func (f *FS) pin(p string, pinned bool) {
+func (f *FS) pin(c control.Control, pinned bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	u := f.held[p]
-	if u == nil {
-		u = &use{last: time.Now()}
-		f.held[p] = u
-	}
-	u.pinned = pinned
+	f.useLocked(c).pinned = pinned
 }
 
 // revoke marks the control covering p to be given up.
@@ -266,12 +284,7 @@ func (f *FS) revoke(p string) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	u := f.held[c.Path]
-	if u == nil {
-		u = &use{}
-		f.held[c.Path] = u
-	}
-	u.revoked = true
+	f.useLocked(c).revoked = true
 }
 
 // releaser gives up controls idle for f.idle, or revoked, once every other
@@ -289,11 +302,11 @@ func (f *FS) releaser(ctx context.Context) {
 		f.set.node.View(func() { rows = f.set.tab.Held(f.set.self.Name) })
 		for _, c := range rows {
 			f.mu.Lock()
-			u := f.held[c.Path]
-			if u == nil {
-				u = &use{} // held from before a restart, or granted for another
-				f.held[c.Path] = u
+			if u := f.held[c.Path]; u != nil && u.epoch != c.Epoch {
+				f.mu.Unlock()
+				continue // the row is older than what this member uses
 			}
+			u := f.useLocked(c) // new for one held from before a restart
 			ready := u.busy == 0 && !u.releasing && !u.pinned && (u.revoked || time.Since(u.last) >= f.idle) && f.out.applied(u.seq)
 			if ready {
 				u.releasing = true
@@ -308,7 +321,7 @@ func (f *FS) releaser(ctx context.Context) {
 			f.mu.Lock()
 			if err != nil {
 				u.releasing = false
-			} else {
+			} else if f.held[c.Path] == u {
 				delete(f.held, c.Path)
 			}
 			f.mu.Unlock()

@@ -25,7 +25,12 @@ type sites struct {
 }
 
 func newSites(t *testing.T, idle time.Duration) *sites {
-	s := &sites{testSet: newTestSet(t, "a", "b", "c"), dirs: map[string]string{}, fs: map[string]*FS{}}
+	return newDelayedSites(t, idle, 0)
+}
+
+// newDelayedSites is newSites with sites 2*oneWay apart.
+func newDelayedSites(t *testing.T, idle, oneWay time.Duration) *sites {
+	s := &sites{testSet: newDelayedSet(t, oneWay, "a", "b", "c"), dirs: map[string]string{}, fs: map[string]*FS{}}
 	for name, set := range s.sets {
 		s.dirs[name] = t.TempDir()
 		lt, err := local.NewServed(s.dirs[name])

@@ -28,6 +28,9 @@ type Config struct {
 	Members []Member
 	Key     ed25519.PrivateKey // the server's key; its fingerprint names this member
 	LogDir  string             // where the raft log lives
+	// Listen is where to listen for the other members, if not this
+	// member's address in Members (behind a proxy or a NAT).
+	Listen string
 	// Tick is raft's clock (default 100 ms): a heartbeat each tick, an
 	// election after 10 to 20 without one.
 	Tick time.Duration
@@ -77,9 +80,13 @@ func Open(cfg Config) (*Set, error) {
 	if cfg.Tick == 0 {
 		cfg.Tick = 100 * time.Millisecond
 	}
-	lis, err := net.Listen("tcp", s.self.Addr)
+	listen := cfg.Listen
+	if listen == "" {
+		listen = s.self.Addr
+	}
+	lis, err := net.Listen("tcp", listen)
 	if err != nil {
-		return nil, ferry.E(op, s.self.Addr, ferry.KindUnavailable, err)
+		return nil, ferry.E(op, listen, ferry.KindUnavailable, err)
 	}
 	s.lis = lis
 	if s.disk, err = consensus.OpenDisk(cfg.LogDir); err != nil {
@@ -247,7 +254,7 @@ func (s *Set) Command(ctx context.Context, args []string) error {
 			return ferry.E(op, p, ferry.KindUnavailable, r.Reason)
 		}
 		if f := s.fs.Load(); f != nil {
-			f.pin(r.Controls[0].Path, true) // the replica layer would release it idle
+			f.pin(r.Controls[0], true) // the replica layer would release it idle
 		}
 		return nil
 	case args[0] == "release" && len(args) == 2:
@@ -260,7 +267,7 @@ func (s *Set) Command(ctx context.Context, args []string) error {
 			return ferry.E(op, p, ferry.KindNotExist, "not controlled here")
 		}
 		if f := s.fs.Load(); f != nil {
-			f.pin(p, false) // released when its updates are everywhere
+			f.pin(c, false) // released when its updates are everywhere
 			return nil
 		}
 		_, err = s.Release(ctx, c)

@@ -16,6 +16,7 @@ import (
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/auth"
 	"github.com/ferryfs/ferry/internal/proto"
+	"github.com/ferryfs/ferry/internal/servertest"
 )
 
 func TestParseMembers(t *testing.T) {
@@ -66,16 +67,29 @@ func newKey(t *testing.T) ed25519.PrivateKey {
 type testSet struct {
 	members []Member
 	keys    map[string]ed25519.PrivateKey
+	listen  map[string]string // where a member listens, if not its address
 	sets    map[string]*Set
 	dir     string
 }
 
 func newTestSet(t *testing.T, names ...string) *testSet {
-	ts := &testSet{keys: map[string]ed25519.PrivateKey{}, sets: map[string]*Set{}, dir: t.TempDir()}
+	return newDelayedSet(t, 0, names...)
+}
+
+// newDelayedSet is newTestSet with every member reached through a proxy
+// that delays each byte oneWay each way: members 2*oneWay apart in round
+// trip.
+func newDelayedSet(t *testing.T, oneWay time.Duration, names ...string) *testSet {
+	ts := &testSet{keys: map[string]ed25519.PrivateKey{}, listen: map[string]string{}, sets: map[string]*Set{}, dir: t.TempDir()}
 	for _, n := range names {
 		k := newKey(t)
 		ts.keys[n] = k
-		ts.members = append(ts.members, Member{Name: n, Addr: freeAddr(t), ID: memberID(n),
+		addr := freeAddr(t)
+		if oneWay > 0 {
+			ts.listen[n] = addr
+			addr = servertest.DelayProxy(t, addr, oneWay)
+		}
+		ts.members = append(ts.members, Member{Name: n, Addr: addr, ID: memberID(n),
 			Fingerprint: auth.Fingerprint(k.Public().(ed25519.PublicKey))})
 	}
 	for _, n := range names {
@@ -90,7 +104,8 @@ func newTestSet(t *testing.T, names ...string) *testSet {
 }
 
 func (ts *testSet) start(t *testing.T, name string) {
-	s, err := Open(Config{Members: ts.members, Key: ts.keys[name], LogDir: filepath.Join(ts.dir, name), Tick: 20 * time.Millisecond})
+	s, err := Open(Config{Members: ts.members, Key: ts.keys[name], LogDir: filepath.Join(ts.dir, name),
+		Tick: 20 * time.Millisecond, Listen: ts.listen[name]})
 	if err != nil {
 		t.Fatal(err)
 	}
