@@ -2,7 +2,9 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -41,7 +43,7 @@ func TestReplicaSet(t *testing.T) {
 	}
 	es := map[string]*env{}
 	for _, n := range names {
-		es[n] = startIn(t, homes[n], nil, "--members", members)
+		es[n] = startIn(t, homes[n], nil, "--members", members, "--metrics", "127.0.0.1:0")
 	}
 	// ctl reads a member's control file until it shows want.
 	wait := func(n, want string) string {
@@ -101,6 +103,17 @@ func TestReplicaSet(t *testing.T) {
 	es["c"].run(true, "put", src, es["c"].at("/f"))
 	if got, _ := es["b"].run(true, "cat", es["b"].at("/f")); got != "c wrote" {
 		t.Fatalf("b read %q after c wrote", got)
+	}
+	resp, err := http.Get("http://" + es["b"].metrics + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{"ferry_replica_grants_total{result=\"granted\"}", "ferry_replica_update_lag{member=\"a\"}", "ferry_calls_total"} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("b's metrics lack %s", want)
+		}
 	}
 	for _, n := range names {
 		deadline := time.Now().Add(10 * time.Second)

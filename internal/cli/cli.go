@@ -305,9 +305,9 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 	// clients (the server drops what waited longer than an hour).
 	staging := filepath.Join(home, "staging", filepath.Base(ix.dir))
 	var served ferry.FS = tree
+	var set *replica.Set
 	if rs.members != "" {
-		set, err := joinSet(&rs, key, home, ix.dir, log)
-		if err != nil {
+		if set, err = joinSet(&rs, key, home, ix.dir, log); err != nil {
 			return err
 		}
 		defer set.Close()
@@ -343,6 +343,9 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 			return ferry.E("serve", metrics, ferry.KindUnavailable, err)
 		}
 		reg := prometheus.NewRegistry()
+		if set != nil {
+			reg.MustRegister(set.Collector())
+		}
 		reg.MustRegister(srv.Collector(),
 			// The runtime's and the process's own: memory, threads,
 			// descriptors, CPU.

@@ -21,29 +21,37 @@ const dedupeWindow = 4096
 // proposals within a run (key). Once a run's proposal is applied, the
 // proposals of the member's earlier runs are skipped: nobody waits for
 // them, and a restarted member relearns what it holds from the table.
+//
+// Each proposal's result is kept with it (the session table of Raft's
+// dissertation, 6.3): a member that learned of its own proposal from a
+// snapshot rather than by applying it gets the result when the copy it
+// proposes again is skipped.
 type dedupe map[uint64]*proposer
 
 type proposer struct {
 	nonce uint64
 	max   uint64
-	seen  map[uint64]bool
+	seen  map[uint64][]byte // key -> the machine's result
 }
 
-// first reports whether the proposal is seen for the first time, and
-// records it.
-func (d dedupe) first(id, nonce, key uint64) bool {
+// first reports whether the proposal is seen for the first time; if not,
+// it returns the result it had, if still known.
+func (d dedupe) first(id, nonce, key uint64) ([]byte, bool) {
 	p := d[id]
 	switch {
 	case p == nil || nonce > p.nonce:
-		p = &proposer{nonce: nonce, seen: map[uint64]bool{}}
+		p = &proposer{nonce: nonce, seen: map[uint64][]byte{}}
 		d[id] = p
 	case nonce < p.nonce:
-		return false
+		return nil, false
 	}
-	if p.seen[key] || key+dedupeWindow <= p.max {
-		return false
+	if res, ok := p.seen[key]; ok {
+		return res, false
 	}
-	p.seen[key] = true
+	if key+dedupeWindow <= p.max {
+		return nil, false
+	}
+	p.seen[key] = nil
 	if key > p.max {
 		p.max = key
 		if len(p.seen) > 2*dedupeWindow {
@@ -54,7 +62,16 @@ func (d dedupe) first(id, nonce, key uint64) bool {
 			}
 		}
 	}
-	return true
+	return nil, true
+}
+
+// result records the result of a proposal first applied.
+func (d dedupe) result(id, key uint64, res []byte) {
+	if p := d[id]; p != nil {
+		if _, ok := p.seen[key]; ok {
+			p.seen[key] = res
+		}
+	}
 }
 
 // encode appends d to b, deterministically.
@@ -80,6 +97,8 @@ func (d dedupe) encode(b []byte) []byte {
 		b = binary.AppendUvarint(b, uint64(len(keys)))
 		for _, k := range keys {
 			b = binary.AppendUvarint(b, k)
+			b = binary.AppendUvarint(b, uint64(len(p.seen[k])))
+			b = append(b, p.seen[k]...)
 		}
 	}
 	return b
@@ -110,13 +129,15 @@ func decodeDedupe(b []byte) (dedupe, []byte, error) {
 		if !ok1 || !ok2 || !ok3 || !ok4 || nk > uint64(len(b)) || d[id] != nil {
 			return nil, nil, errSnapshot
 		}
-		p := &proposer{nonce: nonce, max: max, seen: make(map[uint64]bool, nk)}
+		p := &proposer{nonce: nonce, max: max, seen: make(map[uint64][]byte, nk)}
 		for range nk {
-			k, ok := next()
-			if !ok || k > max {
+			k, ok1 := next()
+			n, ok2 := next()
+			if !ok1 || !ok2 || k > max || n > uint64(len(b)) {
 				return nil, nil, errSnapshot
 			}
-			p.seen[k] = true
+			p.seen[k] = append([]byte(nil), b[:n]...)
+			b = b[n:]
 		}
 		d[id] = p
 	}

@@ -204,7 +204,8 @@ func (n *Node) Status() Status {
 		Applied: n.p.applied, State: st.RaftState.String(), Err: n.err}
 }
 
-// Stop stops the node; the caller then closes its Disk.
+// Stop stops the node; the caller then closes its Disk. Calls after it
+// fail with ErrStopped and touch neither raft nor the Disk.
 func (n *Node) Stop() {
 	select {
 	case <-n.stop:
@@ -212,6 +213,11 @@ func (n *Node) Stop() {
 		close(n.stop)
 	}
 	<-n.done
+	n.mu.Lock()
+	if n.err == nil {
+		n.err = ErrStopped
+	}
+	n.mu.Unlock()
 }
 
 // nextRun counts the member's starts, so that each run's proposals are

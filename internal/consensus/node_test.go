@@ -57,7 +57,7 @@ func startMember(t *testing.T, l *loop, id uint64, dir string) *member {
 		t.Fatal(err)
 	}
 	tab := control.New()
-	n, err := Start(Config{ID: id, Peers: []uint64{1, 2, 3}, SnapshotEvery: 32}, disk, tab, l, 5*time.Millisecond)
+	n, err := Start(Config{ID: id, Peers: []uint64{1, 2, 3}, SnapshotEvery: 32}, disk, tab, l, 20*time.Millisecond)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -210,11 +210,19 @@ func (p *peer) apply(e raftpb.Entry) error {
 		if err != nil {
 			return fmt.Errorf("consensus: entry %d: %w", e.Index, err)
 		}
-		if !p.dedupe.first(id, nonce, key) {
-			return nil // logged twice, or from an earlier run
+		mine := id == p.cfg.ID && nonce == p.nonce && p.done != nil
+		res, first := p.dedupe.first(id, nonce, key)
+		if !first {
+			// Logged twice, or from an earlier run: not applied again,
+			// but answered if this member waits for it.
+			if mine && res != nil {
+				p.done(key, res)
+			}
+			return nil
 		}
-		res := p.sm.Apply(e.Index, cmd)
-		if id == p.cfg.ID && nonce == p.nonce && p.done != nil {
+		res = p.sm.Apply(e.Index, cmd)
+		p.dedupe.result(id, key, res)
+		if mine {
 			p.done(key, res)
 		}
 	case raftpb.EntryConfChange:

@@ -2,6 +2,7 @@ package consensus
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 )
 
@@ -56,12 +57,19 @@ func TestDedupe(t *testing.T) {
 		{1, 2, 5, false}, // far behind the window
 	}
 	for i, s := range steps {
-		if got := d.first(s.id, s.nonce, s.key); got != s.first {
+		if _, got := d.first(s.id, s.nonce, s.key); got != s.first {
 			t.Fatalf("step %d: first %v, want %v", i, got, s.first)
 		}
+		d.result(s.id, s.key, []byte(fmt.Sprint("result ", i)))
 	}
 	d2, rest, err := decodeDedupe(d.encode(nil))
-	if err != nil || len(rest) != 0 || d2.first(1, 2, dedupeWindow+10) || !d2.first(1, 2, dedupeWindow+11) {
-		t.Fatalf("decoded dedupe differs: %v", err)
+	if err != nil || len(rest) != 0 {
+		t.Fatalf("decoded dedupe: %v", err)
+	}
+	if res, first := d2.first(1, 2, dedupeWindow+10); first || string(res) != "result 7" {
+		t.Fatalf("a duplicate after a snapshot: first %v, result %q", first, res)
+	}
+	if _, first := d2.first(1, 2, dedupeWindow+11); !first {
+		t.Fatal("a new proposal after a snapshot is taken for a duplicate")
 	}
 }

@@ -46,6 +46,7 @@ type simNode struct {
 	runs    uint64
 	waiting map[uint64][]byte // proposals not yet answered, by key
 	gaveUp  map[uint64]bool   // proposals whose caller stopped waiting
+	results map[uint64][]byte // answers given, by key
 }
 
 type simMsg struct {
@@ -106,7 +107,7 @@ func (s *sim) ids() []uint64 {
 func (s *sim) start(nd *simNode) {
 	nd.runs++
 	nd.tab = control.New()
-	nd.waiting, nd.gaveUp = map[uint64][]byte{}, map[uint64]bool{}
+	nd.waiting, nd.gaveUp, nd.results = map[uint64][]byte{}, map[uint64]bool{}, map[uint64][]byte{}
 	p, err := newPeer(Config{ID: nd.id, Peers: s.ids(), ElectionTicks: 10, SnapshotEvery: 16},
 		nd.mem, nil, checked{nd.tab, s, nd.id}, nd.runs)
 	if err != nil {
@@ -114,6 +115,14 @@ func (s *sim) start(nd *simNode) {
 		return
 	}
 	p.done = func(key uint64, res []byte) {
+		if prev, ok := nd.results[key]; ok {
+			// A proposal logged twice is answered again, alike.
+			if string(prev) != string(res) {
+				s.fail("node %d answered proposal %d twice, differently", nd.id, key)
+			}
+			return
+		}
+		nd.results[key] = res
 		if _, ok := nd.waiting[key]; !ok && !nd.gaveUp[key] {
 			s.fail("node %d answered proposal %d it is not waiting for", nd.id, key)
 		}

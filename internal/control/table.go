@@ -353,3 +353,17 @@ func DecodeResult(data []byte) (Result, error) {
 	}
 	return Result{OK: r.Ok, Controls: FromProto(r.Controls), Reason: r.Reason}, nil
 }
+
+// Granted returns the member a command asks a grant for, if it is a grant:
+// a set's leader moves toward the member granted most.
+func Granted(data []byte) (string, bool) {
+	var cmd proto.ControlCmd
+	if err := pb.Unmarshal(data, &cmd); err != nil {
+		return "", false
+	}
+	g, ok := cmd.Cmd.(*proto.ControlCmd_Grant)
+	if !ok {
+		return "", false
+	}
+	return g.Grant.GetServer(), true
+}

@@ -262,6 +262,7 @@ func (f *FS) askRevoke(ctx context.Context, c control.Control) {
 		return
 	}
 	if l := f.set.links[m.ID]; l != nil {
+		f.set.stats.revokesSent.Add(1)
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
 		proto.NewReplicaClient(l.ctl).Revoke(rctx, &proto.RevokeReq{Path: c.Path}) // best effort: the grant is asked again
@@ -321,8 +322,11 @@ func (f *FS) releaser(ctx context.Context) {
 			f.mu.Lock()
 			if err != nil {
 				u.releasing = false
-			} else if f.held[c.Path] == u {
-				delete(f.held, c.Path)
+			} else {
+				f.set.stats.released.Add(1)
+				if f.held[c.Path] == u {
+					delete(f.held, c.Path)
+				}
 			}
 			f.mu.Unlock()
 		}
@@ -700,6 +704,11 @@ func (f *FS) applyUpdate(ctx context.Context, from Member, h *proto.Update, st g
 		_, err = f.FS.Wstat(ctx, h.Path, proto.ToDir(h.Dir)).Wait()
 	default:
 		err = fmt.Errorf("unknown update %q", h.Op)
+	}
+	if fenced != "" {
+		f.set.stats.fenced.Add(1)
+	} else {
+		f.set.stats.applied.Add(1)
 	}
 	if err != nil {
 		// The copies may now differ; a later update of the path mends it.

@@ -34,7 +34,11 @@ type Config struct {
 	// Tick is raft's clock (default 100 ms): a heartbeat each tick, an
 	// election after 10 to 20 without one.
 	Tick time.Duration
-	Log  *slog.Logger
+	// LeaderEvery is how often the leader looks whether another member
+	// asks for most grants and hands it the leadership (default 5 s;
+	// negative: never).
+	LeaderEvery time.Duration
+	Log         *slog.Logger
 }
 
 // Set is this member's part of a replica set.
@@ -45,6 +49,8 @@ type Set struct {
 	log     *slog.Logger
 	disk    *consensus.Disk
 	tab     *control.Table
+	machine *counting
+	stats   stats
 	node    *consensus.Node
 	senders map[uint64]*sender
 	links   map[uint64]*link
@@ -116,13 +122,24 @@ func Open(cfg Config) (*Set, error) {
 		s.senders[m.ID] = &sender{to: m, conn: l.ctl, q: make(chan raftpb.Message, queueLen), log: s.log}
 	}
 	s.tab = control.New()
-	s.node, err = consensus.Start(consensus.Config{ID: s.self.ID, Peers: ids}, s.disk, s.tab, s, cfg.Tick)
+	s.machine = &counting{Table: s.tab, grants: map[string]int{}}
+	s.node, err = consensus.Start(consensus.Config{ID: s.self.ID, Peers: ids}, s.disk, s.machine, s, cfg.Tick)
 	if err != nil {
 		cancel()
 		s.closeLinks()
 		lis.Close()
 		s.disk.Close()
 		return nil, ferry.E(op, cfg.LogDir, err)
+	}
+	if cfg.LeaderEvery == 0 {
+		cfg.LeaderEvery = 5 * time.Second
+	}
+	if cfg.LeaderEvery > 0 {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			s.follow(ctx, cfg.LeaderEvery)
+		}()
 	}
 	for _, snd := range s.senders {
 		snd.rep = s.node
@@ -178,7 +195,13 @@ func (s *Set) Self() Member { return s.self }
 // Grant asks for control of paths (one object, or both sides of a rename)
 // for this member.
 func (s *Set) Grant(ctx context.Context, deep bool, paths ...string) (control.Result, error) {
-	return s.propose(ctx, control.GrantCmd(s.self.Name, deep, paths...))
+	r, err := s.propose(ctx, control.GrantCmd(s.self.Name, deep, paths...))
+	if err == nil && r.OK {
+		s.stats.grants.Add(1)
+	} else if err == nil {
+		s.stats.refused.Add(1)
+	}
+	return r, err
 }
 
 // Release gives up a control this member holds.
@@ -219,6 +242,16 @@ func (s *Set) Status(ctx context.Context) string {
 	var rows, here []control.Control
 	s.node.View(func() { rows, here = s.tab.Rows(), s.tab.Held(s.self.Name) })
 	fmt.Fprintf(&b, "controls: %d (%d here)\n", len(rows), len(here))
+	fmt.Fprintf(&b, "grants: %d refused=%d released=%d revokes_sent=%d revokes_served=%d leader_transfers=%d\n",
+		s.stats.grants.Load(), s.stats.refused.Load(), s.stats.released.Load(), s.stats.revokesSent.Load(), s.stats.revokesServed.Load(), s.stats.transfers.Load())
+	fmt.Fprintf(&b, "updates.applied: %d fenced=%d\n", s.stats.applied.Load(), s.stats.fenced.Load())
+	if f := s.fs.Load(); f != nil {
+		for _, m := range s.members {
+			if lag, ok := f.out.lag(m.ID); ok {
+				fmt.Fprintf(&b, "updates.lag: %s %d\n", m.Name, lag)
+			}
+		}
+	}
 	for i, c := range here {
 		if i == 20 {
 			fmt.Fprintf(&b, "held: ... %d more\n", len(here)-i)

@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 	"crypto/ed25519"
+	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
@@ -68,6 +69,7 @@ type testSet struct {
 	members []Member
 	keys    map[string]ed25519.PrivateKey
 	listen  map[string]string // where a member listens, if not its address
+	every   time.Duration     // Config.LeaderEvery
 	sets    map[string]*Set
 	dir     string
 }
@@ -105,7 +107,7 @@ func newDelayedSet(t *testing.T, oneWay time.Duration, names ...string) *testSet
 
 func (ts *testSet) start(t *testing.T, name string) {
 	s, err := Open(Config{Members: ts.members, Key: ts.keys[name], LogDir: filepath.Join(ts.dir, name),
-		Tick: 20 * time.Millisecond, Listen: ts.listen[name]})
+		Tick: 20 * time.Millisecond, Listen: ts.listen[name], LeaderEvery: ts.every})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -227,5 +229,40 @@ func TestMembersAuthenticated(t *testing.T) {
 	// then ignores).
 	if err := send(ts.keys["b"], ts.members[1].ID, raftpb.MsgVoteResp); err != nil {
 		t.Errorf("b sending as itself: %v", err)
+	}
+}
+
+// TestLeaderFollowsGrants: the leader hands raft's leadership to the
+// member asking for most grants, where a grant then costs one round trip.
+func TestLeaderFollowsGrants(t *testing.T) {
+	ts := newTestSet(t, "a", "b", "c")
+	for _, s := range ts.sets {
+		s.Close()
+	}
+	ts.every = 200 * time.Millisecond
+	for _, n := range []string{"a", "b", "c"} {
+		ts.start(t, n)
+	}
+	lead := ts.leader(t, "a")
+	busy := "a"
+	if lead == "a" {
+		busy = "b"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 40 {
+		if r, err := ts.sets[busy].Grant(ctx, false, fmt.Sprintf("/p%d", i)); err != nil || !r.OK {
+			t.Fatalf("grant %d: %+v %v", i, r, err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for ts.leader(t, busy) != busy {
+		if time.Now().After(deadline) {
+			t.Fatalf("leader stays %s after %s asked for 40 grants", ts.leader(t, busy), busy)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := ts.sets[lead].Status(ctx); !strings.Contains(st, "leader_transfers=1") {
+		t.Errorf("the old leader's status:\n%s", st)
 	}
 }

@@ -129,6 +129,15 @@ func (o *outbox) next(ctx context.Context, after uint64) (*update, error) {
 	}
 }
 
+// lag returns how many of this member's updates member id has not
+// applied, and whether id is another member.
+func (o *outbox) lag(id uint64) (uint64, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	a, ok := o.acked[id]
+	return o.seq - a, ok
+}
+
 // pending returns how many updates wait for some member.
 func (o *outbox) pending() int {
 	o.mu.Lock()
@@ -317,6 +326,7 @@ func (r receiver) Revoke(ctx context.Context, q *proto.RevokeReq) (*proto.Revoke
 		return nil, err
 	}
 	if f := r.set.fs.Load(); f != nil {
+		r.set.stats.revokesServed.Add(1)
 		f.revoke(q.Path)
 	}
 	return &proto.RevokeReply{}, nil
