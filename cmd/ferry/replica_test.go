@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ferryfs/ferry/internal/servertest"
 )
 
 // TestReplicaSet runs three ferry serve processes as one replica set:
@@ -19,6 +21,12 @@ import (
 // serves its clients.
 func TestReplicaSet(t *testing.T) {
 	names := []string{"a", "b", "c"}
+	es := startSet(t, names...)
+	checkSet(t, es, names)
+}
+
+// startSet runs a ferry serve for each name, as one replica set.
+func startSet(t *testing.T, names ...string) map[string]*env {
 	var lines []string
 	homes := map[string]string{}
 	for _, n := range names {
@@ -45,6 +53,10 @@ func TestReplicaSet(t *testing.T) {
 	for _, n := range names {
 		es[n] = startIn(t, homes[n], nil, "--members", members, "--metrics", "127.0.0.1:0")
 	}
+	return es
+}
+
+func checkSet(t *testing.T, es map[string]*env, names []string) {
 	// ctl reads a member's control file until it shows want.
 	wait := func(n, want string) string {
 		t.Helper()
@@ -127,5 +139,43 @@ func TestReplicaSet(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+	}
+}
+
+// TestReplicaSetMount: a mount at one site writes back under a write
+// lease, which its server holds only while it controls the subtree; a
+// read at another site recalls it and sees the close; a write at another
+// site takes the subtree over and the mount sees it at its next open.
+func TestReplicaSetMount(t *testing.T) {
+	needMount(t)
+	es := startSet(t, "a", "b", "c")
+	a := es["a"]
+	mnt := mountPoint(t)
+	// The mount is 200 ms from its server, so what it stores in the
+	// background arrives well after close returns.
+	a.run(true, "mount", servertest.DelayProxy(t, a.host, 100*time.Millisecond)+":/", mnt)
+	if !mounted(t, mnt) {
+		t.Fatal("ferry mount returned but nothing is mounted")
+	}
+	t.Cleanup(func() { a.run(true, "umount", mnt) })
+	if err := os.Mkdir(filepath.Join(mnt, "dir"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i, reader := range []string{"c", "b"} {
+		v := fmt.Sprintf("written at a, %d\n", i)
+		if err := os.WriteFile(filepath.Join(mnt, "dir", "f"), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got, _ := es[reader].run(true, "cat", es[reader].at("/dir/f")); got != v {
+			t.Fatalf("%s read %q after the mount at a closed %q", reader, got, v)
+		}
+	}
+	src := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(src, []byte("written at c\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	es["c"].run(true, "put", src, es["c"].at("/dir/f"))
+	if got, err := os.ReadFile(filepath.Join(mnt, "dir", "f")); err != nil || string(got) != "written at c\n" {
+		t.Fatalf("the mount at a reads %q, %v after c wrote", got, err)
 	}
 }

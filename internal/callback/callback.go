@@ -436,6 +436,24 @@ func (h *Holder) Writes() []string {
 	return ws
 }
 
+// WriteLeased reports whether a client holds a write lease over p, or
+// below it: a replica member keeps its control of p while one does.
+func (t *Table) WriteLeased(p string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.writes == 0 {
+		return false
+	}
+	for h := range t.holders {
+		for w := range h.writes {
+			if ferry.HasPrefix(w, p) || ferry.HasPrefix(p, w) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // deleteWriteLocked forgets the write lease over w. t.mu is held.
 func (h *Holder) deleteWriteLocked(w string) {
 	if _, ok := h.writes[w]; ok {

@@ -306,13 +306,13 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 	staging := filepath.Join(home, "staging", filepath.Base(ix.dir))
 	var served ferry.FS = tree
 	var set *replica.Set
+	var rfs *replica.FS
 	if rs.members != "" {
 		if set, err = joinSet(&rs, key, home, ix.dir, log); err != nil {
 			return err
 		}
 		defer set.Close()
-		rfs, err := replica.NewFS(tree, set, filepath.Join(rs.logDir, "spool"), replica.DefaultIdle)
-		if err != nil {
+		if rfs, err = replica.NewFS(tree, set, replica.Options{Spool: filepath.Join(rs.logDir, "spool")}); err != nil {
 			return err
 		}
 		defer rfs.Close()
@@ -322,6 +322,9 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 	srv, err := server.New(server.Config{FS: served, Key: key, Auth: az, Version: Version, Log: log, Level: level, ReadAheadFixed: tune.readAheadFixed, MetricsPerConn: tune.metricsPerConn, StagingDir: staging})
 	if err != nil {
 		return err
+	}
+	if rfs != nil {
+		rfs.SetLeases(srv.Leases())
 	}
 	if ix.rebuild {
 		if err := srv.Reindex(); err != nil {

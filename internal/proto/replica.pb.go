@@ -196,8 +196,11 @@ func (x *UpdateAck) GetSeq() uint64 {
 }
 
 type AppliedReq struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Index         uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Index uint64                 `protobuf:"varint,1,opt,name=index,proto3" json:"index,omitempty"`
+	// paths were granted to the caller: the member drops what its clients
+	// cache of them before it answers.
+	Paths         []string `protobuf:"bytes,2,rep,name=paths,proto3" json:"paths,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -239,6 +242,13 @@ func (x *AppliedReq) GetIndex() uint64 {
 	return 0
 }
 
+func (x *AppliedReq) GetPaths() []string {
+	if x != nil {
+		return x.Paths
+	}
+	return nil
+}
+
 type AppliedReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -275,8 +285,12 @@ func (*AppliedReply) Descriptor() ([]byte, []int) {
 	return file_replica_proto_rawDescGZIP(), []int{3}
 }
 
+// SyncReq names what the caller is about to read: the member first has
+// its clients store what they keep back there under write leases.
 type SyncReq struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Tree          bool                   `protobuf:"varint,2,opt,name=tree,proto3" json:"tree,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -309,6 +323,20 @@ func (x *SyncReq) ProtoReflect() protoreflect.Message {
 // Deprecated: Use SyncReq.ProtoReflect.Descriptor instead.
 func (*SyncReq) Descriptor() ([]byte, []int) {
 	return file_replica_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *SyncReq) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *SyncReq) GetTree() bool {
+	if x != nil {
+		return x.Tree
+	}
+	return false
 }
 
 type SyncReply struct {
@@ -542,12 +570,15 @@ const file_replica_proto_rawDesc = "" +
 	" \x01(\x04R\atoEpoch\"/\n" +
 	"\tUpdateAck\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\x04R\x03run\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\"\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"8\n" +
 	"\n" +
 	"AppliedReq\x12\x14\n" +
-	"\x05index\x18\x01 \x01(\x04R\x05index\"\x0e\n" +
-	"\fAppliedReply\"\t\n" +
-	"\aSyncReq\"/\n" +
+	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x14\n" +
+	"\x05paths\x18\x02 \x03(\tR\x05paths\"\x0e\n" +
+	"\fAppliedReply\"1\n" +
+	"\aSyncReq\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04tree\x18\x02 \x01(\bR\x04tree\"/\n" +
 	"\tSyncReply\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\x04R\x03run\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x1f\n" +

@@ -8,11 +8,13 @@ import (
 	"path"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/callback"
 	"github.com/ferryfs/ferry/internal/chunk"
 	"github.com/ferryfs/ferry/internal/chunkstore"
 	"github.com/ferryfs/ferry/internal/control"
@@ -45,8 +47,10 @@ type FS struct {
 	out      *outbox
 	spool    string
 	idle     time.Duration
+	shallow  bool
 
 	applyMu sync.Mutex // local changes are queued in the order made
+	leases  atomic.Pointer[Leases]
 
 	mu   sync.Mutex
 	held map[string]*use // control path -> its use here
@@ -71,9 +75,105 @@ var (
 	_ ferry.Unwrapper = (*FS)(nil)
 )
 
+// Leases is what the replica layer needs of its server's clients' leases
+// (callback.Table): a member recalls its clients' write leases before
+// another member reads or takes over what they cover, keeps its control
+// while they hold one, and drops what its clients cache of what another
+// member changes or is granted.
+type Leases interface {
+	Recall(ctx context.Context, session string, tree bool, paths ...string) error
+	Break(ctx context.Context, session string, changes ...callback.Change) error
+	WriteLeased(p string) bool
+}
+
+// SetLeases wires the server's leases in; until then the layer keeps no
+// client's cache coherent across members.
+func (f *FS) SetLeases(l Leases) { f.leases.Store(&l) }
+
+func (f *FS) lease() Leases {
+	if l := f.leases.Load(); l != nil {
+		return *l
+	}
+	return nil
+}
+
+// recall has this member's clients store what they keep back at or
+// (with tree) below p.
+func (f *FS) recall(ctx context.Context, tree bool, p string) error {
+	if l := f.lease(); l != nil {
+		return l.Recall(ctx, "", tree, p)
+	}
+	return nil
+}
+
+// drop has this member's clients drop what they cache of changes.
+func (f *FS) drop(ctx context.Context, changes ...callback.Change) {
+	if l := f.lease(); l != nil && len(changes) > 0 {
+		l.Break(ctx, "", changes...) // a client that does not answer loses its lease
+	}
+}
+
+// Control makes this member the deep controller of p, for a client of its
+// server that asks for a write lease over p: while the client holds it,
+// the control stays here, and another member's read or change under p
+// first recalls it. It fails if another member keeps something below p
+// or will not let p go within the call's context.
+func (f *FS) Control(ctx context.Context, p string) error {
+	self := f.set.self.Name
+	wait := 5 * time.Millisecond
+	for {
+		if c, ok := f.set.Controller(p); ok && c.Holder == self && c.Deep {
+			f.mu.Lock()
+			u := f.useLocked(c)
+			releasing := u.releasing
+			u.last = time.Now()
+			f.mu.Unlock()
+			if !releasing {
+				return nil
+			}
+		} else {
+			res, err := f.set.Grant(ctx, true, p)
+			if err != nil {
+				return err
+			}
+			if res.OK && res.Controls[0].Deep {
+				f.mu.Lock()
+				f.useLocked(res.Controls[0]).last = time.Now()
+				f.mu.Unlock()
+				if err := f.everyoneApplied(ctx, res.Controls); err != nil {
+					return err
+				}
+				continue
+			}
+			if res.OK {
+				return ferry.E("replica.Control", p, ferry.KindUnavailable, "another member controls something below")
+			}
+			if len(res.Controls) > 0 {
+				f.askRevoke(ctx, res.Controls[0])
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ferry.E("replica.Control", p, ferry.KindUnavailable, ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, 200*time.Millisecond)
+	}
+}
+
+// Options tune the replica layer.
+type Options struct {
+	Spool string        // where updates' content waits until every member has it
+	Idle  time.Duration // how long an unused control is kept (DefaultIdle)
+	// ShallowOnly asks for the changed path alone, never deep control
+	// over its directory (for measuring what deep control saves).
+	ShallowOnly bool
+}
+
 // NewFS stacks the replica layer over below, this member's copy of the
 // tree, and starts sending its updates to the other members.
-func NewFS(below ferry.FS, set *Set, spool string, idle time.Duration) (*FS, error) {
+func NewFS(below ferry.FS, set *Set, opt Options) (*FS, error) {
+	spool, idle := opt.Spool, opt.Idle
 	if idle == 0 {
 		idle = DefaultIdle
 	}
@@ -86,7 +186,7 @@ func NewFS(below ferry.FS, set *Set, spool string, idle time.Duration) (*FS, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &FS{FS: below, set: set, out: newOutbox(set.run, peers), spool: spool, idle: idle,
-		held: map[string]*use{}, stop: cancel}
+		shallow: opt.ShallowOnly, held: map[string]*use{}, stop: cancel}
 	set.fs.Store(f)
 	for _, l := range set.links {
 		f.wg.Add(1)
@@ -178,7 +278,7 @@ func (f *FS) acquire(ctx context.Context, paths ...string) (done func(seq uint64
 			var res control.Result
 			var err error
 			switch dir := path.Dir(need[0]); {
-			case len(need) == 1 && dir != "/" && !triedParent[dir]:
+			case len(need) == 1 && dir != "/" && !triedParent[dir] && !f.shallow:
 				triedParent[dir] = true
 				res, err = f.set.Grant(ctx, true, dir)
 			default:
@@ -228,11 +328,13 @@ func (f *FS) useLocked(c control.Control) *use {
 // so that each of them then sends reads of those paths through us.
 func (f *FS) everyoneApplied(ctx context.Context, cs []control.Control) error {
 	var index uint64
+	var paths []string
 	for _, c := range cs {
 		index = max(index, c.Epoch)
+		paths = append(paths, c.Path)
 	}
 	return f.eachMember(ctx, func(ctx context.Context, c proto.ReplicaClient) error {
-		_, err := c.Applied(ctx, &proto.AppliedReq{Index: index})
+		_, err := c.Applied(ctx, &proto.AppliedReq{Index: index, Paths: paths})
 		return err
 	})
 }
@@ -308,12 +410,32 @@ func (f *FS) releaser(ctx context.Context) {
 				continue // the row is older than what this member uses
 			}
 			u := f.useLocked(c) // new for one held from before a restart
+			revoked := u.revoked
+			f.mu.Unlock()
+			// A client's write lease keeps the control here; a member
+			// that wants it has the client store and give the lease up.
+			if l := f.lease(); l != nil && l.WriteLeased(c.Path) {
+				if !revoked {
+					continue
+				}
+				rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				f.recall(rctx, true, c.Path)
+				cancel()
+			}
+			f.mu.Lock()
 			ready := u.busy == 0 && !u.releasing && !u.pinned && (u.revoked || time.Since(u.last) >= f.idle) && f.out.applied(u.seq)
 			if ready {
 				u.releasing = true
 			}
 			f.mu.Unlock()
 			if !ready {
+				continue
+			}
+			if l := f.lease(); l != nil && l.WriteLeased(c.Path) {
+				// A lease given before releasing was set: keep it.
+				f.mu.Lock()
+				u.releasing = false
+				f.mu.Unlock()
 				continue
 			}
 			rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -525,7 +647,7 @@ func (f *FS) syncFor(ctx context.Context, p string, tree bool) error {
 		if !ok || l == nil {
 			continue
 		}
-		r, err := proto.NewReplicaClient(l.ctl).Sync(ctx, &proto.SyncReq{})
+		r, err := proto.NewReplicaClient(l.ctl).Sync(ctx, &proto.SyncReq{Path: p, Tree: tree})
 		if err != nil {
 			return ferry.E("replica", p, ferry.KindUnavailable, fmt.Errorf("asking %s for its updates: %w", h, err))
 		}
@@ -709,6 +831,12 @@ func (f *FS) applyUpdate(ctx context.Context, from Member, h *proto.Update, st g
 		f.set.stats.fenced.Add(1)
 	} else {
 		f.set.stats.applied.Add(1)
+		tree := h.Op == "removeall" || h.Op == "move"
+		changes := []callback.Change{{Path: h.Path, Tree: tree}}
+		if h.To != "" {
+			changes = append(changes, callback.Change{Path: h.To, Tree: tree})
+		}
+		f.drop(actx, changes...)
 	}
 	if err != nil {
 		// The copies may now differ; a later update of the path mends it.

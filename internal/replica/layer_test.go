@@ -20,8 +20,9 @@ import (
 // tree in a directory and the replica layer over it.
 type sites struct {
 	*testSet
-	dirs map[string]string
-	fs   map[string]*FS
+	dirs    map[string]string
+	fs      map[string]*FS
+	shallow bool
 }
 
 func newSites(t *testing.T, idle time.Duration) *sites {
@@ -30,14 +31,18 @@ func newSites(t *testing.T, idle time.Duration) *sites {
 
 // newDelayedSites is newSites with sites 2*oneWay apart.
 func newDelayedSites(t *testing.T, idle, oneWay time.Duration) *sites {
-	s := &sites{testSet: newDelayedSet(t, oneWay, "a", "b", "c"), dirs: map[string]string{}, fs: map[string]*FS{}}
+	return newSitesWith(t, &sites{testSet: newDelayedSet(t, oneWay, "a", "b", "c")}, idle)
+}
+
+func newSitesWith(t *testing.T, s *sites, idle time.Duration) *sites {
+	s.dirs, s.fs = map[string]string{}, map[string]*FS{}
 	for name, set := range s.sets {
 		s.dirs[name] = t.TempDir()
 		lt, err := local.NewServed(s.dirs[name])
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, err := NewFS(lt, set, filepath.Join(t.TempDir(), "spool"), idle)
+		f, err := NewFS(lt, set, Options{Spool: filepath.Join(t.TempDir(), "spool"), Idle: idle, ShallowOnly: s.shallow})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/callback"
 	"github.com/ferryfs/ferry/internal/proto"
 )
 
@@ -304,17 +305,33 @@ func (r receiver) Applied(ctx context.Context, q *proto.AppliedReq) (*proto.Appl
 	if _, err := r.set.caller(ctx); err != nil {
 		return nil, err
 	}
-	return &proto.AppliedReply{}, r.set.waitApplied(ctx, q.Index)
+	if err := r.set.waitApplied(ctx, q.Index); err != nil {
+		return nil, err
+	}
+	if f := r.set.fs.Load(); f != nil {
+		var changes []callback.Change
+		for _, p := range q.Paths {
+			changes = append(changes, callback.Change{Path: p, Tree: true})
+		}
+		f.drop(ctx, changes...)
+	}
+	return &proto.AppliedReply{}, nil
 }
 
 // Sync returns the last update this member queued.
-func (r receiver) Sync(ctx context.Context, _ *proto.SyncReq) (*proto.SyncReply, error) {
+func (r receiver) Sync(ctx context.Context, q *proto.SyncReq) (*proto.SyncReply, error) {
 	if _, err := r.set.caller(ctx); err != nil {
 		return nil, err
 	}
 	f := r.set.fs.Load()
 	if f == nil {
 		return &proto.SyncReply{Run: r.set.run}, nil
+	}
+	if p, err := ferry.CleanPath(q.Path); err == nil {
+		// What this member's clients keep back there comes first.
+		if err := f.recall(ctx, q.Tree, p); err != nil {
+			return nil, err
+		}
 	}
 	return &proto.SyncReply{Run: f.out.run, Seq: f.out.last()}, nil
 }

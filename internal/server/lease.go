@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"path"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -127,7 +128,7 @@ func (h *handler) changed(ctx context.Context, err error, cs ...callback.Change)
 // before it; the client then takes the lease as refused.
 func (h *handler) grantWrite(ctx context.Context, lease *callback.Holder, root string, m *proto.LeaseMsg, out chan<- *proto.WatchEvent) {
 	granted := false
-	if p, err := ferry.CleanPath(m.WritePath); err == nil && ferry.HasPrefix(p, root) {
+	if p, err := ferry.CleanPath(m.WritePath); err == nil && ferry.HasPrefix(p, root) && h.control(ctx, p) {
 		if granted = lease.GrantWrite(p); granted {
 			if err := h.s.leases.Break(ctx, h.session(ctx), callback.Change{Path: p, Tree: true}); err != nil {
 				lease.ReleaseWrite(p)
@@ -139,6 +140,32 @@ func (h *handler) grantWrite(ctx context.Context, lease *callback.Holder, root s
 	case out <- &proto.WatchEvent{WriteReply: m.WriteReq, WriteGranted: granted}:
 	case <-ctx.Done():
 	}
+}
+
+// Controller is a layer that must control a subtree before a client may
+// hold a write lease over it: in a replica set, a member's clients keep
+// changes back only where that member controls the tree.
+type Controller interface {
+	Control(ctx context.Context, path string) error
+}
+
+// controlFor bounds how long a write lease request waits for the layer
+// below to control its subtree; the client writes through meanwhile.
+const controlFor = 5 * time.Second
+
+// control reports whether the layers below control p, or need not.
+func (h *handler) control(ctx context.Context, p string) bool {
+	c, ok := ferry.As[Controller](h.s.fs)
+	if !ok {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, controlFor)
+	defer cancel()
+	if err := c.Control(ctx, p); err != nil {
+		h.s.cfg.Log.Debug("write lease refused: the subtree is not controlled here", "path", p, "err", err)
+		return false
+	}
+	return true
 }
 
 // Lease implements the Lease call: a watch of the path the first message
