@@ -402,7 +402,7 @@ func (f *FS) releaser(ctx context.Context) {
 		case <-t.C:
 		}
 		var rows []control.Control
-		f.set.node.View(func() { rows = f.set.tab.Held(f.set.self.Name) })
+		f.set.machine.read(func(t *control.Table) { rows = t.Held(f.set.self.Name) })
 		for _, c := range rows {
 			f.mu.Lock()
 			if u := f.held[c.Path]; u != nil && u.epoch != c.Epoch {
@@ -632,7 +632,7 @@ func (f *FS) syncFor(ctx context.Context, p string, tree bool) error {
 	holders := map[string]bool{}
 	if tree {
 		var rows []control.Control
-		f.set.node.View(func() { rows = f.set.tab.Rows() })
+		f.set.machine.read(func(t *control.Table) { rows = t.Rows() })
 		for _, c := range rows {
 			if c.Holder != self && (c.Covers(p) || ferry.HasPrefix(c.Path, p)) {
 				holders[c.Holder] = true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"testing"
@@ -49,7 +50,8 @@ func unpack(t *testing.T, f ferry.FS, dirs, files int, pause time.Duration) time
 // one of three sites 2*FERRY_ONEWAY apart (default 60 ms: 120 ms round
 // trip), against a local disk and against a single server that far away
 // (each create a call), with deep and shallow-only control and several
-// idle timers. It is a measurement, not a test: FERRY_MEASURE=1 runs it.
+// idle timers. It is a measurement, not a test: FERRY_MEASURE=1 runs it;
+// FERRY_CELLS=REGEXP picks cells by name.
 func TestMeasureUnpackAcrossSites(t *testing.T) {
 	if os.Getenv("FERRY_MEASURE") == "" {
 		t.Skip("a measurement: FERRY_MEASURE=1 runs it")
@@ -94,7 +96,11 @@ func TestMeasureUnpackAcrossSites(t *testing.T) {
 		{"3 sites, deep, idle 0.1s", sitesRun(false, 100*time.Millisecond)},
 		{"3 sites, shallow only, idle 1s", sitesRun(true, time.Second)},
 	}
+	only := regexp.MustCompile(os.Getenv("FERRY_CELLS")) // all by default
 	for _, c := range cells {
+		if !only.MatchString(c.name) {
+			continue
+		}
 		var took []time.Duration
 		var note string
 		for range 3 {

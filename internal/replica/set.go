@@ -48,8 +48,7 @@ type Set struct {
 	key     ed25519.PrivateKey
 	log     *slog.Logger
 	disk    *consensus.Disk
-	tab     *control.Table
-	machine *counting
+	machine *counting // the control table
 	stats   stats
 	node    *consensus.Node
 	senders map[uint64]*sender
@@ -121,8 +120,7 @@ func Open(cfg Config) (*Set, error) {
 		s.links[m.ID] = l
 		s.senders[m.ID] = &sender{to: m, conn: l.ctl, q: make(chan raftpb.Message, queueLen), log: s.log}
 	}
-	s.tab = control.New()
-	s.machine = &counting{Table: s.tab, grants: map[string]int{}}
+	s.machine = &counting{Table: control.New(), grants: map[string]int{}, applied: make(chan struct{})}
 	s.node, err = consensus.Start(consensus.Config{ID: s.self.ID, Peers: ids}, s.disk, s.machine, s, cfg.Tick)
 	if err != nil {
 		cancel()
@@ -219,7 +217,7 @@ func (s *Set) propose(ctx context.Context, cmd []byte) (control.Result, error) {
 
 // Controller returns the control covering p, as this member last applied.
 func (s *Set) Controller(p string) (c control.Control, ok bool) {
-	s.node.View(func() { c, ok = s.tab.Controller(p) })
+	s.machine.read(func(t *control.Table) { c, ok = t.Controller(p) })
 	return c, ok
 }
 
@@ -240,7 +238,7 @@ func (s *Set) Status(ctx context.Context) string {
 		fmt.Fprintf(&b, "error: %v\n", st.Err)
 	}
 	var rows, here []control.Control
-	s.node.View(func() { rows, here = s.tab.Rows(), s.tab.Held(s.self.Name) })
+	s.machine.read(func(t *control.Table) { rows, here = t.Rows(), t.Held(s.self.Name) })
 	fmt.Fprintf(&b, "controls: %d (%d here)\n", len(rows), len(here))
 	fmt.Fprintf(&b, "grants: %d refused=%d released=%d revokes_sent=%d revokes_served=%d leader_transfers=%d\n",
 		s.stats.grants.Load(), s.stats.refused.Load(), s.stats.released.Load(), s.stats.revokesSent.Load(), s.stats.revokesServed.Load(), s.stats.transfers.Load())
@@ -352,14 +350,18 @@ func (s *Set) member(name string) (Member, bool) {
 	return Member{}, false
 }
 
-// waitApplied waits until this member applied the log up to index.
+// waitApplied waits until this member's table applied the command at
+// index (a grant's epoch) or a later one.
 func (s *Set) waitApplied(ctx context.Context, index uint64) error {
-	for s.node.Status().Applied < index {
+	for {
+		at, next := s.machine.index()
+		if at >= index {
+			return nil
+		}
 		select {
 		case <-ctx.Done():
 			return ferry.E("replica", "", ferry.KindUnavailable, fmt.Sprintf("raft log not applied up to %d: %v", index, ctx.Err()))
-		case <-time.After(2 * time.Millisecond):
+		case <-next:
 		}
 	}
-	return nil
 }

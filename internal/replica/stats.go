@@ -20,11 +20,14 @@ type stats struct {
 }
 
 // counting is the control table as raft's machine, counting the grants
-// applied per member since the leader last looked.
+// applied per member since the leader last looked. Readers take tabMu
+// for reading, so they never wait for raft's log to be synced.
 type counting struct {
 	*control.Table
-	mu     sync.Mutex
-	grants map[string]int
+	tabMu   sync.RWMutex
+	applied chan struct{} // closed and replaced after each entry
+	mu      sync.Mutex
+	grants  map[string]int
 }
 
 func (c *counting) Apply(index uint64, cmd []byte) []byte {
@@ -33,7 +36,35 @@ func (c *counting) Apply(index uint64, cmd []byte) []byte {
 		c.grants[m]++
 		c.mu.Unlock()
 	}
-	return c.Table.Apply(index, cmd)
+	c.tabMu.Lock()
+	defer c.tabMu.Unlock()
+	res := c.Table.Apply(index, cmd)
+	close(c.applied)
+	c.applied = make(chan struct{})
+	return res
+}
+
+func (c *counting) Restore(data []byte) error {
+	c.tabMu.Lock()
+	defer c.tabMu.Unlock()
+	err := c.Table.Restore(data)
+	close(c.applied)
+	c.applied = make(chan struct{})
+	return err
+}
+
+// read runs fn with the table steady.
+func (c *counting) read(fn func(t *control.Table)) {
+	c.tabMu.RLock()
+	defer c.tabMu.RUnlock()
+	fn(c.Table)
+}
+
+// index returns the table's last entry and a channel closed after the next.
+func (c *counting) index() (uint64, <-chan struct{}) {
+	c.tabMu.RLock()
+	defer c.tabMu.RUnlock()
+	return c.Table.Index(), c.applied
 }
 
 // take returns the counts and starts new ones.
@@ -119,7 +150,7 @@ func (c setCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descTerm, float64(st.Term))
 	gauge(descApplied, float64(st.Applied))
 	var held, all int
-	s.node.View(func() { held, all = len(s.tab.Held(s.self.Name)), s.tab.Len() })
+	s.machine.read(func(t *control.Table) { held, all = len(t.Held(s.self.Name)), t.Len() })
 	gauge(descHeld, float64(held))
 	gauge(descControls, float64(all))
 	counter(descGrants, s.stats.grants.Load(), "granted")
