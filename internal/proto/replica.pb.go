@@ -29,8 +29,7 @@ const (
 // with more unset.
 type Update struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Run           uint64                 `protobuf:"varint,1,opt,name=run,proto3" json:"run,omitempty"` // the origin's run; seq counts from 1 in each
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`     // the origin's count of its updates, kept on its disk
 	Epoch         uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"` // the control the change was made under
 	Op            string                 `protobuf:"bytes,4,opt,name=op,proto3" json:"op,omitempty"`        // put, remove, removeall, move, link, wstat
 	Path          string                 `protobuf:"bytes,5,opt,name=path,proto3" json:"path,omitempty"`
@@ -71,13 +70,6 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
 	return file_replica_proto_rawDescGZIP(), []int{0}
-}
-
-func (x *Update) GetRun() uint64 {
-	if x != nil {
-		return x.Run
-	}
-	return 0
 }
 
 func (x *Update) GetSeq() uint64 {
@@ -145,7 +137,6 @@ func (x *Update) GetToEpoch() uint64 {
 
 type UpdateAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Run           uint64                 `protobuf:"varint,1,opt,name=run,proto3" json:"run,omitempty"`
 	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -179,13 +170,6 @@ func (x *UpdateAck) ProtoReflect() protoreflect.Message {
 // Deprecated: Use UpdateAck.ProtoReflect.Descriptor instead.
 func (*UpdateAck) Descriptor() ([]byte, []int) {
 	return file_replica_proto_rawDescGZIP(), []int{1}
-}
-
-func (x *UpdateAck) GetRun() uint64 {
-	if x != nil {
-		return x.Run
-	}
-	return 0
 }
 
 func (x *UpdateAck) GetSeq() uint64 {
@@ -339,9 +323,10 @@ func (x *SyncReq) GetTree() bool {
 	return false
 }
 
+// SyncReply names the update the caller must have applied first; 0 when
+// it acknowledged every update already.
 type SyncReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
-	Run           uint64                 `protobuf:"varint,1,opt,name=run,proto3" json:"run,omitempty"`
 	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -375,13 +360,6 @@ func (x *SyncReply) ProtoReflect() protoreflect.Message {
 // Deprecated: Use SyncReply.ProtoReflect.Descriptor instead.
 func (*SyncReply) Descriptor() ([]byte, []int) {
 	return file_replica_proto_rawDescGZIP(), []int{5}
-}
-
-func (x *SyncReply) GetRun() uint64 {
-	if x != nil {
-		return x.Run
-	}
-	return 0
 }
 
 func (x *SyncReply) GetSeq() uint64 {
@@ -555,9 +533,8 @@ var File_replica_proto protoreflect.FileDescriptor
 
 const file_replica_proto_rawDesc = "" +
 	"\n" +
-	"\rreplica.proto\x12\bferry.v1\x1a\vferry.proto\"\xda\x01\n" +
+	"\rreplica.proto\x12\bferry.v1\x1a\vferry.proto\"\xce\x01\n" +
 	"\x06Update\x12\x10\n" +
-	"\x03run\x18\x01 \x01(\x04R\x03run\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x0e\n" +
 	"\x02op\x18\x04 \x01(\tR\x02op\x12\x12\n" +
@@ -567,10 +544,9 @@ const file_replica_proto_rawDesc = "" +
 	"\x04data\x18\b \x01(\fR\x04data\x12\x12\n" +
 	"\x04more\x18\t \x01(\bR\x04more\x12\x19\n" +
 	"\bto_epoch\x18\n" +
-	" \x01(\x04R\atoEpoch\"/\n" +
+	" \x01(\x04R\atoEpochJ\x04\b\x01\x10\x02\"#\n" +
 	"\tUpdateAck\x12\x10\n" +
-	"\x03run\x18\x01 \x01(\x04R\x03run\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"8\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seqJ\x04\b\x01\x10\x02\"8\n" +
 	"\n" +
 	"AppliedReq\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x14\n" +
@@ -578,10 +554,9 @@ const file_replica_proto_rawDesc = "" +
 	"\fAppliedReply\"1\n" +
 	"\aSyncReq\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
-	"\x04tree\x18\x02 \x01(\bR\x04tree\"/\n" +
+	"\x04tree\x18\x02 \x01(\bR\x04tree\"#\n" +
 	"\tSyncReply\x12\x10\n" +
-	"\x03run\x18\x01 \x01(\x04R\x03run\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seq\"\x1f\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seqJ\x04\b\x01\x10\x02\"\x1f\n" +
 	"\tRevokeReq\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\"\r\n" +
 	"\vRevokeReply\"\x1f\n" +

@@ -6,7 +6,6 @@ import (
 	"io"
 	"os"
 	"path"
-	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -184,8 +183,12 @@ func NewFS(below ferry.FS, set *Set, opt Options) (*FS, error) {
 	for id := range set.links {
 		peers = append(peers, id)
 	}
+	out, err := openOutbox(spool, peers)
+	if err != nil {
+		return nil, ferry.E("replica.NewFS", spool, err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &FS{FS: below, set: set, out: newOutbox(set.run, peers), spool: spool, idle: idle,
+	f := &FS{FS: below, set: set, out: out, spool: spool, idle: idle,
 		shallow: opt.ShallowOnly, held: map[string]*use{}, stop: cancel}
 	set.fs.Store(f)
 	for _, l := range set.links {
@@ -222,6 +225,9 @@ func (f *FS) Close() error {
 // controls busy until done is called.
 func (f *FS) acquire(ctx context.Context, paths ...string) (done func(seq uint64), err error) {
 	const op = "replica"
+	if err := f.set.waitReady(ctx); err != nil {
+		return nil, err
+	}
 	self := f.set.self.Name
 	wait := 5 * time.Millisecond
 	triedParent := map[string]bool{}
@@ -318,7 +324,10 @@ func (f *FS) acquire(ctx context.Context, paths ...string) (done func(seq uint64
 func (f *FS) useLocked(c control.Control) *use {
 	u := f.held[c.Path]
 	if u == nil || u.epoch != c.Epoch {
-		u = &use{epoch: c.Epoch, last: time.Now()}
+		// Until it is used, a control may cover any update still queued
+		// (one kept from before a restart, say): it is released only
+		// once every member has them all.
+		u = &use{epoch: c.Epoch, last: time.Now(), seq: f.out.last()}
 		f.held[c.Path] = u
 	}
 	return u
@@ -481,8 +490,8 @@ func (f *FS) change(ctx context.Context, paths []string, apply func() (*proto.Up
 		c, _ := f.set.Controller(u.To)
 		u.ToEpoch = c.Epoch
 	}
-	seq = f.out.add(u, spool)
-	return nil
+	seq, err = f.out.add(u, spool)
+	return err
 }
 
 // spoolFile copies r into a new spool file.
@@ -628,6 +637,9 @@ func (f *FS) changeNone(ctx context.Context, p, op string, fn func() error) *fer
 // syncFor waits until this copy has every update of the members that
 // control p (or, for a tree, anything in it).
 func (f *FS) syncFor(ctx context.Context, p string, tree bool) error {
+	if err := f.set.waitReady(ctx); err != nil {
+		return err
+	}
 	self := f.set.self.Name
 	holders := map[string]bool{}
 	if tree {
@@ -651,7 +663,7 @@ func (f *FS) syncFor(ctx context.Context, p string, tree bool) error {
 		if err != nil {
 			return ferry.E("replica", p, ferry.KindUnavailable, fmt.Errorf("asking %s for its updates: %w", h, err))
 		}
-		if err := f.set.inbox.wait(ctx, m.ID, r.Run, r.Seq); err != nil {
+		if err := f.set.inbox.wait(ctx, m.ID, r.Seq); err != nil {
 			return err
 		}
 	}
@@ -775,7 +787,7 @@ func (f *FS) applyUpdate(ctx context.Context, from Member, h *proto.Update, st g
 		}
 		return nil
 	}
-	if h.Seq <= f.set.inbox.last(from.ID, h.Run) {
+	if h.Seq <= f.set.inbox.last(from.ID) {
 		return rest(io.Discard)
 	}
 	actx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -827,6 +839,11 @@ func (f *FS) applyUpdate(ctx context.Context, from Member, h *proto.Update, st g
 	default:
 		err = fmt.Errorf("unknown update %q", h.Op)
 	}
+	if err != nil && ctx.Err() != nil {
+		// The stream ended under it: not applied, the origin sends it
+		// again.
+		return ctx.Err()
+	}
 	if fenced != "" {
 		f.set.stats.fenced.Add(1)
 	} else {
@@ -842,9 +859,6 @@ func (f *FS) applyUpdate(ctx context.Context, from Member, h *proto.Update, st g
 		// The copies may now differ; a later update of the path mends it.
 		f.set.log.Warn("replica: an update from another member was not applied", "member", from.Name, "op", h.Op, "path", h.Path, "err", err)
 	}
-	f.set.inbox.done(from.ID, h.Run, h.Seq)
+	f.set.inbox.done(from.ID, h.Seq)
 	return nil
 }
-
-// spoolDir returns the spool directory beside a log directory.
-func spoolDir(logDir string) string { return filepath.Join(logDir, "spool") }

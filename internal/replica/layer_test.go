@@ -21,8 +21,11 @@ import (
 type sites struct {
 	*testSet
 	dirs    map[string]string
+	spools  map[string]string
 	fs      map[string]*FS
+	trees   map[string]*local.Tree
 	shallow bool
+	idle    time.Duration
 }
 
 func newSites(t *testing.T, idle time.Duration) *sites {
@@ -35,24 +38,45 @@ func newDelayedSites(t *testing.T, idle, oneWay time.Duration) *sites {
 }
 
 func newSitesWith(t *testing.T, s *sites, idle time.Duration) *sites {
-	s.dirs, s.fs = map[string]string{}, map[string]*FS{}
-	for name, set := range s.sets {
-		s.dirs[name] = t.TempDir()
-		lt, err := local.NewServed(s.dirs[name])
-		if err != nil {
-			t.Fatal(err)
-		}
-		f, err := NewFS(lt, set, Options{Spool: filepath.Join(t.TempDir(), "spool"), Idle: idle, ShallowOnly: s.shallow})
-		if err != nil {
-			t.Fatal(err)
-		}
-		s.fs[name] = f
-		t.Cleanup(func() {
-			f.Close()
-			lt.Close()
-		})
+	s.dirs, s.spools, s.fs, s.trees, s.idle = map[string]string{}, map[string]string{}, map[string]*FS{}, map[string]*local.Tree{}, idle
+	for name := range s.sets {
+		s.dirs[name], s.spools[name] = t.TempDir(), filepath.Join(t.TempDir(), "spool")
+		s.layer(t, name)
 	}
+	t.Cleanup(func() {
+		for name := range s.fs {
+			s.stop(name)
+		}
+	})
 	return s
+}
+
+// layer stacks the replica layer of member name over its copy.
+func (s *sites) layer(t *testing.T, name string) {
+	lt, err := local.NewServed(s.dirs[name])
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := NewFS(lt, s.sets[name], Options{Spool: s.spools[name], Idle: s.idle, ShallowOnly: s.shallow})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.fs[name], s.trees[name] = f, lt
+}
+
+// stop stops member name as a crash would: what it kept on disk stays.
+func (s *sites) stop(name string) {
+	s.fs[name].Close()
+	s.sets[name].Close()
+	s.trees[name].Close()
+	delete(s.fs, name)
+	delete(s.sets, name)
+}
+
+// restart starts member name again on what it kept.
+func (s *sites) restart(t *testing.T, name string) {
+	s.start(t, name)
+	s.layer(t, name)
 }
 
 func put(t *testing.T, f ferry.FS, p, content string) {
@@ -228,4 +252,21 @@ func TestConcurrentWritersAcrossSites(t *testing.T) {
 	if !strings.HasSuffix(v, " 9") {
 		t.Fatalf("/shared holds %q, not some member's last write", v)
 	}
+}
+
+// TestUpdatesSurviveRestart: a change answered at one member reaches a
+// member that was down, although the member that made it was restarted
+// (killed, as far as its disk knows) in between.
+func TestUpdatesSurviveRestart(t *testing.T) {
+	s := newSites(t, time.Hour) // the control stays with a throughout
+	put(t, s.fs["a"], "/x", "0")
+	s.stop("c")
+	put(t, s.fs["a"], "/x", "1") // under a's control: no grant to wait for
+	s.stop("a")
+	s.restart(t, "a")
+	s.restart(t, "c")
+	if got := get(t, s.fs["c"], "/x"); got != "1" {
+		t.Fatalf("c reads %q after a restarted", got)
+	}
+	s.same(t)
 }

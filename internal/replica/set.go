@@ -53,8 +53,8 @@ type Set struct {
 	node    *consensus.Node
 	senders map[uint64]*sender
 	links   map[uint64]*link
-	run     uint64 // this run's number, so that members tell its updates from an earlier run's
 	fs      atomic.Pointer[FS]
+	ready   chan struct{} // closed once this member caught up with the log
 	inbox   *inbox
 	lis     net.Listener
 	srv     *grpc.Server
@@ -69,7 +69,7 @@ func Open(cfg Config) (*Set, error) {
 	const op = "replica.Open"
 	fp := auth.Fingerprint(cfg.Key.Public().(ed25519.PublicKey))
 	s := &Set{members: cfg.Members, key: cfg.Key, log: cfg.Log, senders: map[uint64]*sender{},
-		links: map[uint64]*link{}, run: uint64(time.Now().UnixNano()), inbox: newInbox()}
+		links: map[uint64]*link{}, inbox: newInbox(), ready: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -129,6 +129,11 @@ func Open(cfg Config) (*Set, error) {
 		s.disk.Close()
 		return nil, ferry.E(op, cfg.LogDir, err)
 	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		s.catchUp(ctx, cfg.Tick)
+	}()
 	if cfg.LeaderEvery == 0 {
 		cfg.LeaderEvery = 5 * time.Second
 	}
@@ -348,6 +353,33 @@ func (s *Set) member(name string) (Member, bool) {
 		}
 	}
 	return Member{}, false
+}
+
+// catchUp closes s.ready once this member has heard from a leader and
+// applied what it knows committed: a member that starts (or restarts)
+// serves by the table only once the table is current.
+func (s *Set) catchUp(ctx context.Context, tick time.Duration) {
+	for {
+		if st := s.node.Status(); st.Leader != 0 && st.Applied >= st.Commit {
+			close(s.ready)
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(tick / 4):
+		}
+	}
+}
+
+// waitReady waits until this member caught up with the set's log.
+func (s *Set) waitReady(ctx context.Context) error {
+	select {
+	case <-s.ready:
+		return nil
+	case <-ctx.Done():
+		return ferry.E("replica", "", ferry.KindUnavailable, fmt.Sprintf("this member has not caught up with its set: %v", ctx.Err()))
+	}
 }
 
 // waitApplied waits until this member's table applied the command at

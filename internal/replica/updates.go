@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
 	"sync"
 
 	"google.golang.org/grpc"
@@ -13,6 +17,7 @@ import (
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/callback"
 	"github.com/ferryfs/ferry/internal/proto"
+	pb "google.golang.org/protobuf/proto"
 )
 
 // piece is how much of a file's content one Update carries.
@@ -26,22 +31,67 @@ type update struct {
 }
 
 // outbox holds the updates this member made under its controls, in the
-// order it made them, until every other member acknowledged them.
+// order it made them, until every other member acknowledged them. It
+// keeps them in its directory, each header synced before the change is
+// answered, so a member that crashes sends them again when it restarts:
+// a change it answered is never lost to the other members. Their numbers
+// (seq) go on from the highest it kept.
 type outbox struct {
+	dir     string
 	mu      sync.Mutex
-	run     uint64
 	seq     uint64
 	log     []*update
 	acked   map[uint64]uint64 // member id -> last seq it applied
 	changed chan struct{}     // closed and replaced on each add and ack
 }
 
-func newOutbox(run uint64, peers []uint64) *outbox {
-	o := &outbox{run: run, acked: map[uint64]uint64{}, changed: make(chan struct{})}
+// openOutbox loads the updates left in dir.
+func openOutbox(dir string, peers []uint64) (*outbox, error) {
+	o := &outbox{dir: dir, acked: map[uint64]uint64{}, changed: make(chan struct{})}
 	for _, id := range peers {
 		o.acked[id] = 0
 	}
-	return o
+	// A put's content that never became an update (a crash before it
+	// was kept) is dropped.
+	tmps, _ := filepath.Glob(filepath.Join(dir, "put-*"))
+	for _, t := range tmps {
+		os.Remove(t)
+	}
+	names, err := filepath.Glob(filepath.Join(dir, "u-*.hdr"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names) // zero-padded: the order made
+	for _, n := range names {
+		b, err := os.ReadFile(n)
+		if err != nil {
+			return nil, err
+		}
+		h := &proto.Update{}
+		if err := pb.Unmarshal(b, h); err != nil {
+			return nil, fmt.Errorf("replica: update %s: %w", n, err)
+		}
+		u := &update{h: h}
+		if dat := strings.TrimSuffix(n, ".hdr") + ".dat"; fileExists(dat) {
+			u.spool = dat
+		}
+		o.log = append(o.log, u)
+		o.seq = max(o.seq, h.Seq)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "seq")); err == nil {
+		if v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64); err == nil {
+			o.seq = max(o.seq, v)
+		}
+	}
+	if len(o.acked) == 0 {
+		o.trimLocked(o.seq) // a set of one: nobody to send them to
+	}
+	return o, nil
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }
 
 func (o *outbox) notifyLocked() {
@@ -49,27 +99,79 @@ func (o *outbox) notifyLocked() {
 	o.changed = make(chan struct{})
 }
 
-// add queues an update for every other member and returns its seq.
-func (o *outbox) add(h *proto.Update, spool string) uint64 {
+// add numbers an update, keeps it (and spool, its content, which it then
+// owns) on disk, and queues it for every other member.
+func (o *outbox) add(h *proto.Update, spool string) (uint64, error) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.seq++
-	h.Run, h.Seq = o.run, o.seq
-	if len(o.acked) == 0 {
-		if spool != "" {
-			os.Remove(spool)
+	h.Seq = o.seq
+	base := filepath.Join(o.dir, fmt.Sprintf("u-%020d", h.Seq))
+	u := &update{h: h}
+	if spool != "" {
+		u.spool = base + ".dat"
+		if err := os.Rename(spool, u.spool); err != nil {
+			return 0, err
 		}
-		return o.seq
 	}
-	o.log = append(o.log, &update{h: h, spool: spool})
+	b, err := pb.Marshal(h)
+	if err == nil {
+		err = writeSynced(base+".hdr", b)
+	}
+	if err == nil {
+		// The number outlives the updates acknowledged and removed.
+		err = writeSynced(filepath.Join(o.dir, "seq"), []byte(strconv.FormatUint(h.Seq, 10)))
+	}
+	if err != nil {
+		os.Remove(u.spool)
+		return 0, fmt.Errorf("replica: keeping an update: %w", err)
+	}
+	o.log = append(o.log, u)
+	if len(o.acked) == 0 {
+		o.trimLocked(h.Seq)
+	}
 	o.notifyLocked()
-	return o.seq
+	return h.Seq, nil
+}
+
+// writeSynced writes data to file atomically and durably.
+func writeSynced(file string, data []byte) error {
+	tmp := file + ".tmp"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, file)
+	}
+	if err != nil {
+		os.Remove(tmp)
+	}
+	return err
 }
 
 // last returns the seq of the last update queued.
 func (o *outbox) last() uint64 {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	return o.seq
+}
+
+// owed returns the update member id must apply before it reads what this
+// member controls: the last one, or 0 if it applied them all.
+func (o *outbox) owed(id uint64) uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.acked[id] >= o.seq {
+		return 0
+	}
 	return o.seq
 }
 
@@ -98,19 +200,25 @@ func (o *outbox) ack(id, seq uint64) {
 	for _, a := range o.acked {
 		low = min(low, a)
 	}
+	o.trimLocked(low)
+	o.notifyLocked()
+}
+
+// trimLocked removes the updates up to seq.
+func (o *outbox) trimLocked(seq uint64) {
 	n := 0
-	for n < len(o.log) && o.log[n].h.Seq <= low {
-		if o.log[n].spool != "" {
-			os.Remove(o.log[n].spool)
+	for n < len(o.log) && o.log[n].h.Seq <= seq {
+		u := o.log[n]
+		os.Remove(filepath.Join(o.dir, fmt.Sprintf("u-%020d.hdr", u.h.Seq)))
+		if u.spool != "" {
+			os.Remove(u.spool)
 		}
 		n++
 	}
 	o.log = o.log[n:]
-	o.notifyLocked()
 }
 
-// next waits for the first update after seq that member id has not
-// acknowledged.
+// next waits for the first update after seq.
 func (o *outbox) next(ctx context.Context, after uint64) (*update, error) {
 	for {
 		o.mu.Lock()
@@ -164,9 +272,7 @@ func (f *FS) streamUpdates(ctx context.Context, l *link) error {
 				cancel()
 				return
 			}
-			if a.Run == f.out.run {
-				f.out.ack(l.m.ID, a.Seq)
-			}
+			f.out.ack(l.m.ID, a.Seq)
 		}
 	}()
 	f.out.mu.Lock()
@@ -206,7 +312,7 @@ func sendUpdate(st grpc.BidiStreamingClient[proto.Update, proto.UpdateAck], u *u
 			return rerr
 		}
 		done := rerr != nil
-		m := &proto.Update{Seq: u.h.Seq, Run: u.h.Run, Data: buf[:n], More: !done}
+		m := &proto.Update{Seq: u.h.Seq, Data: buf[:n], More: !done}
 		if first {
 			m = pbClone(u.h)
 			m.Data, m.More = buf[:n], !done
@@ -222,47 +328,43 @@ func sendUpdate(st grpc.BidiStreamingClient[proto.Update, proto.UpdateAck], u *u
 }
 
 func pbClone(h *proto.Update) *proto.Update {
-	return &proto.Update{Run: h.Run, Seq: h.Seq, Epoch: h.Epoch, Op: h.Op, Path: h.Path, To: h.To, Dir: h.Dir}
+	return &proto.Update{Seq: h.Seq, Epoch: h.Epoch, ToEpoch: h.ToEpoch, Op: h.Op, Path: h.Path, To: h.To, Dir: h.Dir}
 }
 
 // inbox records, per member, the last of its updates applied here.
 type inbox struct {
 	mu      sync.Mutex
-	from    map[uint64][2]uint64 // member id -> run, seq
+	from    map[uint64]uint64 // member id -> seq
 	changed chan struct{}
 }
 
 func newInbox() *inbox {
-	return &inbox{from: map[uint64][2]uint64{}, changed: make(chan struct{})}
+	return &inbox{from: map[uint64]uint64{}, changed: make(chan struct{})}
 }
 
-// done records that id's update (run, seq) is applied.
-func (in *inbox) done(id, run, seq uint64) {
+// done records that id's update seq is applied.
+func (in *inbox) done(id, seq uint64) {
 	in.mu.Lock()
-	in.from[id] = [2]uint64{run, seq}
+	in.from[id] = max(in.from[id], seq)
 	close(in.changed)
 	in.changed = make(chan struct{})
 	in.mu.Unlock()
 }
 
-// last returns the last update of id's run applied here.
-func (in *inbox) last(id, run uint64) uint64 {
+// last returns the last of id's updates applied here.
+func (in *inbox) last(id uint64) uint64 {
 	in.mu.Lock()
 	defer in.mu.Unlock()
-	if f := in.from[id]; f[0] == run {
-		return f[1]
-	}
-	return 0
+	return in.from[id]
 }
 
-// wait waits until id's update (run, seq) is applied here, or a later
-// run's.
-func (in *inbox) wait(ctx context.Context, id, run, seq uint64) error {
+// wait waits until id's update seq is applied here.
+func (in *inbox) wait(ctx context.Context, id, seq uint64) error {
 	for {
 		in.mu.Lock()
-		f, ch := in.from[id], in.changed
+		got, ch := in.from[id], in.changed
 		in.mu.Unlock()
-		if f[0] > run || f[0] == run && f[1] >= seq || seq == 0 {
+		if got >= seq {
 			return nil
 		}
 		select {
@@ -294,7 +396,7 @@ func (r receiver) Updates(st grpc.BidiStreamingServer[proto.Update, proto.Update
 		if err := f.applyUpdate(st.Context(), from, h, st); err != nil {
 			return err
 		}
-		if err := st.Send(&proto.UpdateAck{Run: h.Run, Seq: h.Seq}); err != nil {
+		if err := st.Send(&proto.UpdateAck{Seq: h.Seq}); err != nil {
 			return err
 		}
 	}
@@ -320,12 +422,13 @@ func (r receiver) Applied(ctx context.Context, q *proto.AppliedReq) (*proto.Appl
 
 // Sync returns the last update this member queued.
 func (r receiver) Sync(ctx context.Context, q *proto.SyncReq) (*proto.SyncReply, error) {
-	if _, err := r.set.caller(ctx); err != nil {
+	from, err := r.set.caller(ctx)
+	if err != nil {
 		return nil, err
 	}
 	f := r.set.fs.Load()
 	if f == nil {
-		return &proto.SyncReply{Run: r.set.run}, nil
+		return &proto.SyncReply{}, nil
 	}
 	if p, err := ferry.CleanPath(q.Path); err == nil {
 		// What this member's clients keep back there comes first.
@@ -333,7 +436,7 @@ func (r receiver) Sync(ctx context.Context, q *proto.SyncReq) (*proto.SyncReply,
 			return nil, err
 		}
 	}
-	return &proto.SyncReply{Run: f.out.run, Seq: f.out.last()}, nil
+	return &proto.SyncReply{Seq: f.out.owed(from.ID)}, nil
 }
 
 // Revoke marks this member's control over a path to be given up as soon
