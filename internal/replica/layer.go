@@ -53,6 +53,11 @@ type FS struct {
 
 	mu   sync.Mutex
 	held map[string]*use // control path -> its use here
+	// interest records, per control held here, the members that read
+	// under it (Sync): their clients may cache what they read, so a
+	// change under it returns only once they applied it (and dropped
+	// their clients' copies). Members that never read there cost nothing.
+	interest map[string]map[uint64]bool
 
 	stop context.CancelFunc
 	wg   sync.WaitGroup
@@ -189,7 +194,7 @@ func NewFS(below ferry.FS, set *Set, opt Options) (*FS, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &FS{FS: below, set: set, out: out, spool: spool, idle: idle,
-		shallow: opt.ShallowOnly, held: map[string]*use{}, stop: cancel}
+		shallow: opt.ShallowOnly, held: map[string]*use{}, interest: map[string]map[uint64]bool{}, stop: cancel}
 	set.fs.Store(f)
 	for _, l := range set.links {
 		f.wg.Add(1)
@@ -458,6 +463,7 @@ func (f *FS) releaser(ctx context.Context) {
 				if f.held[c.Path] == u {
 					delete(f.held, c.Path)
 				}
+				delete(f.interest, c.Path)
 			}
 			f.mu.Unlock()
 		}
@@ -475,12 +481,22 @@ func (f *FS) change(ctx context.Context, paths []string, apply func() (*proto.Up
 		return err
 	}
 	var seq uint64
-	defer func() { done(seq) }()
+	defer func() { done(seq) }() // the controls stay busy until the readers have it
+	u, err := f.applyQueued(&seq, apply)
+	if err != nil {
+		return err
+	}
+	return f.reachReaders(ctx, seq, u.Path, u.To)
+}
+
+// applyQueued applies a change here and queues its update, one change at
+// a time, so that the others apply them in the order made.
+func (f *FS) applyQueued(seq *uint64, apply func() (*proto.Update, string, error)) (*proto.Update, error) {
 	f.applyMu.Lock()
 	defer f.applyMu.Unlock()
 	u, spool, err := apply()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// Each path's update names the control it was made under; the
 	// controls stand while the change is busy under them.
@@ -490,8 +506,50 @@ func (f *FS) change(ctx context.Context, paths []string, apply func() (*proto.Up
 		c, _ := f.set.Controller(u.To)
 		u.ToEpoch = c.Epoch
 	}
-	seq, err = f.out.add(u, spool)
-	return err
+	*seq, err = f.out.add(u, spool)
+	return u, err
+}
+
+// noteInterest records that member id reads p (with tree, anything below
+// it) under this member's controls.
+func (f *FS) noteInterest(id uint64, p string, tree bool) {
+	var rows []control.Control
+	f.set.machine.read(func(t *control.Table) { rows = t.Held(f.set.self.Name) })
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, c := range rows {
+		if c.Covers(p) || tree && ferry.HasPrefix(c.Path, p) {
+			if f.interest[c.Path] == nil {
+				f.interest[c.Path] = map[uint64]bool{}
+			}
+			f.interest[c.Path][id] = true
+		}
+	}
+}
+
+// reachReaders waits until every member that read under the controls of
+// paths applied update seq.
+func (f *FS) reachReaders(ctx context.Context, seq uint64, paths ...string) error {
+	ids := map[uint64]bool{}
+	f.mu.Lock()
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		if c, ok := f.set.Controller(p); ok {
+			for id := range f.interest[c.Path] {
+				ids[id] = true
+			}
+		}
+	}
+	f.mu.Unlock()
+	if len(ids) == 0 {
+		return nil
+	}
+	if err := f.out.waitAcked(ctx, ids, seq); err != nil {
+		return ferry.E("replica", paths[0], ferry.KindUnavailable, fmt.Errorf("changed here, not yet at a member that reads it: %w", err))
+	}
+	return nil
 }
 
 // spoolFile copies r into a new spool file.

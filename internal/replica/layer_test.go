@@ -7,12 +7,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/callback"
 	"github.com/ferryfs/ferry/internal/local"
 )
 
@@ -269,4 +271,78 @@ func TestUpdatesSurviveRestart(t *testing.T) {
 		t.Fatalf("c reads %q after a restarted", got)
 	}
 	s.same(t)
+}
+
+// TestRenameAcrossControls: a rename at a third member between two
+// directories that two other members control deeply takes both controls
+// over in one grant and reaches every copy.
+func TestRenameAcrossControls(t *testing.T) {
+	s := newSites(t, 300*time.Millisecond)
+	ctx := context.Background()
+	for _, d := range []struct{ site, dir string }{{"a", "/x"}, {"b", "/y"}} {
+		if _, err := s.fs[d.site].Put(ctx, d.dir, ferry.Dir{ferry.AttrType: ferry.TypeDir}, ferry.Whole, nil).Wait(); err != nil {
+			t.Fatal(err)
+		}
+		put(t, s.fs[d.site], d.dir+"/f", "made at "+d.site)
+		if c, ok := s.sets["c"].Controller(d.dir + "/f"); !ok || c.Holder != d.site || !c.Deep {
+			t.Fatalf("%s/f is controlled by %+v, want %s deeply", d.dir, c, d.site)
+		}
+	}
+	if _, err := s.fs["c"].Move(ctx, "/x/f", "/y/g").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"a", "b"} {
+		if got := get(t, s.fs[n], "/y/g"); got != "made at a" {
+			t.Fatalf("%s reads %q from the renamed file", n, got)
+		}
+		if _, err := s.fs[n].Stat(ctx, "/x/f").Wait(); ferry.KindOf(err) != ferry.KindNotExist {
+			t.Fatalf("%s still has /x/f: %v", n, err)
+		}
+	}
+	s.same(t)
+}
+
+// dropRecorder stands in for a member's clients' leases: it records the
+// paths whose cached copies the member dropped.
+type dropRecorder struct {
+	mu    sync.Mutex
+	drops []string
+}
+
+func (r *dropRecorder) Recall(context.Context, string, bool, ...string) error { return nil }
+func (r *dropRecorder) WriteLeased(string) bool                               { return false }
+func (r *dropRecorder) Break(_ context.Context, _ string, cs ...callback.Change) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, c := range cs {
+		r.drops = append(r.drops, c.Path)
+	}
+	return nil
+}
+
+func (r *dropRecorder) take() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := r.drops
+	r.drops = nil
+	return d
+}
+
+// TestReadersDropBeforeClose: once a member has read under another's
+// control, the other's changes there return only after the reader applied
+// them and dropped its clients' copies, so a client there that cached the
+// file sees the change at its next open.
+func TestReadersDropBeforeClose(t *testing.T) {
+	s := newDelayedSites(t, time.Hour, 20*time.Millisecond)
+	rb := &dropRecorder{}
+	s.fs["b"].SetLeases(rb)
+	put(t, s.fs["a"], "/f", "1")
+	if got := get(t, s.fs["b"], "/f"); got != "1" {
+		t.Fatalf("b reads %q", got)
+	}
+	rb.take()
+	put(t, s.fs["a"], "/f", "2")
+	if d := rb.take(); !slices.Contains(d, "/f") {
+		t.Fatalf("a's change returned before b, which read /f, dropped it (b dropped %v)", d)
+	}
 }

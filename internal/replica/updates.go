@@ -187,6 +187,29 @@ func (o *outbox) applied(seq uint64) bool {
 	return true
 }
 
+// waitAcked waits until every member of ids applied seq.
+func (o *outbox) waitAcked(ctx context.Context, ids map[uint64]bool, seq uint64) error {
+	for {
+		o.mu.Lock()
+		done := true
+		for id := range ids {
+			if a, ok := o.acked[id]; ok && a < seq {
+				done = false
+			}
+		}
+		ch := o.changed
+		o.mu.Unlock()
+		if done {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
 // ack records that member id applied up to seq, and drops what every
 // member has.
 func (o *outbox) ack(id, seq uint64) {
@@ -431,10 +454,12 @@ func (r receiver) Sync(ctx context.Context, q *proto.SyncReq) (*proto.SyncReply,
 		return &proto.SyncReply{}, nil
 	}
 	if p, err := ferry.CleanPath(q.Path); err == nil {
-		// What this member's clients keep back there comes first.
+		// What this member's clients keep back there comes first; from
+		// now on changes there wait for the caller.
 		if err := f.recall(ctx, q.Tree, p); err != nil {
 			return nil, err
 		}
+		f.noteInterest(from.ID, p, q.Tree)
 	}
 	return &proto.SyncReply{Seq: f.out.owed(from.ID)}, nil
 }
