@@ -24,27 +24,127 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ChunksReq struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Index         []uint32               `protobuf:"varint,2,rep,packed,name=index,proto3" json:"index,omitempty"` // indexes into the update's chunk list
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunksReq) Reset() {
+	*x = ChunksReq{}
+	mi := &file_replica_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunksReq) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunksReq) ProtoMessage() {}
+
+func (x *ChunksReq) ProtoReflect() protoreflect.Message {
+	mi := &file_replica_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunksReq.ProtoReflect.Descriptor instead.
+func (*ChunksReq) Descriptor() ([]byte, []int) {
+	return file_replica_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ChunksReq) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+func (x *ChunksReq) GetIndex() []uint32 {
+	if x != nil {
+		return x.Index
+	}
+	return nil
+}
+
+type ChunksData struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ChunksData) Reset() {
+	*x = ChunksData{}
+	mi := &file_replica_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ChunksData) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ChunksData) ProtoMessage() {}
+
+func (x *ChunksData) ProtoReflect() protoreflect.Message {
+	mi := &file_replica_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ChunksData.ProtoReflect.Descriptor instead.
+func (*ChunksData) Descriptor() ([]byte, []int) {
+	return file_replica_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ChunksData) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 // Update is one change, or one piece of a file's content: a put's
 // content follows in Updates of the same seq with data only, the last
 // with more unset.
 type Update struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`     // the origin's count of its updates, kept on its disk
-	Epoch         uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"` // the control the change was made under
-	Op            string                 `protobuf:"bytes,4,opt,name=op,proto3" json:"op,omitempty"`        // put, remove, removeall, move, link, wstat
-	Path          string                 `protobuf:"bytes,5,opt,name=path,proto3" json:"path,omitempty"`
-	To            string                 `protobuf:"bytes,6,opt,name=to,proto3" json:"to,omitempty"`   // move and link
-	Dir           *Dir                   `protobuf:"bytes,7,opt,name=dir,proto3" json:"dir,omitempty"` // put and wstat: the attributes to set
-	Data          []byte                 `protobuf:"bytes,8,opt,name=data,proto3" json:"data,omitempty"`
-	More          bool                   `protobuf:"varint,9,opt,name=more,proto3" json:"more,omitempty"`
-	ToEpoch       uint64                 `protobuf:"varint,10,opt,name=to_epoch,json=toEpoch,proto3" json:"to_epoch,omitempty"` // the control of to
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Seq     uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`     // the origin's count of its updates, kept on its disk
+	Epoch   uint64                 `protobuf:"varint,3,opt,name=epoch,proto3" json:"epoch,omitempty"` // the control the change was made under
+	Op      string                 `protobuf:"bytes,4,opt,name=op,proto3" json:"op,omitempty"`        // put, remove, removeall, move, link, wstat
+	Path    string                 `protobuf:"bytes,5,opt,name=path,proto3" json:"path,omitempty"`
+	To      string                 `protobuf:"bytes,6,opt,name=to,proto3" json:"to,omitempty"`   // move and link
+	Dir     *Dir                   `protobuf:"bytes,7,opt,name=dir,proto3" json:"dir,omitempty"` // put and wstat: the attributes to set
+	Data    []byte                 `protobuf:"bytes,8,opt,name=data,proto3" json:"data,omitempty"`
+	More    bool                   `protobuf:"varint,9,opt,name=more,proto3" json:"more,omitempty"`
+	ToEpoch uint64                 `protobuf:"varint,10,opt,name=to_epoch,json=toEpoch,proto3" json:"to_epoch,omitempty"` // the control of to
+	// refs, for a large file, lists its content by chunks instead of data:
+	// the receiver takes what it holds from its own copy and asks Chunks
+	// for the rest.
+	Refs          *ChunkRefs `protobuf:"bytes,11,opt,name=refs,proto3" json:"refs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_replica_proto_msgTypes[0]
+	mi := &file_replica_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -56,7 +156,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[0]
+	mi := &file_replica_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -69,7 +169,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{0}
+	return file_replica_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Update) GetSeq() uint64 {
@@ -135,6 +235,13 @@ func (x *Update) GetToEpoch() uint64 {
 	return 0
 }
 
+func (x *Update) GetRefs() *ChunkRefs {
+	if x != nil {
+		return x.Refs
+	}
+	return nil
+}
+
 type UpdateAck struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
@@ -144,7 +251,7 @@ type UpdateAck struct {
 
 func (x *UpdateAck) Reset() {
 	*x = UpdateAck{}
-	mi := &file_replica_proto_msgTypes[1]
+	mi := &file_replica_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -156,7 +263,7 @@ func (x *UpdateAck) String() string {
 func (*UpdateAck) ProtoMessage() {}
 
 func (x *UpdateAck) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[1]
+	mi := &file_replica_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -169,7 +276,7 @@ func (x *UpdateAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAck.ProtoReflect.Descriptor instead.
 func (*UpdateAck) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{1}
+	return file_replica_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *UpdateAck) GetSeq() uint64 {
@@ -191,7 +298,7 @@ type AppliedReq struct {
 
 func (x *AppliedReq) Reset() {
 	*x = AppliedReq{}
-	mi := &file_replica_proto_msgTypes[2]
+	mi := &file_replica_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -203,7 +310,7 @@ func (x *AppliedReq) String() string {
 func (*AppliedReq) ProtoMessage() {}
 
 func (x *AppliedReq) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[2]
+	mi := &file_replica_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -216,7 +323,7 @@ func (x *AppliedReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppliedReq.ProtoReflect.Descriptor instead.
 func (*AppliedReq) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{2}
+	return file_replica_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AppliedReq) GetIndex() uint64 {
@@ -241,7 +348,7 @@ type AppliedReply struct {
 
 func (x *AppliedReply) Reset() {
 	*x = AppliedReply{}
-	mi := &file_replica_proto_msgTypes[3]
+	mi := &file_replica_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -253,7 +360,7 @@ func (x *AppliedReply) String() string {
 func (*AppliedReply) ProtoMessage() {}
 
 func (x *AppliedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[3]
+	mi := &file_replica_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -266,7 +373,7 @@ func (x *AppliedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppliedReply.ProtoReflect.Descriptor instead.
 func (*AppliedReply) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{3}
+	return file_replica_proto_rawDescGZIP(), []int{5}
 }
 
 // SyncReq names what the caller is about to read: the member first has
@@ -281,7 +388,7 @@ type SyncReq struct {
 
 func (x *SyncReq) Reset() {
 	*x = SyncReq{}
-	mi := &file_replica_proto_msgTypes[4]
+	mi := &file_replica_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -293,7 +400,7 @@ func (x *SyncReq) String() string {
 func (*SyncReq) ProtoMessage() {}
 
 func (x *SyncReq) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[4]
+	mi := &file_replica_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -306,7 +413,7 @@ func (x *SyncReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncReq.ProtoReflect.Descriptor instead.
 func (*SyncReq) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{4}
+	return file_replica_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *SyncReq) GetPath() string {
@@ -334,7 +441,7 @@ type SyncReply struct {
 
 func (x *SyncReply) Reset() {
 	*x = SyncReply{}
-	mi := &file_replica_proto_msgTypes[5]
+	mi := &file_replica_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -346,7 +453,7 @@ func (x *SyncReply) String() string {
 func (*SyncReply) ProtoMessage() {}
 
 func (x *SyncReply) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[5]
+	mi := &file_replica_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -359,7 +466,7 @@ func (x *SyncReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncReply.ProtoReflect.Descriptor instead.
 func (*SyncReply) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{5}
+	return file_replica_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *SyncReply) GetSeq() uint64 {
@@ -378,7 +485,7 @@ type RevokeReq struct {
 
 func (x *RevokeReq) Reset() {
 	*x = RevokeReq{}
-	mi := &file_replica_proto_msgTypes[6]
+	mi := &file_replica_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -390,7 +497,7 @@ func (x *RevokeReq) String() string {
 func (*RevokeReq) ProtoMessage() {}
 
 func (x *RevokeReq) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[6]
+	mi := &file_replica_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -403,7 +510,7 @@ func (x *RevokeReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeReq.ProtoReflect.Descriptor instead.
 func (*RevokeReq) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{6}
+	return file_replica_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *RevokeReq) GetPath() string {
@@ -421,7 +528,7 @@ type RevokeReply struct {
 
 func (x *RevokeReply) Reset() {
 	*x = RevokeReply{}
-	mi := &file_replica_proto_msgTypes[7]
+	mi := &file_replica_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -433,7 +540,7 @@ func (x *RevokeReply) String() string {
 func (*RevokeReply) ProtoMessage() {}
 
 func (x *RevokeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[7]
+	mi := &file_replica_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -446,7 +553,7 @@ func (x *RevokeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeReply.ProtoReflect.Descriptor instead.
 func (*RevokeReply) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{7}
+	return file_replica_proto_rawDescGZIP(), []int{9}
 }
 
 type RaftBatch struct {
@@ -458,7 +565,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_replica_proto_msgTypes[8]
+	mi := &file_replica_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -470,7 +577,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[8]
+	mi := &file_replica_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -483,7 +590,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{8}
+	return file_replica_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RaftBatch) GetMsgs() [][]byte {
@@ -501,7 +608,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_replica_proto_msgTypes[9]
+	mi := &file_replica_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -513,7 +620,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[9]
+	mi := &file_replica_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -526,14 +633,20 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{9}
+	return file_replica_proto_rawDescGZIP(), []int{11}
 }
 
 var File_replica_proto protoreflect.FileDescriptor
 
 const file_replica_proto_rawDesc = "" +
 	"\n" +
-	"\rreplica.proto\x12\bferry.v1\x1a\vferry.proto\"\xce\x01\n" +
+	"\rreplica.proto\x12\bferry.v1\x1a\vferry.proto\"3\n" +
+	"\tChunksReq\x12\x10\n" +
+	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x14\n" +
+	"\x05index\x18\x02 \x03(\rR\x05index\" \n" +
+	"\n" +
+	"ChunksData\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"\xf7\x01\n" +
 	"\x06Update\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x0e\n" +
@@ -544,7 +657,8 @@ const file_replica_proto_rawDesc = "" +
 	"\x04data\x18\b \x01(\fR\x04data\x12\x12\n" +
 	"\x04more\x18\t \x01(\bR\x04more\x12\x19\n" +
 	"\bto_epoch\x18\n" +
-	" \x01(\x04R\atoEpochJ\x04\b\x01\x10\x02\"#\n" +
+	" \x01(\x04R\atoEpoch\x12'\n" +
+	"\x04refs\x18\v \x01(\v2\x13.ferry.v1.ChunkRefsR\x04refsJ\x04\b\x01\x10\x02\"#\n" +
 	"\tUpdateAck\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seqJ\x04\b\x01\x10\x02\"8\n" +
 	"\n" +
@@ -562,13 +676,14 @@ const file_replica_proto_rawDesc = "" +
 	"\vRevokeReply\"\x1f\n" +
 	"\tRaftBatch\x12\x12\n" +
 	"\x04msgs\x18\x01 \x03(\fR\x04msgs\"\t\n" +
-	"\aRaftAck2\x90\x02\n" +
+	"\aRaftAck2\xc7\x02\n" +
 	"\aReplica\x120\n" +
 	"\x04Raft\x12\x13.ferry.v1.RaftBatch\x1a\x11.ferry.v1.RaftAck(\x01\x124\n" +
 	"\aUpdates\x12\x10.ferry.v1.Update\x1a\x13.ferry.v1.UpdateAck(\x010\x01\x127\n" +
 	"\aApplied\x12\x14.ferry.v1.AppliedReq\x1a\x16.ferry.v1.AppliedReply\x12.\n" +
 	"\x04Sync\x12\x11.ferry.v1.SyncReq\x1a\x13.ferry.v1.SyncReply\x124\n" +
-	"\x06Revoke\x12\x13.ferry.v1.RevokeReq\x1a\x15.ferry.v1.RevokeReplyB)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
+	"\x06Revoke\x12\x13.ferry.v1.RevokeReq\x1a\x15.ferry.v1.RevokeReply\x125\n" +
+	"\x06Chunks\x12\x13.ferry.v1.ChunksReq\x1a\x14.ferry.v1.ChunksData0\x01B)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
 
 var (
 	file_replica_proto_rawDescOnce sync.Once
@@ -582,37 +697,43 @@ func file_replica_proto_rawDescGZIP() []byte {
 	return file_replica_proto_rawDescData
 }
 
-var file_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_replica_proto_goTypes = []any{
-	(*Update)(nil),       // 0: ferry.v1.Update
-	(*UpdateAck)(nil),    // 1: ferry.v1.UpdateAck
-	(*AppliedReq)(nil),   // 2: ferry.v1.AppliedReq
-	(*AppliedReply)(nil), // 3: ferry.v1.AppliedReply
-	(*SyncReq)(nil),      // 4: ferry.v1.SyncReq
-	(*SyncReply)(nil),    // 5: ferry.v1.SyncReply
-	(*RevokeReq)(nil),    // 6: ferry.v1.RevokeReq
-	(*RevokeReply)(nil),  // 7: ferry.v1.RevokeReply
-	(*RaftBatch)(nil),    // 8: ferry.v1.RaftBatch
-	(*RaftAck)(nil),      // 9: ferry.v1.RaftAck
-	(*Dir)(nil),          // 10: ferry.v1.Dir
+	(*ChunksReq)(nil),    // 0: ferry.v1.ChunksReq
+	(*ChunksData)(nil),   // 1: ferry.v1.ChunksData
+	(*Update)(nil),       // 2: ferry.v1.Update
+	(*UpdateAck)(nil),    // 3: ferry.v1.UpdateAck
+	(*AppliedReq)(nil),   // 4: ferry.v1.AppliedReq
+	(*AppliedReply)(nil), // 5: ferry.v1.AppliedReply
+	(*SyncReq)(nil),      // 6: ferry.v1.SyncReq
+	(*SyncReply)(nil),    // 7: ferry.v1.SyncReply
+	(*RevokeReq)(nil),    // 8: ferry.v1.RevokeReq
+	(*RevokeReply)(nil),  // 9: ferry.v1.RevokeReply
+	(*RaftBatch)(nil),    // 10: ferry.v1.RaftBatch
+	(*RaftAck)(nil),      // 11: ferry.v1.RaftAck
+	(*Dir)(nil),          // 12: ferry.v1.Dir
+	(*ChunkRefs)(nil),    // 13: ferry.v1.ChunkRefs
 }
 var file_replica_proto_depIdxs = []int32{
-	10, // 0: ferry.v1.Update.dir:type_name -> ferry.v1.Dir
-	8,  // 1: ferry.v1.Replica.Raft:input_type -> ferry.v1.RaftBatch
-	0,  // 2: ferry.v1.Replica.Updates:input_type -> ferry.v1.Update
-	2,  // 3: ferry.v1.Replica.Applied:input_type -> ferry.v1.AppliedReq
-	4,  // 4: ferry.v1.Replica.Sync:input_type -> ferry.v1.SyncReq
-	6,  // 5: ferry.v1.Replica.Revoke:input_type -> ferry.v1.RevokeReq
-	9,  // 6: ferry.v1.Replica.Raft:output_type -> ferry.v1.RaftAck
-	1,  // 7: ferry.v1.Replica.Updates:output_type -> ferry.v1.UpdateAck
-	3,  // 8: ferry.v1.Replica.Applied:output_type -> ferry.v1.AppliedReply
-	5,  // 9: ferry.v1.Replica.Sync:output_type -> ferry.v1.SyncReply
-	7,  // 10: ferry.v1.Replica.Revoke:output_type -> ferry.v1.RevokeReply
-	6,  // [6:11] is the sub-list for method output_type
-	1,  // [1:6] is the sub-list for method input_type
-	1,  // [1:1] is the sub-list for extension type_name
-	1,  // [1:1] is the sub-list for extension extendee
-	0,  // [0:1] is the sub-list for field type_name
+	12, // 0: ferry.v1.Update.dir:type_name -> ferry.v1.Dir
+	13, // 1: ferry.v1.Update.refs:type_name -> ferry.v1.ChunkRefs
+	10, // 2: ferry.v1.Replica.Raft:input_type -> ferry.v1.RaftBatch
+	2,  // 3: ferry.v1.Replica.Updates:input_type -> ferry.v1.Update
+	4,  // 4: ferry.v1.Replica.Applied:input_type -> ferry.v1.AppliedReq
+	6,  // 5: ferry.v1.Replica.Sync:input_type -> ferry.v1.SyncReq
+	8,  // 6: ferry.v1.Replica.Revoke:input_type -> ferry.v1.RevokeReq
+	0,  // 7: ferry.v1.Replica.Chunks:input_type -> ferry.v1.ChunksReq
+	11, // 8: ferry.v1.Replica.Raft:output_type -> ferry.v1.RaftAck
+	3,  // 9: ferry.v1.Replica.Updates:output_type -> ferry.v1.UpdateAck
+	5,  // 10: ferry.v1.Replica.Applied:output_type -> ferry.v1.AppliedReply
+	7,  // 11: ferry.v1.Replica.Sync:output_type -> ferry.v1.SyncReply
+	9,  // 12: ferry.v1.Replica.Revoke:output_type -> ferry.v1.RevokeReply
+	1,  // 13: ferry.v1.Replica.Chunks:output_type -> ferry.v1.ChunksData
+	8,  // [8:14] is the sub-list for method output_type
+	2,  // [2:8] is the sub-list for method input_type
+	2,  // [2:2] is the sub-list for extension type_name
+	2,  // [2:2] is the sub-list for extension extendee
+	0,  // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_replica_proto_init() }
@@ -627,7 +748,7 @@ func file_replica_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_replica_proto_rawDesc), len(file_replica_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -27,6 +27,7 @@ const (
 	Replica_Applied_FullMethodName = "/ferry.v1.Replica/Applied"
 	Replica_Sync_FullMethodName    = "/ferry.v1.Replica/Sync"
 	Replica_Revoke_FullMethodName  = "/ferry.v1.Replica/Revoke"
+	Replica_Chunks_FullMethodName  = "/ferry.v1.Replica/Chunks"
 )
 
 // ReplicaClient is the client API for Replica service.
@@ -48,6 +49,9 @@ type ReplicaClient interface {
 	Sync(ctx context.Context, in *SyncReq, opts ...grpc.CallOption) (*SyncReply, error)
 	// Revoke asks the member to give up its control of path soon.
 	Revoke(ctx context.Context, in *RevokeReq, opts ...grpc.CallOption) (*RevokeReply, error)
+	// Chunks sends the chunks of an update's content that the caller
+	// lacks, one ChunksData each, in the order asked.
+	Chunks(ctx context.Context, in *ChunksReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ChunksData], error)
 }
 
 type replicaClient struct {
@@ -114,6 +118,25 @@ func (c *replicaClient) Revoke(ctx context.Context, in *RevokeReq, opts ...grpc.
 	return out, nil
 }
 
+func (c *replicaClient) Chunks(ctx context.Context, in *ChunksReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ChunksData], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Replica_ServiceDesc.Streams[2], Replica_Chunks_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ChunksReq, ChunksData]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Replica_ChunksClient = grpc.ServerStreamingClient[ChunksData]
+
 // ReplicaServer is the server API for Replica service.
 // All implementations must embed UnimplementedReplicaServer
 // for forward compatibility.
@@ -133,6 +156,9 @@ type ReplicaServer interface {
 	Sync(context.Context, *SyncReq) (*SyncReply, error)
 	// Revoke asks the member to give up its control of path soon.
 	Revoke(context.Context, *RevokeReq) (*RevokeReply, error)
+	// Chunks sends the chunks of an update's content that the caller
+	// lacks, one ChunksData each, in the order asked.
+	Chunks(*ChunksReq, grpc.ServerStreamingServer[ChunksData]) error
 	mustEmbedUnimplementedReplicaServer()
 }
 
@@ -157,6 +183,9 @@ func (UnimplementedReplicaServer) Sync(context.Context, *SyncReq) (*SyncReply, e
 }
 func (UnimplementedReplicaServer) Revoke(context.Context, *RevokeReq) (*RevokeReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Revoke not implemented")
+}
+func (UnimplementedReplicaServer) Chunks(*ChunksReq, grpc.ServerStreamingServer[ChunksData]) error {
+	return status.Error(codes.Unimplemented, "method Chunks not implemented")
 }
 func (UnimplementedReplicaServer) mustEmbedUnimplementedReplicaServer() {}
 func (UnimplementedReplicaServer) testEmbeddedByValue()                 {}
@@ -247,6 +276,17 @@ func _Replica_Revoke_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Replica_Chunks_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ChunksReq)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ReplicaServer).Chunks(m, &grpc.GenericServerStream[ChunksReq, ChunksData]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Replica_ChunksServer = grpc.ServerStreamingServer[ChunksData]
+
 // Replica_ServiceDesc is the grpc.ServiceDesc for Replica service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -278,6 +318,11 @@ var Replica_ServiceDesc = grpc.ServiceDesc{
 			Handler:       _Replica_Updates_Handler,
 			ServerStreams: true,
 			ClientStreams: true,
+		},
+		{
+			StreamName:    "Chunks",
+			Handler:       _Replica_Chunks_Handler,
+			ServerStreams: true,
 		},
 	},
 	Metadata: "replica.proto",

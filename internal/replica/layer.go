@@ -809,6 +809,121 @@ func (f *FS) BeginPut(ctx context.Context, p string, d ferry.Dir, size int64) (*
 	return c.BeginPut(ctx, p, d, size)
 }
 
+// assemble writes the content an update lists by chunks: those this copy
+// holds, in the file's current version or elsewhere in the chunk index,
+// from here; the rest fetched from the member that made it. Every chunk
+// is checked against its hash.
+func (f *FS) assemble(ctx context.Context, from Member, h *proto.Update, w io.Writer) error {
+	const op = "replica.assemble"
+	hashes, sizes, err := proto.UnpackRefs(h.Refs)
+	if err != nil {
+		return err
+	}
+	l := f.set.links[from.ID]
+	if l == nil {
+		return ferry.E(op, h.Path, ferry.KindInvalid, "an update from an unknown member")
+	}
+	cur := f.currentChunks(ctx, h.Path)
+	cfs, indexed := ferry.As[chunkFS](f.FS)
+	buf := make([]byte, chunk.Default.Max)
+	// local reads chunk i from this copy, or fails.
+	local := func(i int) ([]byte, error) {
+		if r, ok := cur[hashes[i]]; ok {
+			rc := f.FS.Get(ctx, h.Path, r.Off, int64(r.Len))
+			b, err := io.ReadAll(rc)
+			rc.Close()
+			if err == nil && chunk.Sum(b) == hashes[i] {
+				return b, nil
+			}
+		}
+		if indexed {
+			return cfs.ReadChunk(ctx, hashes[i], h.Path, buf)
+		}
+		return nil, ferry.E(op, h.Path, ferry.KindNotExist, "chunk not held")
+	}
+	have := make([]bool, len(hashes))
+	var want []uint32
+	for i, hsh := range hashes {
+		if _, ok := cur[hsh]; ok {
+			have[i] = true
+			continue
+		}
+		if indexed {
+			if _, err := cfs.ReadChunk(ctx, hsh, h.Path, buf); err == nil {
+				have[i] = true
+				continue
+			}
+		}
+		want = append(want, uint32(i))
+	}
+	fetch := func(index []uint32) (grpc.ServerStreamingClient[proto.ChunksData], error) {
+		return proto.NewReplicaClient(l.bulk).Chunks(ctx, &proto.ChunksReq{Seq: h.Seq, Index: index})
+	}
+	var st grpc.ServerStreamingClient[proto.ChunksData]
+	if len(want) > 0 {
+		if st, err = fetch(want); err != nil {
+			return err
+		}
+	}
+	for i, hsh := range hashes {
+		var b []byte
+		fetched := !have[i]
+		if have[i] {
+			if b, err = local(i); err != nil {
+				// Gone since it was looked up: ask for it alone.
+				one, err := fetch([]uint32{uint32(i)})
+				if err != nil {
+					return err
+				}
+				m, err := one.Recv()
+				if err != nil {
+					return err
+				}
+				b, fetched = m.Data, true
+			}
+		} else {
+			m, err := st.Recv()
+			if err != nil {
+				return err
+			}
+			b = m.Data
+		}
+		if len(b) != sizes[i] || chunk.Sum(b) != hsh {
+			return ferry.E(op, h.Path, ferry.KindInvalid, fmt.Sprintf("chunk %d does not match its hash", i))
+		}
+		if fetched {
+			f.set.stats.fetchedBytes.Add(int64(len(b)))
+		}
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// currentChunks returns the chunks of the version of p this copy holds,
+// by hash: from the chunk index where there is one, else cut here.
+func (f *FS) currentChunks(ctx context.Context, p string) map[chunk.Hash]chunk.Ref {
+	cur := map[chunk.Hash]chunk.Ref{}
+	add := func(r chunk.Ref) error {
+		cur[r.Hash] = r
+		return nil
+	}
+	if cfs, ok := ferry.As[chunkFS](f.FS); ok {
+		cfs.ChunkList(ctx, p, func(ferry.Dir) error { return nil }, add) // none if there is no such file
+		return cur
+	}
+	rc := f.FS.Get(ctx, p, 0, -1)
+	defer rc.Close()
+	refs, err := chunk.List(rc, chunk.Default)
+	if err == nil {
+		for _, r := range refs {
+			add(r)
+		}
+	}
+	return cur
+}
+
 // wait0 waits for a future of nothing.
 func wait0(f *ferry.Future[struct{}]) error {
 	_, err := f.Wait()
@@ -876,8 +991,10 @@ func (f *FS) applyUpdate(ctx context.Context, from Member, h *proto.Update, st g
 		}
 		pr, pw := io.Pipe()
 		go func() {
-			_, werr := pw.Write(h.Data)
-			if werr == nil {
+			var werr error
+			if h.Refs != nil {
+				werr = f.assemble(ctx, from, h, pw)
+			} else if _, werr = pw.Write(h.Data); werr == nil {
 				werr = rest(pw)
 			}
 			pw.CloseWithError(werr)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"slices"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/callback"
+	"github.com/ferryfs/ferry/internal/chunkstore"
 	"github.com/ferryfs/ferry/internal/local"
 )
 
@@ -25,8 +27,10 @@ type sites struct {
 	dirs    map[string]string
 	spools  map[string]string
 	fs      map[string]*FS
-	trees   map[string]*local.Tree
+	trees   map[string]ferry.FS
 	shallow bool
+	chunked bool // copies in chunk stores, as ferry serve keeps them
+	index   map[string]string
 	idle    time.Duration
 }
 
@@ -40,9 +44,10 @@ func newDelayedSites(t *testing.T, idle, oneWay time.Duration) *sites {
 }
 
 func newSitesWith(t *testing.T, s *sites, idle time.Duration) *sites {
-	s.dirs, s.spools, s.fs, s.trees, s.idle = map[string]string{}, map[string]string{}, map[string]*FS{}, map[string]*local.Tree{}, idle
+	s.dirs, s.spools, s.fs, s.trees, s.idle = map[string]string{}, map[string]string{}, map[string]*FS{}, map[string]ferry.FS{}, idle
+	s.index = map[string]string{}
 	for name := range s.sets {
-		s.dirs[name], s.spools[name] = t.TempDir(), filepath.Join(t.TempDir(), "spool")
+		s.dirs[name], s.spools[name], s.index[name] = t.TempDir(), filepath.Join(t.TempDir(), "spool"), t.TempDir()
 		s.layer(t, name)
 	}
 	t.Cleanup(func() {
@@ -59,18 +64,24 @@ func (s *sites) layer(t *testing.T, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := NewFS(lt, s.sets[name], Options{Spool: s.spools[name], Idle: s.idle, ShallowOnly: s.shallow})
+	var below ferry.FS = lt
+	if s.chunked {
+		if below, err = chunkstore.Open(lt, chunkstore.Options{IndexDir: s.index[name], MaxChunks: 1 << 20}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, err := NewFS(below, s.sets[name], Options{Spool: s.spools[name], Idle: s.idle, ShallowOnly: s.shallow})
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.fs[name], s.trees[name] = f, lt
+	s.fs[name], s.trees[name] = f, below
 }
 
 // stop stops member name as a crash would: what it kept on disk stays.
 func (s *sites) stop(name string) {
 	s.fs[name].Close()
 	s.sets[name].Close()
-	s.trees[name].Close()
+	s.trees[name].(io.Closer).Close()
 	delete(s.fs, name)
 	delete(s.sets, name)
 }
@@ -345,4 +356,31 @@ func TestReadersDropBeforeClose(t *testing.T) {
 	if d := rb.take(); !slices.Contains(d, "/f") {
 		t.Fatalf("a's change returned before b, which read /f, dropped it (b dropped %v)", d)
 	}
+}
+
+// TestUpdatesByChunks: a large file's update travels as its chunk list;
+// a member takes the chunks it holds from its own copy and fetches only
+// the rest, so a small edit of a large file moves a few chunks between
+// sites, and every copy ends the same.
+func TestUpdatesByChunks(t *testing.T) {
+	s := newSitesWith(t, &sites{testSet: newTestSet(t, "a", "b", "c"), chunked: true}, time.Hour)
+	big := make([]byte, 1<<20)
+	rand.NewChaCha8([32]byte{1}).Read(big)
+	put(t, s.fs["a"], "/big", string(big))
+	s.quiet(t)
+	first := s.sets["b"].stats.fetchedBytes.Load()
+	if first != int64(len(big)) {
+		t.Fatalf("b fetched %d bytes of a new 1 MiB file, want all of it", first)
+	}
+	big[len(big)/2] ^= 0xff
+	put(t, s.fs["a"], "/big", string(big))
+	s.quiet(t)
+	edit := s.sets["b"].stats.fetchedBytes.Load() - first
+	if edit == 0 || edit > 3*64<<10 {
+		t.Fatalf("b fetched %d bytes for a one-byte edit of 1 MiB", edit)
+	}
+	if got := get(t, s.fs["c"], "/big"); got != string(big) {
+		t.Fatal("c's copy differs after the edit")
+	}
+	s.same(t)
 }

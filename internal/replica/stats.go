@@ -16,7 +16,8 @@ type stats struct {
 	grants, refused, released  atomic.Int64
 	revokesSent, revokesServed atomic.Int64
 	applied, fenced, transfers atomic.Int64
-	updateBytes                atomic.Int64
+	chunkBytes                 atomic.Int64 // chunk bytes sent to members that lacked them
+	fetchedBytes               atomic.Int64 // chunk bytes fetched from other members
 }
 
 // counting is the control table as raft's machine, counting the grants

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/callback"
+	"github.com/ferryfs/ferry/internal/chunk"
 	"github.com/ferryfs/ferry/internal/proto"
 	pb "google.golang.org/protobuf/proto"
 )
@@ -28,6 +29,28 @@ const piece = proto.SendData
 type update struct {
 	h     *proto.Update // without data
 	spool string        // the content of a put, "" for none
+
+	once sync.Once // cuts the content into chunks, for the first member sent it
+	refs []chunk.Ref
+	err  error
+}
+
+// byChunks is the least content sent as a chunk list rather than whole:
+// below it one round trip more costs more than the bytes it saves.
+const byChunks = 64 << 10
+
+// chunks returns the chunk list of u's content.
+func (u *update) chunks() ([]chunk.Ref, error) {
+	u.once.Do(func() {
+		f, err := os.Open(u.spool)
+		if err != nil {
+			u.err = err
+			return
+		}
+		defer f.Close()
+		u.refs, u.err = chunk.List(f, chunk.Default)
+	})
+	return u.refs, u.err
 }
 
 // outbox holds the updates this member made under its controls, in the
@@ -261,6 +284,18 @@ func (o *outbox) next(ctx context.Context, after uint64) (*update, error) {
 	}
 }
 
+// find returns the update seq, if still kept.
+func (o *outbox) find(seq uint64) *update {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, u := range o.log {
+		if u.h.Seq == seq {
+			return u
+		}
+	}
+	return nil
+}
+
 // lag returns how many of this member's updates member id has not
 // applied, and whether id is another member.
 func (o *outbox) lag(id uint64) (uint64, bool) {
@@ -317,7 +352,8 @@ func (f *FS) streamUpdates(ctx context.Context, l *link) error {
 	}
 }
 
-// sendUpdate sends u's header and then its content, if any, in pieces.
+// sendUpdate sends u's header and then its content, if any: in pieces,
+// or, for a large file, as its chunk list.
 func sendUpdate(st grpc.BidiStreamingClient[proto.Update, proto.UpdateAck], u *update) error {
 	if u.spool == "" {
 		return st.Send(u.h)
@@ -327,6 +363,15 @@ func sendUpdate(st grpc.BidiStreamingClient[proto.Update, proto.UpdateAck], u *u
 		return err
 	}
 	defer f.Close()
+	if fi, err := f.Stat(); err == nil && fi.Size() >= byChunks {
+		refs, err := u.chunks()
+		if err != nil {
+			return err
+		}
+		m := pbClone(u.h)
+		m.Refs = proto.PackRefs(refs)
+		return st.Send(m)
+	}
 	buf := make([]byte, piece)
 	first := true
 	for {
@@ -351,7 +396,7 @@ func sendUpdate(st grpc.BidiStreamingClient[proto.Update, proto.UpdateAck], u *u
 }
 
 func pbClone(h *proto.Update) *proto.Update {
-	return &proto.Update{Seq: h.Seq, Epoch: h.Epoch, ToEpoch: h.ToEpoch, Op: h.Op, Path: h.Path, To: h.To, Dir: h.Dir}
+	return &proto.Update{Seq: h.Seq, Epoch: h.Epoch, ToEpoch: h.ToEpoch, Op: h.Op, Path: h.Path, To: h.To, Dir: h.Dir, Refs: h.Refs}
 }
 
 // inbox records, per member, the last of its updates applied here.
@@ -462,6 +507,48 @@ func (r receiver) Sync(ctx context.Context, q *proto.SyncReq) (*proto.SyncReply,
 		f.noteInterest(from.ID, p, q.Tree)
 	}
 	return &proto.SyncReply{Seq: f.out.owed(from.ID)}, nil
+}
+
+// Chunks sends the chunks of one of this member's updates that the
+// caller asks for, read from the update's kept content.
+func (r receiver) Chunks(q *proto.ChunksReq, st grpc.ServerStreamingServer[proto.ChunksData]) error {
+	const op = "replica.Chunks"
+	if _, err := r.set.caller(st.Context()); err != nil {
+		return err
+	}
+	f := r.set.fs.Load()
+	if f == nil {
+		return ferry.E(op, "", ferry.KindUnavailable, "this member serves no tree")
+	}
+	u := f.out.find(q.Seq)
+	if u == nil || u.spool == "" {
+		return ferry.E(op, "", ferry.KindNotExist, fmt.Sprintf("no content kept for update %d", q.Seq))
+	}
+	refs, err := u.chunks()
+	if err != nil {
+		return err
+	}
+	file, err := os.Open(u.spool)
+	if err != nil {
+		return err
+	}
+	defer file.Close()
+	buf := make([]byte, chunk.Default.Max)
+	for _, i := range q.Index {
+		if int(i) >= len(refs) {
+			return ferry.E(op, "", ferry.KindInvalid, fmt.Sprintf("chunk %d of %d", i, len(refs)))
+		}
+		ref := refs[i]
+		b := buf[:ref.Len]
+		if _, err := file.ReadAt(b, ref.Off); err != nil {
+			return err
+		}
+		r.set.stats.chunkBytes.Add(int64(len(b)))
+		if err := st.Send(&proto.ChunksData{Data: b}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Revoke marks this member's control over a path to be given up as soon
