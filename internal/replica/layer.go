@@ -32,14 +32,16 @@ const DefaultIdle = time.Second
 // on the path where that cannot be had). A path another member controls
 // waits until that member, asked to revoke, has given it up. The first
 // change under a new control returns only once every member applied its
-// grant. The change is then made here, answered, and queued for every
-// other member in the order made (whole files, from a spool copy); they
-// apply it only under the control it names. A control is given up after
-// Idle without use, once every member applied its last update.
+// grant. The change is then made here, kept on disk, answered, and queued
+// for every other member in the order made (small files whole, large ones
+// as chunk lists); they apply it only under the control it names. A
+// control is given up after Idle without use, once every member applied
+// its last update.
 //
 // A read of what another member controls first asks that member how far
 // its updates go and waits until they are applied here, so an open after
-// a close at another site sees that close.
+// a close at another site sees that close; from then on that member's
+// changes there wait for the reader (see interest).
 type FS struct {
 	ferry.FS // this member's copy
 	set      *Set
@@ -123,6 +125,9 @@ func (f *FS) drop(ctx context.Context, changes ...callback.Change) {
 // first recalls it. It fails if another member keeps something below p
 // or will not let p go within the call's context.
 func (f *FS) Control(ctx context.Context, p string) error {
+	if err := f.set.waitReady(ctx); err != nil {
+		return err
+	}
 	self := f.set.self.Name
 	wait := 5 * time.Millisecond
 	for {

@@ -266,3 +266,31 @@ func TestLeaderFollowsGrants(t *testing.T) {
 		t.Errorf("the old leader's status:\n%s", st)
 	}
 }
+
+// FuzzParseMembers: any members file either parses into a valid set (1 to
+// MaxMembers members, names, addresses, keys and ids each unique) or fails.
+func FuzzParseMembers(f *testing.F) {
+	f.Add("a 127.0.0.1:1 SHA256:x\nb 127.0.0.1:2 SHA256:y\n")
+	f.Add("# c\n\n a b c d\n")
+	f.Fuzz(func(t *testing.T, in string) {
+		ms, err := ParseMembers(strings.NewReader(in))
+		if err != nil {
+			return
+		}
+		if len(ms) == 0 || len(ms) > MaxMembers {
+			t.Fatalf("%d members", len(ms))
+		}
+		seen := map[string]bool{}
+		for _, m := range ms {
+			for _, k := range []string{"n" + m.Name, "a" + m.Addr, "k" + m.Fingerprint, fmt.Sprint("i", m.ID)} {
+				if seen[k] {
+					t.Fatalf("%q twice in %+v", k, ms)
+				}
+				seen[k] = true
+			}
+			if m.ID == 0 || m.Name == "" || strings.ContainsAny(m.Name+m.Addr+m.Fingerprint, " \t\n") {
+				t.Fatalf("member %+v", m)
+			}
+		}
+	})
+}
