@@ -53,8 +53,8 @@ func (d *direction) stats() Stats {
 	}
 }
 
-func (d *direction) read(b *Bed) {
-	defer b.wg.Done()
+func (d *direction) read(r *runner) {
+	defer r.wg.Done()
 	sh := newShaper()
 	buf := make([]byte, 65536)
 	for {
@@ -64,7 +64,7 @@ func (d *direction) read(b *Bed) {
 				return
 			}
 			select {
-			case <-b.done:
+			case <-r.done:
 				return
 			default:
 			}
@@ -73,32 +73,40 @@ func (d *direction) read(b *Bed) {
 			time.Sleep(time.Millisecond)
 			continue
 		}
-		at, v := sh.admit(b.now(), n, d.params.Load())
-		switch v {
-		case dropLoss:
-			d.lossPackets.Add(1)
-			d.lossBytes.Add(int64(n))
-			continue
-		case dropQueue:
-			d.queuePackets.Add(1)
-			d.queueBytes.Add(int64(n))
-			continue
-		}
-		var p *[]byte
-		if n <= bufSize {
-			p = bufPool.Get().(*[]byte)
-		} else {
-			s := make([]byte, n)
-			p = &s
-		}
-		copy(*p, buf[:n])
-		select {
-		case d.line <- packet{p, n, at}:
-		default:
-			d.queuePackets.Add(1)
-			d.queueBytes.Add(int64(n))
-			putBuf(p)
-		}
+		d.offer(r, sh, buf[:n])
+	}
+}
+
+// offer passes one packet through the direction's model: lost, dropped by
+// the full queue, or put on the delay line for its writer. sh is the
+// direction's shaper, owned by the one goroutine that offers packets.
+func (d *direction) offer(r *runner, sh *shaper, pkt []byte) {
+	n := len(pkt)
+	at, v := sh.admit(r.now(), n, d.params.Load())
+	switch v {
+	case dropLoss:
+		d.lossPackets.Add(1)
+		d.lossBytes.Add(int64(n))
+		return
+	case dropQueue:
+		d.queuePackets.Add(1)
+		d.queueBytes.Add(int64(n))
+		return
+	}
+	var p *[]byte
+	if n <= bufSize {
+		p = bufPool.Get().(*[]byte)
+	} else {
+		s := make([]byte, n)
+		p = &s
+	}
+	copy(*p, pkt)
+	select {
+	case d.line <- packet{p, n, at}:
+	default:
+		d.queuePackets.Add(1)
+		d.queueBytes.Add(int64(n))
+		putBuf(p)
 	}
 }
 
@@ -117,19 +125,19 @@ const (
 	fine   = 20 * time.Microsecond
 )
 
-func (d *direction) write(b *Bed) {
-	defer b.wg.Done()
+func (d *direction) write(r *runner) {
+	defer r.wg.Done()
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
 		var p packet
 		select {
 		case p = <-d.line:
-		case <-b.done:
+		case <-r.done:
 			return
 		}
 		for {
-			wait := p.at - b.now()
+			wait := p.at - r.now()
 			if wait <= fine {
 				break
 			}
@@ -137,7 +145,7 @@ func (d *direction) write(b *Bed) {
 				timer.Reset(wait - coarse + time.Millisecond/2)
 				select {
 				case <-timer.C:
-				case <-b.done:
+				case <-r.done:
 					return
 				}
 				continue

@@ -114,13 +114,24 @@ type Bed struct {
 	CongestionControl string
 
 	up, down *direction
-	start    time.Time
-	wg       sync.WaitGroup
-	done     chan struct{}
+	runner
 
 	closeOnce sync.Once
 	closeErr  error
 }
+
+// runner is the clock and the lifetime of the goroutines that move a
+// bed's or a mesh's packets.
+type runner struct {
+	start time.Time
+	wg    sync.WaitGroup
+	done  chan struct{}
+}
+
+func newRunner() runner { return runner{start: time.Now(), done: make(chan struct{})} }
+
+// now returns the runner's clock: monotonic time since it started.
+func (r *runner) now() time.Duration { return time.Since(r.start) }
 
 var counter atomic.Int64
 
@@ -170,8 +181,7 @@ func New(ctx context.Context, cfg Config) (*Bed, error) {
 		ServerNS:   fmt.Sprintf("ferry-%d-%d-srv", pid, n),
 		ClientAddr: netip.AddrFrom4([4]byte{10, 77, subnet, 1}),
 		ServerAddr: netip.AddrFrom4([4]byte{10, 77, subnet, 2}),
-		done:       make(chan struct{}),
-		start:      time.Now(),
+		runner:     newRunner(),
 	}
 	if err := b.setup(ctx); err != nil {
 		cleanup, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -180,10 +190,10 @@ func New(ctx context.Context, cfg Config) (*Bed, error) {
 	}
 	b.Set(cfg)
 	b.wg.Add(4)
-	go b.up.read(b)
-	go b.up.write(b)
-	go b.down.read(b)
-	go b.down.write(b)
+	go b.up.read(&b.runner)
+	go b.up.write(&b.runner)
+	go b.down.read(&b.runner)
+	go b.down.write(&b.runner)
 	return b, nil
 }
 
@@ -194,34 +204,42 @@ func (b *Bed) setup(ctx context.Context) error {
 	}
 	var files [2]*os.File
 	for i, e := range []end{{b.ClientNS, b.ClientAddr, b.ServerAddr}, {b.ServerNS, b.ServerAddr, b.ClientAddr}} {
-		if err := run(ctx, "ip", "netns", "add", e.ns); err != nil {
-			return err
-		}
-		cc, err := tuneSysctls(e.ns)
+		f, cc, err := makeNS(ctx, e.ns, e.self.String(), "peer", e.peer.String())
 		if err != nil {
 			return err
 		}
 		b.CongestionControl = cc
-		for _, args := range [][]string{
-			{"link", "set", "lo", "up"},
-			{"tuntap", "add", "dev", tunName, "mode", "tun"},
-			{"link", "set", tunName, "txqueuelen", "1000"},
-			{"addr", "add", e.self.String(), "peer", e.peer.String(), "dev", tunName},
-			{"link", "set", tunName, "up"},
-		} {
-			if err := run(ctx, "ip", append([]string{"-n", e.ns}, args...)...); err != nil {
-				return err
-			}
-		}
-		f, err := openTUN(e.ns)
-		if err != nil {
-			return err
-		}
 		files[i] = f
 	}
 	b.up = newDirection(files[0], files[1])
 	b.down = newDirection(files[1], files[0])
 	return nil
+}
+
+// makeNS makes namespace ns with its TUN device, addressed by addr (the
+// arguments of `ip addr add` before "dev"), and opens the device. It
+// returns the congestion control in use there.
+func makeNS(ctx context.Context, ns string, addr ...string) (*os.File, string, error) {
+	if err := run(ctx, "ip", "netns", "add", ns); err != nil {
+		return nil, "", err
+	}
+	cc, err := tuneSysctls(ns)
+	if err != nil {
+		return nil, "", err
+	}
+	for _, args := range [][]string{
+		{"link", "set", "lo", "up"},
+		{"tuntap", "add", "dev", tunName, "mode", "tun"},
+		{"link", "set", tunName, "txqueuelen", "1000"},
+		append(append([]string{"addr", "add"}, addr...), "dev", tunName),
+		{"link", "set", tunName, "up"},
+	} {
+		if err := run(ctx, "ip", append([]string{"-n", ns}, args...)...); err != nil {
+			return nil, "", err
+		}
+	}
+	f, err := openTUN(ns)
+	return f, cc, err
 }
 
 // Set changes the link. It takes effect from the next packet; packets
@@ -248,11 +266,19 @@ func (b *Bed) Stats() (up, down Stats) {
 // command is visible outside it. The command is killed if ctx ends; Close
 // kills whatever still runs in the bed.
 func (b *Bed) Command(ctx context.Context, ns string, name string, args ...string) *exec.Cmd {
+	return commandIn(ctx, ns, name, args...)
+}
+
+func commandIn(ctx context.Context, ns string, name string, args ...string) *exec.Cmd {
 	return exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + NSPath(ns), "--", name}, args...)...)
 }
 
 // Listen announces on a local address in namespace ns; see net.Listen.
 func (b *Bed) Listen(ns, network, address string) (net.Listener, error) {
+	return listenIn(ns, network, address)
+}
+
+func listenIn(ns, network, address string) (net.Listener, error) {
 	var l net.Listener
 	err := inNamespace(ns, func() (err error) {
 		l, err = net.Listen(network, address)
@@ -275,6 +301,10 @@ func (b *Bed) ListenPacket(ns, network, address string) (net.PacketConn, error) 
 // Dial connects from namespace ns to address, which must be a literal IP
 // address and port (no name resolution happens in ns); see net.Dialer.
 func (b *Bed) Dial(ctx context.Context, ns, network, address string) (net.Conn, error) {
+	return dialIn(ctx, ns, network, address)
+}
+
+func dialIn(ctx context.Context, ns, network, address string) (net.Conn, error) {
 	var c net.Conn
 	err := inNamespace(ns, func() (err error) {
 		var d net.Dialer
@@ -300,6 +330,3 @@ func (b *Bed) Close() error {
 	})
 	return b.closeErr
 }
-
-// now returns the bed's clock: monotonic time since it started.
-func (b *Bed) now() time.Duration { return time.Since(b.start) }

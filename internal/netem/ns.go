@@ -150,7 +150,7 @@ func ensureBBR() {
 
 // nsName matches the names of the namespaces this package creates:
 // ferry-PID-N-cli and ferry-PID-N-srv.
-var nsName = regexp.MustCompile(`^ferry-([0-9]+)-([0-9]+)-(cli|srv)$`)
+var nsName = regexp.MustCompile(`^ferry-([0-9]+)-([0-9]+)-(cli|srv|site[0-9]+)$`)
 
 var sweepOnce sync.Once
 

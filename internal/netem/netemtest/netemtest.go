@@ -33,3 +33,24 @@ func ForTest(t testing.TB, cfg netem.Config) *netem.Bed {
 	})
 	return b
 }
+
+// MeshForTest returns a running mesh of n sites, the link from i to j set
+// by link, closed when the test ends; skipped as ForTest is.
+func MeshForTest(t testing.TB, n int, link func(from, to int) netem.Link) *netem.Mesh {
+	t.Helper()
+	if err := netem.Available(); err != nil {
+		testenv.Require(t, err.Error()+" (needs root, /dev/net/tun and ip netns)")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	m, err := netem.NewMesh(ctx, n, link)
+	if err != nil {
+		t.Fatalf("netem.NewMesh: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("closing test mesh: %v", err)
+		}
+	})
+	return m
+}
