@@ -46,9 +46,10 @@ func TestMain(m *testing.M) {
 type env struct {
 	t       *testing.T
 	home    string
-	dir     string // The served directory.
-	host    string // HOST:PORT of the server.
-	metrics string // HOST:PORT of its metrics, if it serves them.
+	dir     string   // The served directory.
+	host    string   // HOST:PORT of the server.
+	metrics string   // HOST:PORT of its metrics, if it serves them.
+	via     []string // what client commands run through (a namespace's nsenter)
 }
 
 // start runs ferry serve on a new temporary tree, with extra flags, and
@@ -122,8 +123,7 @@ func (e *env) run(ok bool, args ...string) (stdout, stderr string) {
 	e.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, ferryBin, args...)
-	cmd.Env = e.environ()
+	cmd := e.command(ctx, args...)
 	var o, er bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &o, &er
 	err := cmd.Run()
@@ -136,6 +136,14 @@ func (e *env) run(ok bool, args ...string) (stdout, stderr string) {
 func (e *env) e2eFail(args []string, err error, o, er string) {
 	e.t.Helper()
 	e.t.Fatalf("ferry %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, o, er)
+}
+
+// command returns a ferry client command of e, run through e.via.
+func (e *env) command(ctx context.Context, args ...string) *exec.Cmd {
+	argv := append(append(append([]string{}, e.via...), ferryBin), args...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Env = e.environ()
+	return cmd
 }
 
 // environ is the environment of e's commands. The race detector's runtime
