@@ -141,10 +141,6 @@ func (o *outbox) add(h *proto.Update, spool string) (uint64, error) {
 	if err == nil {
 		err = writeSynced(base+".hdr", b)
 	}
-	if err == nil {
-		// The number outlives the updates acknowledged and removed.
-		err = writeSynced(filepath.Join(o.dir, "seq"), []byte(strconv.FormatUint(h.Seq, 10)))
-	}
 	if err != nil {
 		os.Remove(u.spool)
 		return 0, fmt.Errorf("replica: keeping an update: %w", err)
@@ -250,8 +246,15 @@ func (o *outbox) ack(id, seq uint64) {
 	o.notifyLocked()
 }
 
-// trimLocked removes the updates up to seq.
+// trimLocked removes the updates up to seq. Their number is kept first,
+// so that numbers go on from it after a restart with nothing left.
 func (o *outbox) trimLocked(seq uint64) {
+	if len(o.log) == 0 || o.log[0].h.Seq > seq {
+		return
+	}
+	if err := writeSynced(filepath.Join(o.dir, "seq"), []byte(strconv.FormatUint(seq, 10))); err != nil {
+		return // kept: sent again after a restart, which is harmless
+	}
 	n := 0
 	for n < len(o.log) && o.log[n].h.Seq <= seq {
 		u := o.log[n]

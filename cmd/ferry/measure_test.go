@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/ferryfs/ferry/internal/netem"
+	"github.com/ferryfs/ferry/internal/netem/netemtest"
+)
+
+// TestMeasureUnpackSites times the unpack of Go's src/net (415 files,
+// 4.9 MB) with tar into a mount at site b, on the netem mesh of three
+// sites 120 ms apart, each client 0 ms from its server: against one server
+// at site b itself, one server at site a (120 ms away), and a replica set
+// of a member at each site. Each run also times the walk that reads the
+// whole tree back (tar cf /dev/null) at site c, through a mount there (of
+// the one server, or of member c).
+// It is a measurement, not a test: FERRY_MEASURE=1 runs it; FERRY_CELLS
+// picks cells by name.
+func TestMeasureUnpackSites(t *testing.T) {
+	if os.Getenv("FERRY_MEASURE") == "" {
+		t.Skip("a measurement: FERRY_MEASURE=1 runs it")
+	}
+	needMount(t)
+	tarball := filepath.Join(t.TempDir(), "net.tar")
+	if out, err := exec.Command("tar", "cf", tarball, "-C", "/usr/local/go/src", "net").CombinedOutput(); err != nil {
+		t.Fatalf("tar: %v: %s", err, out)
+	}
+	m := netemtest.MeshForTest(t, 3, func(int, int) netem.Link { return netem.Link{Delay: 60 * time.Millisecond} })
+	at := func(i int) []string { return []string{"nsenter", "--net=" + netem.NSPath(m.Sites[i].NS), "--"} }
+	// mountAt mounts e's tree at a new mount point through a client at
+	// site i and returns the mount point.
+	mountAt := func(t *testing.T, e *env, i int) string {
+		mnt := mountPoint(t)
+		c := *e
+		c.via = at(i)
+		c.run(true, "mount", e.at("/"), mnt)
+		t.Cleanup(func() { c.run(true, "umount", mnt) })
+		return mnt
+	}
+	timed := func(t *testing.T, name string, args ...string) time.Duration {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+		defer cancel()
+		start := time.Now()
+		if out, err := exec.CommandContext(ctx, name, args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s %v: %v: %s", name, args, err, out)
+		}
+		return time.Since(start)
+	}
+	cells := []struct {
+		name  string
+		serve func(t *testing.T) (writer, reader *env)
+	}{
+		{"one server at the writer's site", func(t *testing.T) (*env, *env) {
+			e := startIn(t, t.TempDir(), at(1), "--listen", m.Sites[1].Addr.String()+":0")
+			return e, e
+		}},
+		{"one server 120 ms from the writer", func(t *testing.T) (*env, *env) {
+			e := startIn(t, t.TempDir(), at(0), "--listen", m.Sites[0].Addr.String()+":0")
+			return e, e
+		}},
+		{"three replicas 120 ms apart", func(t *testing.T) (*env, *env) {
+			es := startSetOn(t, m, "a", "b", "c")
+			return es["b"], es["c"]
+		}},
+	}
+	only := regexp.MustCompile(os.Getenv("FERRY_CELLS"))
+	for _, c := range cells {
+		if !only.MatchString(c.name) {
+			continue
+		}
+		var unpack, walk []time.Duration
+		for range 3 {
+			t.Run(c.name, func(t *testing.T) {
+				w, r := c.serve(t)
+				mw := mountAt(t, w, 1)
+				unpack = append(unpack, timed(t, "tar", "xf", tarball, "-C", mw))
+				mr := mountAt(t, r, 2)
+				walk = append(walk, timed(t, "tar", "cf", "/dev/null", "-C", mr, "net"))
+			})
+		}
+		med := func(d []time.Duration) time.Duration {
+			sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+			return d[len(d)/2]
+		}
+		t.Logf("%-36s unpack median %6.2fs %v  walk at another site median %6.2fs %v", c.name, med(unpack).Seconds(), unpack, med(walk).Seconds(), walk)
+	}
+}
