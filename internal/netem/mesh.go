@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"sync"
 	"time"
 )
@@ -147,12 +146,6 @@ func (m *Mesh) Stats(i, j int) Stats {
 		return d.stats()
 	}
 	return Stats{}
-}
-
-// Command returns a command running name in site i's namespace; see
-// Bed.Command.
-func (m *Mesh) Command(ctx context.Context, i int, name string, args ...string) *exec.Cmd {
-	return commandIn(ctx, m.Sites[i].NS, name, args...)
 }
 
 // Listen announces on an address in site i's namespace.
