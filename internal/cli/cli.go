@@ -202,6 +202,7 @@ a real file named Ctl at the top of DIR is shadowed by the control file.`,
 	}
 	c.Flags().StringVar(&rs.members, "members", "", "join the replica set this members `file` names")
 	c.Flags().StringVar(&rs.logDir, "replica-log", "", "directory of the replica set's raft log (default $FERRY_HOME/replica/NAME-HASH)")
+	c.Flags().StringVar(&rs.listen, "replica-listen", "", "listen for the other members on this `address` instead of this member's ADDR in the members file (behind a proxy or a NAT)")
 	c.Flags().StringVar(&ix.dir, "index", "", "directory of the chunk index (default $FERRY_HOME/index/NAME-HASH)")
 	c.Flags().Int64Var(&ix.max, "index-max", defaultIndexMax, "the most chunks the index holds")
 	c.Flags().BoolVar(&ix.rebuild, "reindex", false, "rebuild the chunk index in the background on start")
@@ -232,6 +233,7 @@ type serverTuning struct {
 type replicaOpts struct {
 	members string
 	logDir  string
+	listen  string
 }
 
 // indexOpts are serve's chunk index flags.
@@ -383,7 +385,7 @@ func joinSet(rs *replicaOpts, key ed25519.PrivateKey, home, indexDir string, log
 	if err := os.MkdirAll(rs.logDir, 0o700); err != nil {
 		return nil, ferry.E("serve", rs.logDir, err)
 	}
-	return replica.Open(replica.Config{Members: ms, Key: key, LogDir: rs.logDir, Log: log})
+	return replica.Open(replica.Config{Members: ms, Key: key, LogDir: rs.logDir, Listen: rs.listen, Log: log})
 }
 
 // sweep removes, in the background, the temporary files that Puts of an
