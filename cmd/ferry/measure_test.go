@@ -2,11 +2,13 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,4 +93,73 @@ func TestMeasureUnpackSites(t *testing.T) {
 		}
 		t.Logf("%-36s unpack median %6.2fs %v  walk at another site median %6.2fs %v", c.name, med(unpack).Seconds(), unpack, med(walk).Seconds(), walk)
 	}
+}
+
+// TestMeasureSSHBuild is the replication paper's SSH build: unpack,
+// ./configure and make -j2 of OpenSSH (the tarball FERRY_SSH_TARBALL names,
+// from Debian's source package) in a mount at site b of the netem mesh
+// (three sites 120 ms apart), each phase timed, for one server at b, one
+// server at a and three members. A measurement: FERRY_MEASURE=1 runs it,
+// FERRY_CELLS picks cells.
+func TestMeasureSSHBuild(t *testing.T) {
+	tarball := os.Getenv("FERRY_SSH_TARBALL")
+	if os.Getenv("FERRY_MEASURE") == "" || tarball == "" {
+		t.Skip("a measurement: FERRY_MEASURE=1 FERRY_SSH_TARBALL=openssh.tar.gz runs it")
+	}
+	needMount(t)
+	m := netemtest.MeshForTest(t, 3, func(int, int) netem.Link { return netem.Link{Delay: 60 * time.Millisecond} })
+	at := func(i int) []string { return []string{"nsenter", "--net=" + netem.NSPath(m.Sites[i].NS), "--"} }
+	cells := []struct {
+		name  string
+		serve func(t *testing.T) *env
+	}{
+		{"one server at the builder's site", func(t *testing.T) *env {
+			return startIn(t, t.TempDir(), at(1), "--listen", m.Sites[1].Addr.String()+":0")
+		}},
+		{"one server 120 ms from the builder", func(t *testing.T) *env {
+			return startIn(t, t.TempDir(), at(0), "--listen", m.Sites[0].Addr.String()+":0")
+		}},
+		{"three replicas 120 ms apart", func(t *testing.T) *env {
+			return startSetOn(t, m, "a", "b", "c")["b"]
+		}},
+	}
+	only := regexp.MustCompile(os.Getenv("FERRY_CELLS"))
+	for _, c := range cells {
+		if !only.MatchString(c.name) {
+			continue
+		}
+		t.Run(c.name, func(t *testing.T) {
+			e := c.serve(t)
+			mnt := mountPoint(t)
+			cl := *e
+			cl.via = at(1)
+			cl.run(true, "mount", e.at("/"), mnt)
+			t.Cleanup(func() { cl.run(true, "umount", mnt) })
+			var phases []string
+			for _, ph := range []struct{ name, script string }{
+				{"unpack", "tar xzf " + tarball},
+				{"configure", "cd openssh-* && ./configure"},
+				{"make", "cd openssh-* && make -j2"},
+			} {
+				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+				cmd := exec.CommandContext(ctx, "sh", "-c", ph.script)
+				cmd.Dir = mnt
+				start := time.Now()
+				out, err := cmd.CombinedOutput()
+				cancel()
+				if err != nil {
+					t.Fatalf("%s: %v: %s", ph.name, err, lastLines(out, 20))
+				}
+				phases = append(phases, fmt.Sprintf("%s %.1fs", ph.name, time.Since(start).Seconds()))
+				t.Logf("%s: %s", c.name, phases[len(phases)-1])
+			}
+			t.Logf("%-36s %s", c.name, strings.Join(phases, ", "))
+		})
+	}
+}
+
+// lastLines returns the last n lines of b.
+func lastLines(b []byte, n int) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.Join(lines[max(0, len(lines)-n):], "\n")
 }
