@@ -2,6 +2,7 @@ package ferry
 
 import (
 	"context"
+	"io"
 	"iter"
 )
 
@@ -29,6 +30,16 @@ func Resolved[T any](v T, err error) *Future[T] {
 	close(f.done)
 	return f
 }
+
+// ErrReader returns a reader whose every Read fails with err: what a Get
+// that fails before it reads anything returns (Tree.Get reports errors on
+// the first Read).
+func ErrReader(err error) io.ReadCloser { return errReader{err} }
+
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
+func (e errReader) Close() error             { return nil }
 
 // Wait blocks until the call completes and returns its result.
 func (f *Future[T]) Wait() (T, error) {

@@ -21,6 +21,7 @@ import (
 
 	"github.com/ferryfs/ferry/internal/fstest"
 	"github.com/ferryfs/ferry/internal/local"
+	"github.com/ferryfs/ferry/internal/servertest"
 )
 
 // ferryBin is the ferry binary built once for the end-to-end tests.
@@ -415,7 +416,7 @@ func TestMetricsEndpoint(t *testing.T) {
 // Ferry server are reported in a person's words, with what to try.
 func TestErrorsSayWhy(t *testing.T) {
 	e := &env{t: t, home: t.TempDir()}
-	refused := freeAddr(t)
+	refused := servertest.FreeAddr(t)
 	_, errOut := e.run(false, "ls", refused+":/")
 	if want := "cannot reach " + refused + ": connection refused (is ferry serve running there"; !strings.Contains(errOut, want) {
 		t.Errorf("ferry ls of a refused port says %q, want %q", errOut, want)
@@ -479,7 +480,7 @@ func TestFileTooLarge(t *testing.T) {
 // reached it keeps its cache.
 func TestNoCacheForUnreachedServer(t *testing.T) {
 	e := &env{t: t, home: t.TempDir()}
-	refused := freeAddr(t)
+	refused := servertest.FreeAddr(t)
 	e.run(false, "get", refused+":/x", t.TempDir())
 	if ents, _ := os.ReadDir(filepath.Join(e.home, "cache")); len(ents) != 0 {
 		t.Errorf("a get from %s, never reached, left caches: %v", refused, ents)

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"crypto/rand"
 	"flag"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,7 +35,7 @@ func TestKillDuringUpload(t *testing.T) {
 	if err := os.WriteFile(src, data, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	addr := freeAddr(t)
+	addr := servertest.FreeAddr(t)
 	proxy, count := servertest.CountProxy(t, addr)
 	sent := &count.Up
 	env := append(os.Environ(), "FERRY_HOME="+home, "GORACE=atexit_sleep_ms=0")
@@ -167,14 +166,4 @@ func tempBytes(dir string, since time.Time) int64 {
 		}
 	}
 	return n
-}
-
-// freeAddr returns a loopback address no one listens on.
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }

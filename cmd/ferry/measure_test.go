@@ -35,7 +35,7 @@ func TestMeasureUnpackSites(t *testing.T) {
 		t.Fatalf("tar: %v: %s", err, out)
 	}
 	m := netemtest.MeshForTest(t, 3, func(int, int) netem.Link { return netem.Link{Delay: 60 * time.Millisecond} })
-	at := func(i int) []string { return []string{"nsenter", "--net=" + netem.NSPath(m.Sites[i].NS), "--"} }
+	at := func(i int) []string { return netem.Enter(m.Sites[i].NS) }
 	// mountAt mounts e's tree at a new mount point through a client at
 	// site i and returns the mount point.
 	mountAt := func(t *testing.T, e *env, i int) string {
@@ -108,7 +108,7 @@ func TestMeasureSSHBuild(t *testing.T) {
 	}
 	needMount(t)
 	m := netemtest.MeshForTest(t, 3, func(int, int) netem.Link { return netem.Link{Delay: 60 * time.Millisecond} })
-	at := func(i int) []string { return []string{"nsenter", "--net=" + netem.NSPath(m.Sites[i].NS), "--"} }
+	at := func(i int) []string { return netem.Enter(m.Sites[i].NS) }
 	cells := []struct {
 		name  string
 		serve func(t *testing.T) *env

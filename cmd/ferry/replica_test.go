@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -55,12 +54,7 @@ func startSetOn(t *testing.T, m *netem.Mesh, names ...string) map[string]*env {
 		if m != nil {
 			addr = netip.AddrPortFrom(m.Sites[i].Addr, 7441).String()
 		} else {
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			addr = l.Addr().String()
-			l.Close()
+			addr = servertest.FreeAddr(t)
 		}
 		lines = append(lines, fmt.Sprintf("%s %s %s", n, addr, strings.TrimSpace(string(out))))
 	}
@@ -72,7 +66,7 @@ func startSetOn(t *testing.T, m *netem.Mesh, names ...string) map[string]*env {
 	for i, n := range names {
 		var via []string
 		if m != nil {
-			via = []string{"nsenter", "--net=" + netem.NSPath(m.Sites[i].NS), "--"}
+			via = netem.Enter(m.Sites[i].NS)
 		}
 		es[n] = startIn(t, homes[n], via, "--members", members, "--metrics", "127.0.0.1:0")
 		es[n].via = via // its clients are at its site

@@ -9,6 +9,8 @@ import (
 	"github.com/cockroachdb/pebble/v2"
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
+
+	"github.com/ferryfs/ferry/internal/store"
 )
 
 // Disk keeps a member's raft log, hard state and latest snapshot in pebble,
@@ -28,7 +30,7 @@ func keyEntry(index uint64) []byte { return binary.BigEndian.AppendUint64([]byte
 
 // OpenDisk opens (creating if needed) the log in dir.
 func OpenDisk(dir string) (*Disk, error) {
-	db, err := pebble.Open(dir, &pebble.Options{Logger: quietPebble{}})
+	db, err := pebble.Open(dir, &pebble.Options{Logger: store.Quiet{}})
 	if err != nil {
 		return nil, fmt.Errorf("consensus: open log: %w", err)
 	}
@@ -155,13 +157,4 @@ func (d *Disk) get(k []byte) ([]byte, bool, error) {
 	}
 	defer closer.Close()
 	return append([]byte(nil), v...), true, nil
-}
-
-// quietPebble drops pebble's informational logs.
-type quietPebble struct{}
-
-func (quietPebble) Infof(string, ...any)  {}
-func (quietPebble) Errorf(string, ...any) {}
-func (quietPebble) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf("pebble: "+format, args...))
 }

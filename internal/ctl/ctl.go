@@ -123,7 +123,7 @@ func (t *Tree) Get(ctx context.Context, p string, off, count int64) io.ReadClose
 	}
 	s, err := t.Status(ctx)
 	if err != nil {
-		return errReader{err}
+		return ferry.ErrReader(err)
 	}
 	if off < 0 || off > int64(len(s)) {
 		off = int64(len(s))
@@ -134,11 +134,6 @@ func (t *Tree) Get(ctx context.Context, p string, off, count int64) io.ReadClose
 	}
 	return io.NopCloser(strings.NewReader(s))
 }
-
-type errReader struct{ err error }
-
-func (e errReader) Read([]byte) (int, error) { return 0, e.err }
-func (e errReader) Close() error             { return nil }
 
 // Put implements ferry.Tree: data put to the control file is run as
 // commands, one a line, stopping at the first that fails.

@@ -54,11 +54,17 @@ func (d *direction) stats() Stats {
 }
 
 func (d *direction) read(r *runner) {
-	defer r.wg.Done()
 	sh := newShaper()
+	r.readPackets(d.in, func(pkt []byte) { d.offer(r, sh, pkt) })
+}
+
+// readPackets hands each packet read from f to handle until the runner
+// stops or f is closed; handle must not keep the slice.
+func (r *runner) readPackets(f *os.File, handle func(pkt []byte)) {
+	defer r.wg.Done()
 	buf := make([]byte, 65536)
 	for {
-		n, err := d.in.Read(buf)
+		n, err := f.Read(buf)
 		if err != nil {
 			if errors.Is(err, os.ErrClosed) {
 				return
@@ -73,7 +79,7 @@ func (d *direction) read(r *runner) {
 			time.Sleep(time.Millisecond)
 			continue
 		}
-		d.offer(r, sh, buf[:n])
+		handle(buf[:n])
 	}
 }
 

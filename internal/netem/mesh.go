@@ -94,34 +94,15 @@ func (m *Mesh) setup(ctx context.Context) error {
 // read takes site i's outgoing packets and offers each to the link to the
 // site it is addressed to; a packet for no site is dropped.
 func (m *Mesh) read(i int) {
-	defer m.wg.Done()
-	buf := make([]byte, 65536)
-	for {
-		n, err := m.files[i].Read(buf)
-		if err != nil {
-			if errors.Is(err, os.ErrClosed) {
-				return
-			}
-			select {
-			case <-m.done:
-				return
-			default:
-			}
-			time.Sleep(time.Millisecond)
-			continue
+	m.readPackets(m.files[i], func(pkt []byte) {
+		if len(pkt) < 20 || pkt[0]>>4 != 4 || [3]byte(pkt[16:19]) != m.prefix {
+			return // not IPv4 to a site
 		}
-		pkt := buf[:n]
-		if n < 20 || pkt[0]>>4 != 4 || [3]byte(pkt[16:19]) != m.prefix {
-			continue // not IPv4 to a site
+		key := [2]int{i, int(pkt[19]) - 1}
+		if d := m.links[key]; d != nil {
+			d.offer(&m.runner, m.owned[key], pkt)
 		}
-		j := int(pkt[19]) - 1
-		key := [2]int{i, j}
-		d := m.links[key]
-		if d == nil {
-			continue
-		}
-		d.offer(&m.runner, m.owned[key], pkt)
-	}
+	})
 }
 
 // SetLink changes the link from site i to site j. It takes effect from the

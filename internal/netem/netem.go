@@ -270,7 +270,14 @@ func (b *Bed) Command(ctx context.Context, ns string, name string, args ...strin
 }
 
 func commandIn(ctx context.Context, ns string, name string, args ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, "nsenter", append([]string{"--net=" + NSPath(ns), "--", name}, args...)...)
+	argv := append(append(Enter(ns), name), args...)
+	return exec.CommandContext(ctx, argv[0], argv[1:]...)
+}
+
+// Enter returns the words that, put before a command line, run it in
+// namespace ns (nsenter, keeping the caller's mount namespace).
+func Enter(ns string) []string {
+	return []string{"nsenter", "--net=" + NSPath(ns), "--"}
 }
 
 // Listen announces on a local address in namespace ns; see net.Listen.

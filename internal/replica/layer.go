@@ -141,32 +141,21 @@ func (f *FS) Control(ctx context.Context, p string) error {
 				return nil
 			}
 		} else {
-			res, err := f.set.Grant(ctx, true, p)
+			granted, err := f.ask(ctx, true, p)
 			if err != nil {
 				return err
 			}
-			if res.OK && res.Controls[0].Deep {
-				f.mu.Lock()
-				f.useLocked(res.Controls[0]).last = time.Now()
-				f.mu.Unlock()
-				if err := f.everyoneApplied(ctx, res.Controls); err != nil {
-					return err
+			if granted != nil {
+				f.unreserve(granted)
+				if c, ok := f.set.Controller(p); ok && c.Holder == self && !c.Deep {
+					return ferry.E("replica.Control", p, ferry.KindUnavailable, "another member controls something below")
 				}
 				continue
 			}
-			if res.OK {
-				return ferry.E("replica.Control", p, ferry.KindUnavailable, "another member controls something below")
-			}
-			if len(res.Controls) > 0 {
-				f.askRevoke(ctx, res.Controls[0])
-			}
 		}
-		select {
-		case <-ctx.Done():
-			return ferry.E("replica.Control", p, ferry.KindUnavailable, ctx.Err())
-		case <-time.After(wait):
+		if err := pause(ctx, &wait); err != nil {
+			return ferry.E("replica.Control", p, ferry.KindUnavailable, err)
 		}
-		wait = min(2*wait, 200*time.Millisecond)
 	}
 }
 
@@ -245,13 +234,7 @@ func (f *FS) acquire(ctx context.Context, paths ...string) (done func(seq uint64
 	// them: a control released before its first use (idle while the
 	// grant spread, or revoked by a rival) would starve both.
 	var reserved []*use
-	defer func() {
-		f.mu.Lock()
-		for _, u := range reserved {
-			u.busy--
-		}
-		f.mu.Unlock()
-	}()
+	defer func() { f.unreserve(reserved) }()
 	for {
 		var need []string
 		var got []*use
@@ -275,7 +258,7 @@ func (f *FS) acquire(ctx context.Context, paths ...string) (done func(seq uint64
 				u.busy++
 			}
 			for _, u := range reserved {
-				u.busy--
+				u.busy-- // the call holds them now
 			}
 			reserved = nil
 			f.mu.Unlock()
@@ -291,42 +274,76 @@ func (f *FS) acquire(ctx context.Context, paths ...string) (done func(seq uint64
 		}
 		f.mu.Unlock()
 		if len(need) > 0 {
-			var res control.Result
-			var err error
-			switch dir := path.Dir(need[0]); {
-			case len(need) == 1 && dir != "/" && !triedParent[dir] && !f.shallow:
+			deep, ask := false, need
+			if dir := path.Dir(need[0]); len(need) == 1 && dir != "/" && !triedParent[dir] && !f.shallow {
 				triedParent[dir] = true
-				res, err = f.set.Grant(ctx, true, dir)
-			default:
-				res, err = f.set.Grant(ctx, false, need...)
+				deep, ask = true, []string{dir}
 			}
+			granted, err := f.ask(ctx, deep, ask...)
 			if err != nil {
 				return nil, err
 			}
-			if res.OK {
-				f.mu.Lock()
-				for _, c := range res.Controls {
-					u := f.useLocked(c)
-					u.busy++
-					reserved = append(reserved, u)
-				}
-				f.mu.Unlock()
-				if err := f.everyoneApplied(ctx, res.Controls); err != nil {
-					return nil, err
-				}
+			if granted != nil {
+				reserved = append(reserved, granted...)
 				continue
 			}
-			if len(res.Controls) > 0 && res.Controls[0].Holder != self {
-				f.askRevoke(ctx, res.Controls[0])
-			}
 		}
-		select {
-		case <-ctx.Done():
-			return nil, ferry.E(op, paths[0], ferry.KindUnavailable, fmt.Sprintf("another member controls it: %v", ctx.Err()))
-		case <-time.After(wait):
+		if err := pause(ctx, &wait); err != nil {
+			return nil, ferry.E(op, paths[0], ferry.KindUnavailable, fmt.Sprintf("another member controls it: %v", err))
 		}
-		wait = min(2*wait, 200*time.Millisecond)
 	}
+}
+
+// ask asks the set to grant paths to this member and, once granted, waits
+// until every member applied the grant, so that each then sends reads of
+// those paths through this one. The controls granted come back in use
+// (busy) for the caller, so that none is released before it is used. On
+// a refusal it asks the holder to give the control up and returns none.
+func (f *FS) ask(ctx context.Context, deep bool, paths ...string) ([]*use, error) {
+	res, err := f.set.Grant(ctx, deep, paths...)
+	if err != nil {
+		return nil, err
+	}
+	if !res.OK {
+		if len(res.Controls) > 0 && res.Controls[0].Holder != f.set.self.Name {
+			f.askRevoke(ctx, res.Controls[0])
+		}
+		return nil, nil
+	}
+	var granted []*use
+	f.mu.Lock()
+	for _, c := range res.Controls {
+		u := f.useLocked(c)
+		u.busy++
+		granted = append(granted, u)
+	}
+	f.mu.Unlock()
+	if err := f.everyoneApplied(ctx, res.Controls); err != nil {
+		f.unreserve(granted)
+		return nil, err
+	}
+	return granted, nil
+}
+
+// unreserve ends the use ask gave the caller.
+func (f *FS) unreserve(us []*use) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, u := range us {
+		u.busy--
+	}
+}
+
+// pause waits before a control is asked for again, longer each time up
+// to 200 ms, and fails once ctx is done.
+func pause(ctx context.Context, wait *time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(*wait):
+	}
+	*wait = min(2**wait, 200*time.Millisecond)
+	return nil
 }
 
 // useLocked returns this member's use of its control c, new for a new
@@ -420,9 +437,7 @@ func (f *FS) releaser(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		var rows []control.Control
-		f.set.machine.read(func(t *control.Table) { rows = t.Held(f.set.self.Name) })
-		for _, c := range rows {
+		for _, c := range f.set.held() {
 			f.mu.Lock()
 			if u := f.held[c.Path]; u != nil && u.epoch != c.Epoch {
 				f.mu.Unlock()
@@ -518,8 +533,7 @@ func (f *FS) applyQueued(seq *uint64, apply func() (*proto.Update, string, error
 // noteInterest records that member id reads p (with tree, anything below
 // it) under this member's controls.
 func (f *FS) noteInterest(id uint64, p string, tree bool) {
-	var rows []control.Control
-	f.set.machine.read(func(t *control.Table) { rows = t.Held(f.set.self.Name) })
+	rows := f.set.held()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, c := range rows {
@@ -706,9 +720,7 @@ func (f *FS) syncFor(ctx context.Context, p string, tree bool) error {
 	self := f.set.self.Name
 	holders := map[string]bool{}
 	if tree {
-		var rows []control.Control
-		f.set.machine.read(func(t *control.Table) { rows = t.Rows() })
-		for _, c := range rows {
+		for _, c := range f.set.rows() {
 			if c.Holder != self && (c.Covers(p) || ferry.HasPrefix(c.Path, p)) {
 				holders[c.Holder] = true
 			}
@@ -746,7 +758,7 @@ func (f *FS) Stat(ctx context.Context, p string) *ferry.Future[ferry.Dir] {
 // Get implements ferry.Tree.
 func (f *FS) Get(ctx context.Context, p string, off, count int64) io.ReadCloser {
 	if err := f.syncFor(ctx, p, false); err != nil {
-		return errReader{err}
+		return ferry.ErrReader(err)
 	}
 	return f.FS.Get(ctx, p, off, count)
 }
@@ -934,11 +946,6 @@ func wait0(f *ferry.Future[struct{}]) error {
 	_, err := f.Wait()
 	return err
 }
-
-type errReader struct{ err error }
-
-func (e errReader) Read([]byte) (int, error) { return 0, e.err }
-func (e errReader) Close() error             { return nil }
 
 // --- applying other members' updates ---
 

@@ -100,6 +100,14 @@ func Open(cfg Config) (*Set, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	s.cancel = cancel
+	// unwind closes what Open made before it failed.
+	unwind := func(err error) (*Set, error) {
+		cancel()
+		s.closeLinks()
+		lis.Close()
+		s.disk.Close()
+		return nil, err
+	}
 	var ids []uint64
 	for _, m := range cfg.Members {
 		ids = append(ids, m.ID)
@@ -107,27 +115,19 @@ func Open(cfg Config) (*Set, error) {
 			continue
 		}
 		l := &link{m: m}
+		s.links[m.ID] = l // closed by closeLinks, even half made
 		if l.ctl, err = dial(m, cfg.Key); err == nil {
 			l.bulk, err = dial(m, cfg.Key)
 		}
 		if err != nil {
-			cancel()
-			s.closeLinks()
-			lis.Close()
-			s.disk.Close()
-			return nil, err
+			return unwind(err)
 		}
-		s.links[m.ID] = l
 		s.senders[m.ID] = &sender{to: m, conn: l.ctl, q: make(chan raftpb.Message, queueLen), log: s.log}
 	}
 	s.machine = &counting{Table: control.New(), grants: map[string]int{}, applied: make(chan struct{})}
 	s.node, err = consensus.Start(consensus.Config{ID: s.self.ID, Peers: ids}, s.disk, s.machine, s, cfg.Tick)
 	if err != nil {
-		cancel()
-		s.closeLinks()
-		lis.Close()
-		s.disk.Close()
-		return nil, ferry.E(op, cfg.LogDir, err)
+		return unwind(ferry.E(op, cfg.LogDir, err))
 	}
 	s.wg.Add(1)
 	go func() {
@@ -226,6 +226,18 @@ func (s *Set) Controller(p string) (c control.Control, ok bool) {
 	return c, ok
 }
 
+// held returns the controls this member holds, as last applied here.
+func (s *Set) held() (cs []control.Control) {
+	s.machine.read(func(t *control.Table) { cs = t.Held(s.self.Name) })
+	return cs
+}
+
+// rows returns every control, as last applied here.
+func (s *Set) rows() (cs []control.Control) {
+	s.machine.read(func(t *control.Table) { cs = t.Rows() })
+	return cs
+}
+
 // Status implements ctl.Controller: the set, its leader, the controls.
 func (s *Set) Status(ctx context.Context) string {
 	st := s.node.Status()
@@ -242,8 +254,7 @@ func (s *Set) Status(ctx context.Context) string {
 	if st.Err != nil {
 		fmt.Fprintf(&b, "error: %v\n", st.Err)
 	}
-	var rows, here []control.Control
-	s.machine.read(func(t *control.Table) { rows, here = t.Rows(), t.Held(s.self.Name) })
+	rows, here := s.rows(), s.held()
 	fmt.Fprintf(&b, "controls: %d (%d here)\n", len(rows), len(here))
 	fmt.Fprintf(&b, "grants: %d refused=%d released=%d revokes_sent=%d revokes_served=%d leader_transfers=%d\n",
 		s.stats.grants.Load(), s.stats.refused.Load(), s.stats.released.Load(), s.stats.revokesSent.Load(), s.stats.revokesServed.Load(), s.stats.transfers.Load())

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -47,16 +46,6 @@ func TestParseMembers(t *testing.T) {
 	}
 }
 
-// freeAddr returns a loopback address nothing listens on.
-func freeAddr(t *testing.T) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
-
 func newKey(t *testing.T) ed25519.PrivateKey {
 	_, k, err := ed25519.GenerateKey(nil)
 	if err != nil {
@@ -86,7 +75,7 @@ func newDelayedSet(t *testing.T, oneWay time.Duration, names ...string) *testSet
 	for _, n := range names {
 		k := newKey(t)
 		ts.keys[n] = k
-		addr := freeAddr(t)
+		addr := servertest.FreeAddr(t)
 		if oneWay > 0 {
 			ts.listen[n] = addr
 			addr = servertest.DelayProxy(t, addr, oneWay)

@@ -16,7 +16,6 @@ type stats struct {
 	grants, refused, released  atomic.Int64
 	revokesSent, revokesServed atomic.Int64
 	applied, fenced, transfers atomic.Int64
-	chunkBytes                 atomic.Int64 // chunk bytes sent to members that lacked them
 	fetchedBytes               atomic.Int64 // chunk bytes fetched from other members
 }
 
@@ -150,8 +149,9 @@ func (c setCollector) Collect(ch chan<- prometheus.Metric) {
 	gauge(descLeader, leader)
 	gauge(descTerm, float64(st.Term))
 	gauge(descApplied, float64(st.Applied))
-	var held, all int
-	s.machine.read(func(t *control.Table) { held, all = len(t.Held(s.self.Name)), t.Len() })
+	var all int
+	s.machine.read(func(t *control.Table) { all = t.Len() })
+	held := len(s.held())
 	gauge(descHeld, float64(held))
 	gauge(descControls, float64(all))
 	counter(descGrants, s.stats.grants.Load(), "granted")

@@ -371,7 +371,7 @@ func sendUpdate(st grpc.BidiStreamingClient[proto.Update, proto.UpdateAck], u *u
 		if err != nil {
 			return err
 		}
-		m := pbClone(u.h)
+		m := pb.Clone(u.h).(*proto.Update)
 		m.Refs = proto.PackRefs(refs)
 		return st.Send(m)
 	}
@@ -385,7 +385,7 @@ func sendUpdate(st grpc.BidiStreamingClient[proto.Update, proto.UpdateAck], u *u
 		done := rerr != nil
 		m := &proto.Update{Seq: u.h.Seq, Data: buf[:n], More: !done}
 		if first {
-			m = pbClone(u.h)
+			m = pb.Clone(u.h).(*proto.Update)
 			m.Data, m.More = buf[:n], !done
 			first = false
 		}
@@ -396,10 +396,6 @@ func sendUpdate(st grpc.BidiStreamingClient[proto.Update, proto.UpdateAck], u *u
 			return nil
 		}
 	}
-}
-
-func pbClone(h *proto.Update) *proto.Update {
-	return &proto.Update{Seq: h.Seq, Epoch: h.Epoch, ToEpoch: h.ToEpoch, Op: h.Op, Path: h.Path, To: h.To, Dir: h.Dir, Refs: h.Refs}
 }
 
 // inbox records, per member, the last of its updates applied here.
@@ -546,7 +542,6 @@ func (r receiver) Chunks(q *proto.ChunksReq, st grpc.ServerStreamingServer[proto
 		if _, err := file.ReadAt(b, ref.Off); err != nil {
 			return err
 		}
-		r.set.stats.chunkBytes.Add(int64(len(b)))
 		if err := st.Send(&proto.ChunksData{Data: b}); err != nil {
 			return err
 		}

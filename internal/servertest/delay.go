@@ -9,6 +9,19 @@ import (
 	"time"
 )
 
+// FreeAddr returns a loopback address nothing listens on: a port the
+// kernel gave and took back, for a server the test starts there later,
+// or for a refused connection.
+func FreeAddr(t testing.TB) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
 // DelayProxy listens on loopback and forwards each connection to target,
 // delivering every byte oneWay later in each direction: a link with a round
 // trip of 2*oneWay and no bandwidth limit, for counting round trips without

@@ -24,12 +24,13 @@ import (
 	"github.com/ferryfs/ferry"
 )
 
-// quiet drops pebble's informational logs; errors reach the caller anyway.
-type quiet struct{}
+// Quiet is a pebble logger that drops pebble's informational logs; errors
+// reach the caller anyway. Every pebble store of Ferry's uses it.
+type Quiet struct{}
 
-func (quiet) Infof(string, ...any)  {}
-func (quiet) Errorf(string, ...any) {}
-func (quiet) Fatalf(format string, args ...any) {
+func (Quiet) Infof(string, ...any)  {}
+func (Quiet) Errorf(string, ...any) {}
+func (Quiet) Fatalf(format string, args ...any) {
 	panic(errors.New("pebble: fatal: " + format))
 }
 
@@ -45,7 +46,7 @@ func (quiet) Fatalf(format string, args ...any) {
 // A memtable of memtable bytes (0 for pebble's own sizes) makes it a bulk
 // store, tuned so.
 func open(op, dir string, memtable int64) (*pebble.DB, error) {
-	opts := &pebble.Options{Logger: quiet{}, CacheSize: 8 << 20}
+	opts := &pebble.Options{Logger: Quiet{}, CacheSize: 8 << 20}
 	if bulk := memtable > 0; bulk {
 		opts.MemTableSize = uint64(memtable)
 		for i := range opts.Levels {

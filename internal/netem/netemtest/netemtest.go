@@ -17,10 +17,7 @@ import (
 // failure, so that CI never passes by skipping silently.
 func ForTest(t testing.TB, cfg netem.Config) *netem.Bed {
 	t.Helper()
-	if err := netem.Available(); err != nil {
-		testenv.Require(t, err.Error()+" (needs root, /dev/net/tun and ip netns)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := setup(t)
 	defer cancel()
 	b, err := netem.New(ctx, cfg)
 	if err != nil {
@@ -38,10 +35,7 @@ func ForTest(t testing.TB, cfg netem.Config) *netem.Bed {
 // by link, closed when the test ends; skipped as ForTest is.
 func MeshForTest(t testing.TB, n int, link func(from, to int) netem.Link) *netem.Mesh {
 	t.Helper()
-	if err := netem.Available(); err != nil {
-		testenv.Require(t, err.Error()+" (needs root, /dev/net/tun and ip netns)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := setup(t)
 	defer cancel()
 	m, err := netem.NewMesh(ctx, n, link)
 	if err != nil {
@@ -53,4 +47,14 @@ func MeshForTest(t testing.TB, n int, link func(from, to int) netem.Link) *netem
 		}
 	})
 	return m
+}
+
+// setup skips (or, under CI, fails) a test that cannot run a bed, and
+// returns the context bounding a bed's setup.
+func setup(t testing.TB) (context.Context, context.CancelFunc) {
+	t.Helper()
+	if err := netem.Available(); err != nil {
+		testenv.Require(t, err.Error()+" (needs root, /dev/net/tun and ip netns)")
+	}
+	return context.WithTimeout(context.Background(), 30*time.Second)
 }
