@@ -121,6 +121,13 @@ type FS struct {
 	// storedBytes the files written behind and stored since.
 	breaks                   atomic.Int64
 	storedFiles, storedBytes atomic.Int64
+	// coalesced counts the stores that replaced one not yet started;
+	// unsentFiles and unsentBytes the files created and removed before
+	// their store started.
+	coalesced, unsentFiles, unsentBytes atomic.Int64
+	// owners records that the tree below took a change of a file's owner
+	// to another user: such changes then go behind too.
+	owners atomic.Bool
 	// leases are the write leases held, if the tree below lends them
 	// and Options.WriteBehind is set.
 	leases *writeLeases
@@ -130,6 +137,9 @@ type FS struct {
 	// must not record what it stored over what that change recorded.
 	genMu sync.Mutex
 	gens  map[string]uint64
+	// made holds the files made above (Created) with no change of them
+	// since: the tree below has no file there yet.
+	made map[string]bool
 }
 
 var (
@@ -185,10 +195,11 @@ func New(below ferry.FS, opt Options) *FS {
 		done:  make(chan struct{}),
 		subs:  map[*sub]struct{}{},
 		gens:  map[string]uint64{},
+		made:  map[string]bool{},
 	}
 	if wl, ok := ferry.As[ferry.WriteLeaser](below); ok && opt.WriteBehind {
 		c.leases = &writeLeases{wl: wl, roots: map[string]time.Time{}, refused: map[string]time.Time{},
-			asking: map[string]chan struct{}{}, revoked: map[string]bool{}}
+			asking: map[string]chan struct{}{}, revoked: map[string]bool{}, echoes: map[string]*echoSet{}}
 	}
 	c.meta.data = c.data
 	c.meta.settle = func(ctx context.Context, p string) error { return c.wback.wait(ctx, p) }
@@ -280,6 +291,9 @@ func (c *FS) Failed(p string) error { return c.wback.failed(p) }
 // adaptor stores a new file at its first close): it is looked up and
 // listed as d until a Put stores it or Discard forgets it.
 func (c *FS) Created(d ferry.Dir) {
+	c.genMu.Lock()
+	c.made[d.Path()] = true
+	c.genMu.Unlock()
 	c.meta.addPending(d)
 	c.meta.touch(path.Dir(d.Path()), 0, nil)
 }
@@ -328,6 +342,8 @@ func (c *FS) Status(context.Context) string {
 	ops, bytes := c.wback.pending()
 	fmt.Fprintf(&b, "writeback.pending: %d calls, %d bytes\n", ops, bytes)
 	fmt.Fprintf(&b, "writeback.stored: %d files, %d bytes\n", c.storedFiles.Load(), c.storedBytes.Load())
+	fmt.Fprintf(&b, "writeback.coalesced: %d stores\n", c.coalesced.Load())
+	fmt.Fprintf(&b, "writeback.unsent: %d files, %d bytes\n", c.unsentFiles.Load(), c.unsentBytes.Load())
 	if w := c.leases; w != nil {
 		w.mu.Lock()
 		held := len(w.roots)
@@ -368,8 +384,17 @@ func (c *FS) Command(ctx context.Context, args []string) error {
 func (c *FS) nextGen(p string) uint64 {
 	c.genMu.Lock()
 	defer c.genMu.Unlock()
+	delete(c.made, p)
 	c.gens[p]++
 	return c.gens[p]
+}
+
+// unmade reports whether the file at p was made above (Created) and not
+// changed since: the tree below has none there yet.
+func (c *FS) unmade(p string) bool {
+	c.genMu.Lock()
+	defer c.genMu.Unlock()
+	return c.made[p]
 }
 
 // lastGen reports whether gen is still the last change of p, and forgets

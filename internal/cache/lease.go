@@ -39,6 +39,9 @@ type writeLeases struct {
 	// asking holds the roots with a request, a recall or a release in
 	// flight (see mark): a change under one waits for it.
 	asking map[string]chan struct{}
+	// echoes holds, by lease, the paths of events taken for echoes of
+	// this cache's own changes (see echo).
+	echoes map[string]*echoSet
 	// revoked holds the requests in flight whose lease was recalled
 	// before the answer was taken: the answer is then a refusal.
 	revoked map[string]bool
@@ -209,6 +212,95 @@ func (c *FS) recall(root string, ack func()) {
 	if ack != nil {
 		ack()
 	}
+	// Events under the lease were taken for echoes of this cache's own
+	// changes, but a change made on the server's disk is reported at the
+	// same time as the recall it causes: what is cached under root is
+	// checked again.
+	c.recheck(root)
+}
+
+// echoesMax bounds the events passed over under one lease that a recall
+// checks one by one; beyond it, all that is cached under the lease is
+// dropped.
+const echoesMax = 64
+
+// echoSet holds the paths of the events taken for echoes under one lease.
+type echoSet struct {
+	paths map[string]struct{}
+	over  bool // More than echoesMax: not all are held.
+}
+
+// echo reports whether an event for p is the echo of this cache's own
+// change: p is under a write lease this cache holds, and no other client
+// changes a leased subtree before the lease is recalled. It records p for
+// recheck.
+func (c *FS) echo(p string) bool {
+	return c.leases != nil && c.leases.holds(p, true)
+}
+
+// holds reports whether a lease held covers p, and with record notes p
+// as an echo under it.
+func (w *writeLeases) holds(p string, record bool) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r, ok := w.covering(p)
+	if !ok || !record {
+		return ok
+	}
+	set := w.echoes[r]
+	if set == nil {
+		set = &echoSet{paths: map[string]struct{}{}}
+		w.echoes[r] = set
+	}
+	if len(set.paths) < echoesMax {
+		set.paths[p] = struct{}{}
+	} else {
+		set.over = true
+	}
+	return true
+}
+
+// recheck checks the events taken for echoes under root, once its lease is
+// recalled: a change made on the server's own disk is reported at the same
+// time as the recall it causes, and may have been one of them.
+func (c *FS) recheck(root string) {
+	w := c.leases
+	w.mu.Lock()
+	var ps []string
+	over := false
+	for r, set := range w.echoes {
+		if ferry.HasPrefix(r, root) {
+			for p := range set.paths {
+				ps = append(ps, p)
+			}
+			over = over || set.over
+			delete(w.echoes, r)
+		}
+	}
+	w.mu.Unlock()
+	if over {
+		c.meta.invalidateAll(root)
+		c.emit(ferry.Event{Path: root, Lost: true})
+		return
+	}
+	for _, p := range ps {
+		go c.check(p)
+	}
+}
+
+// forgetEchoes forgets the events taken for echoes under r, whose lease
+// ends with no recall: they were.
+func (w *writeLeases) forgetEchoes(r string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	deleteBelow(w.echoes, r)
+}
+
+// WriteLeased reports whether this cache holds a write lease over p: it
+// then knows p as the tree below will have it once the changes kept back
+// are stored, and no other client changes p meanwhile.
+func (c *FS) WriteLeased(p string) bool {
+	return c.leases != nil && c.leases.holds(p, false)
 }
 
 // release gives the write lease over r back once what was kept back under
@@ -243,6 +335,7 @@ func (c *FS) release(r string) {
 			w.released.Add(1)
 		}
 	}
+	w.forgetEchoes(r)
 	w.mu.Lock()
 	w.unmarkLocked(r)
 	w.mu.Unlock()
@@ -255,6 +348,7 @@ func (c *FS) dropLeases() {
 		return
 	}
 	roots := c.take(c.opt.Root, true)
+	c.leases.forgetEchoes(c.opt.Root) // Everything is dropped.
 	if len(roots) == 0 {
 		return
 	}

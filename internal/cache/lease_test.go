@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/ferryfs/ferry/internal/cache"
 	"github.com/ferryfs/ferry/internal/server"
 	"github.com/ferryfs/ferry/internal/servertest"
+	"github.com/ferryfs/ferry/internal/testenv"
 )
 
 // done reports whether f was already resolved when the call returned: the
@@ -199,5 +201,157 @@ func TestWriteLeaseRecalledByDiskChange(t *testing.T) {
 	}
 	if st := status(); strings.Contains(st, " 0 recalled") || !strings.Contains(st, " 0 held") {
 		t.Errorf("after a change on the server's disk under the lease: %s, want it recalled", st)
+	}
+}
+
+// TestKeptBackLog: under a write lease, what is kept back of a file is the
+// state it is to be left in, until its store starts. Each case makes its
+// changes in a burst, then syncs, and counts the calls the server took:
+// a file written ten times is stored once; a file created and removed
+// is never sent; a new file renamed is stored under its new name only,
+// and removed later only there; the events of new files cost no call;
+// configure's cycle (write conftest.er1,
+// rename it over conftest.err, remove both) sends nothing. The server's
+// tree must end as the changes left it.
+func TestKeptBackLog(t *testing.T) {
+	cases := []struct {
+		name  string
+		burst func(ctx context.Context, c *cache.FS) error
+		want  map[string]string // The tree's files after, by path.
+		calls map[string]int64  // Calls the server takes, at most.
+	}{
+		{"rewrites", func(ctx context.Context, c *cache.FS) error {
+			for i := range 10 {
+				if _, err := c.Put(ctx, "/d/log", ferry.Dir{}, ferry.Whole, strings.NewReader(strings.Repeat("line\n", i+1))).Wait(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, map[string]string{"/d/log": strings.Repeat("line\n", 10)}, map[string]int64{"put": 1}},
+		{"created and removed", func(ctx context.Context, c *cache.FS) error {
+			for i := range 5 {
+				if _, err := c.Put(ctx, "/d/conftest.c", ferry.Dir{}, ferry.Whole, strings.NewReader(fmt.Sprint(i))).Wait(); err != nil {
+					return err
+				}
+				if _, err := c.Remove(ctx, "/d/conftest.c").Wait(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, map[string]string{"/d/conftest.c": ""}, map[string]int64{"put": 0, "remove": 0}},
+		{"renamed", func(ctx context.Context, c *cache.FS) error {
+			if _, err := c.Put(ctx, "/d/a.tmp", ferry.Dir{}, ferry.Whole, strings.NewReader("a")).Wait(); err != nil {
+				return err
+			}
+			_, err := c.Move(ctx, "/d/a.tmp", "/d/a").Wait()
+			return err
+		}, map[string]string{"/d/a.tmp": "", "/d/a": "a"}, map[string]int64{"put": 1, "move": 0, "remove": 0}},
+		{"new files, their events taken for echoes", func(ctx context.Context, c *cache.FS) error {
+			for i := range 20 {
+				if _, err := c.Put(ctx, fmt.Sprintf("/d/f%d", i), ferry.Dir{}, ferry.Whole, strings.NewReader("f")).Wait(); err != nil {
+					return err
+				}
+			}
+			if err := c.Sync(ctx, "/"); err != nil {
+				return err
+			}
+			time.Sleep(200 * time.Millisecond) // The events arrive.
+			return nil
+		}, map[string]string{"/d/f0": "f", "/d/f19": "f"}, map[string]int64{"put": 20, "stat": 0}},
+		{"configure's cycle", func(ctx context.Context, c *cache.FS) error {
+			for i := range 5 {
+				for _, f := range []string{"/d/conftest.err", "/d/conftest.er1"} {
+					if _, err := c.Put(ctx, f, ferry.Dir{}, ferry.Whole, strings.NewReader(fmt.Sprint(i))).Wait(); err != nil {
+						return err
+					}
+				}
+				if _, err := c.Move(ctx, "/d/conftest.er1", "/d/conftest.err").Wait(); err != nil {
+					return err
+				}
+				if _, err := c.Remove(ctx, "/d/conftest.err").Wait(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}, map[string]string{"/d/conftest.err": "", "/d/conftest.er1": ""}, map[string]int64{"put": 0, "move": 0, "remove": 0}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := servertest.Start(t, "")
+			ctx := context.Background()
+			c := open(t, s.Client(t, "a"), cache.Options{WriteBehind: true})
+			if _, err := c.Make(ctx, "/d", ferry.Dir{ferry.AttrType: ferry.TypeDir}); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Sync(ctx, "/"); err != nil {
+				t.Fatal(err)
+			}
+			before := s.Srv.Calls()
+			if err := tc.burst(ctx, c); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Sync(ctx, "/"); err != nil {
+				t.Fatal(err)
+			}
+			// A server counts a call as its handler returns, a moment
+			// after the client has the answer.
+			time.Sleep(100 * time.Millisecond)
+			for op, most := range tc.calls {
+				if n := servertest.CallsSince(s.Srv, before, op, 0); n > most {
+					t.Errorf("the server took %d %s calls, want at most %d", n, op, most)
+				}
+			}
+			for p, want := range tc.want {
+				b, err := os.ReadFile(filepath.Join(s.Dir, p))
+				if want == "" {
+					if !os.IsNotExist(err) {
+						t.Errorf("%s on the server: %q, %v; want none", p, b, err)
+					}
+					continue
+				}
+				if string(b) != want {
+					t.Errorf("%s on the server: %q, %v; want %q", p, b, err, want)
+				}
+			}
+		})
+	}
+}
+
+// TestOwnerBehind: a change of owner waits for the server until the server
+// has taken one that gave a file to another user (tar run by root sets
+// every directory's owner); after that, such changes go behind too.
+func TestOwnerBehind(t *testing.T) {
+	if os.Geteuid() != 0 {
+		testenv.Require(t, "giving a file away needs a server run by root")
+	}
+	s := servertest.Start(t, "")
+	ctx := context.Background()
+	c := open(t, s.Client(t, "a"), cache.Options{WriteBehind: true})
+	var kept []bool
+	for i := range 4 {
+		p := fmt.Sprintf("/d%d", i)
+		if _, err := c.Make(ctx, p, ferry.Dir{ferry.AttrType: ferry.TypeDir}); err != nil {
+			t.Fatal(err)
+		}
+		f := c.Wstat(ctx, p, ferry.Dir{ferry.AttrUid: "1000", ferry.AttrGid: "1000"})
+		kept = append(kept, done(f))
+		if _, err := f.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if kept[0] || !kept[1] || !kept[2] || !kept[3] {
+		t.Errorf("owner changes kept back: %v, want the first waited for and the rest kept back", kept)
+	}
+	if err := c.Sync(ctx, "/"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		fi, err := os.Stat(filepath.Join(s.Dir, fmt.Sprintf("d%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st := fi.Sys().(*syscall.Stat_t); st.Uid != 1000 || st.Gid != 1000 {
+			t.Errorf("d%d on the server is owned by %d:%d, want 1000:1000", i, st.Uid, st.Gid)
+		}
 	}
 }

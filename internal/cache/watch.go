@@ -192,6 +192,9 @@ func (c *FS) run() {
 				}
 				continue
 			}
+			if c.echo(p) {
+				continue
+			}
 			// A directory held above is checked too: its name is
 			// forgotten only if the tree says it is gone.
 			if c.heldDir(p) || !c.meta.invalidateForeign(p) {

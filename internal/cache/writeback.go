@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -33,16 +34,46 @@ type writeback struct {
 	sem   chan struct{}
 	// timeout bounds each background call (Options.CallTimeout).
 	timeout time.Duration
+	// aging is how long a file's store waits (see aging).
+	aging time.Duration
 }
 
 type wbOp struct {
 	paths []string
 	size  int64
 	done  chan struct{}
+	// file, for a whole file stored or removed, is the state the op
+	// leaves the file in: until the op starts, a later change of the
+	// same file replaces it (see supersede).
+	file    *fileStore
+	started bool
+	// hurry is closed when something waits for the op: a file's store
+	// then starts without aging.
+	hurry     chan struct{}
+	hurryOnce sync.Once
 }
 
+// fileStore is what a wbOp leaves a file as: stored whole, or gone.
+type fileStore struct {
+	d    ferry.Dir
+	buf  []byte
+	gone bool
+	gen  uint64
+	// creates: the tree below has no file at the path before the op.
+	creates bool
+}
+
+// aging is how long a file's store waits before it starts, unless
+// something waits for it sooner (a recall, a release, fsync, a call that
+// must follow it): as in Coda's client log, a file written again is
+// stored once, and a file created and removed meanwhile (configure's
+// conftest files) is never stored.
+const aging = time.Second
+
+func (op *wbOp) hasten() { op.hurryOnce.Do(func() { close(op.hurry) }) }
+
 func newWriteback(timeout time.Duration) *writeback {
-	return &writeback{errs: map[string]error{}, sem: make(chan struct{}, writebackOps), timeout: timeout}
+	return &writeback{errs: map[string]error{}, sem: make(chan struct{}, writebackOps), timeout: timeout, aging: aging}
 }
 
 // related reports whether a call on a must be ordered with one on b.
@@ -83,26 +114,51 @@ func (w *writeback) start(p string, size int64, call func(ctx context.Context) e
 // startAll is start for a call that changes all of ps (a rename); a
 // failure is kept for the first.
 func (w *writeback) startAll(ps []string, size int64, call func(ctx context.Context) error) bool {
-	p := ps[0]
+	return w.issue(&wbOp{paths: ps, size: size}, func(ctx context.Context, _ *fileStore) error { return call(ctx) })
+}
+
+// startFile is start for the whole-file store (or removal) f of p, which
+// ages first (see aging). call is given f as it is when the op starts.
+func (w *writeback) startFile(p string, f *fileStore, call func(ctx context.Context, f *fileStore) error) bool {
+	return w.issue(&wbOp{paths: []string{p}, size: int64(len(f.buf)), file: f}, call)
+}
+
+// issue queues op, running call once the ops before it are done.
+func (w *writeback) issue(op *wbOp, call func(ctx context.Context, f *fileStore) error) bool {
+	p := op.paths[0]
 	w.mu.Lock()
-	if w.bytes+size > writebackMax {
+	if w.bytes+op.size > writebackMax {
 		w.mu.Unlock()
 		return false
 	}
-	deps := w.before(ps)
-	op := &wbOp{paths: ps, size: size, done: make(chan struct{})}
+	deps := w.before(op.paths)
+	op.done, op.hurry = make(chan struct{}), make(chan struct{})
+	aged := time.Now().Add(w.aging)
+	file := op.file != nil
 	w.ops = append(w.ops, op)
-	w.bytes += size
+	w.bytes += op.size
 	w.mu.Unlock()
 	go func() {
 		for _, d := range deps {
 			<-d.done
 		}
+		if file {
+			t := time.NewTimer(time.Until(aged))
+			select {
+			case <-t.C:
+			case <-op.hurry:
+			}
+			t.Stop()
+		}
 		w.sem <- struct{}{}
+		w.mu.Lock()
+		op.started = true
+		f := op.file
+		w.mu.Unlock()
 		// A background call outlives the request that queued it; it
 		// has its own deadline, like every call of the mount.
 		ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
-		err := call(ctx)
+		err := call(ctx, f)
 		cancel()
 		<-w.sem
 		w.mu.Lock()
@@ -112,7 +168,7 @@ func (w *writeback) startAll(ps []string, size int64, call func(ctx context.Cont
 				break
 			}
 		}
-		w.bytes -= size
+		w.bytes -= op.size
 		if err != nil && w.errs[p] == nil {
 			w.errs[p] = err
 		}
@@ -122,12 +178,67 @@ func (w *writeback) startAll(ps []string, size int64, call func(ctx context.Cont
 	return true
 }
 
+// waiting returns the last op not yet started that stores or removes the
+// whole file p, if no op issued after it must follow it. w.mu is held.
+func (w *writeback) waiting(p string) *wbOp {
+	deps := w.before([]string{p})
+	if len(deps) == 0 {
+		return nil
+	}
+	op := deps[len(deps)-1]
+	if op.file == nil || op.started || len(op.paths) != 1 || op.paths[0] != p {
+		return nil
+	}
+	return op
+}
+
+// supersede makes f the state of p that an op not yet started leaves, in
+// place of the one it had, if there is such an op and the budget takes f.
+// The op keeps its place in the order. It returns the state replaced.
+func (w *writeback) supersede(p string, f *fileStore) (*fileStore, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	op := w.waiting(p)
+	size := int64(len(f.buf))
+	if op == nil || w.bytes-op.size+size > writebackMax {
+		return nil, false
+	}
+	old := op.file
+	f.creates = old.creates
+	w.bytes += size - op.size
+	op.size, op.file = size, f
+	if f.gone && f.creates {
+		op.hasten() // Nothing is left to do.
+	}
+	return old, true
+}
+
+// takeFile takes the content of the store of p not yet started, if there
+// is one, leaving p gone (as its gen'th change) in its place: a rename of
+// p moves the content to a store of the new name instead.
+func (w *writeback) takeFile(p string, gen uint64) *fileStore {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	op := w.waiting(p)
+	if op == nil || op.file.gone {
+		return nil
+	}
+	f := op.file
+	w.bytes -= op.size
+	op.size, op.file = 0, &fileStore{gone: true, gen: gen, creates: f.creates}
+	if f.creates {
+		op.hasten()
+	}
+	return f
+}
+
 // wait blocks until every background call issued so far on a path related
 // to any of ps has finished, or ctx is done.
 func (w *writeback) wait(ctx context.Context, ps ...string) error {
 	w.mu.Lock()
 	deps := w.before(ps)
 	w.mu.Unlock()
+	w.hasten(deps)
 	for _, d := range deps {
 		select {
 		case <-d.done:
@@ -162,6 +273,31 @@ func (w *writeback) failed(p string) error {
 	err := w.errs[p]
 	delete(w.errs, p)
 	return err
+}
+
+// hasten starts ops without aging, and every op they wait for.
+func (w *writeback) hasten(waited []*wbOp) {
+	ops := slices.Clone(waited)
+	seen := map[*wbOp]bool{}
+	for len(ops) > 0 {
+		op := ops[len(ops)-1]
+		ops = ops[:len(ops)-1]
+		if seen[op] {
+			continue
+		}
+		seen[op] = true
+		op.hasten()
+		w.mu.Lock()
+		for _, o := range w.ops {
+			if o == op {
+				break
+			}
+			if o.touches(op.paths) {
+				ops = append(ops, o)
+			}
+		}
+		w.mu.Unlock()
+	}
 }
 
 // pending reports the calls not yet finished and the bytes they hold.

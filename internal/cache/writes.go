@@ -5,6 +5,7 @@ import (
 	"context"
 	"io"
 	"path"
+	"strconv"
 	"time"
 
 	"github.com/ferryfs/ferry"
@@ -73,6 +74,7 @@ func (c *FS) putBehind(ctx context.Context, p string, d ferry.Dir, data io.Reade
 	if base == nil && !c.meta.absent(p) {
 		return nil, false // What the file is now is not known here.
 	}
+	creates := base == nil || c.unmade(p)
 	if base == nil {
 		// A new file: what the tree gives one made without attributes,
 		// until the store says.
@@ -121,22 +123,58 @@ func (c *FS) putBehind(ctx context.Context, p string, d ferry.Dir, data io.Reade
 	c.meta.addPending(local)
 	// Read back from here until stored (a build reads what it wrote).
 	c.data.keep(local, buf)
-	ok = c.wback.start(p, size, func(ctx context.Context) error {
-		got, _, err := c.store(ctx, p, d, ferry.Whole, bytes.NewReader(buf))
-		if err == nil {
-			c.storedFiles.Add(1)
-			c.storedBytes.Add(size)
-		}
-		if c.landed("storing a file", p, gen, got, err) {
-			c.data.keep(got, buf)
-		}
-		return err
-	})
+	ok = c.queueFile(p, &fileStore{d: d, buf: buf, gen: gen, creates: creates})
 	if !ok {
 		c.meta.dropPending(p)
 		return now(), true
 	}
 	return ferry.Resolved(local, nil), true
+}
+
+// queueFile makes f what the file p is left as in the background: in
+// place of a store or removal of p not yet started, or by a new one.
+func (c *FS) queueFile(p string, f *fileStore) bool {
+	if old, ok := c.wback.supersede(p, f); ok {
+		switch {
+		case f.gone && f.creates && !old.gone:
+			// Created and removed before its store started:
+			// neither crosses the wire.
+			c.unsentFiles.Add(1)
+			c.unsentBytes.Add(int64(len(old.buf)))
+		case !old.gone:
+			c.coalesced.Add(1)
+		}
+		return true
+	}
+	return c.wback.startFile(p, f, func(ctx context.Context, f *fileStore) error { return c.storeFile(ctx, p, f) })
+}
+
+// storeFile leaves the file p as f says, below.
+func (c *FS) storeFile(ctx context.Context, p string, f *fileStore) error {
+	if f.gone {
+		if f.creates {
+			return nil
+		}
+		_, err := c.below.Remove(ctx, p).Wait()
+		if err != nil {
+			c.log.Error("removing a file in the background failed", "path", p, "err", err)
+		}
+		if c.lastGen(p, f.gen) {
+			// Whatever a store before it recorded is gone now.
+			c.meta.forget(p)
+			go c.emit(ferry.Event{Path: p, Gone: true})
+		}
+		return err
+	}
+	got, _, err := c.store(ctx, p, f.d, ferry.Whole, bytes.NewReader(f.buf))
+	if err == nil {
+		c.storedFiles.Add(1)
+		c.storedBytes.Add(int64(len(f.buf)))
+	}
+	if c.landed("storing a file", p, f.gen, got, err) {
+		c.data.keep(got, f.buf)
+	}
+	return err
 }
 
 // landed records how a change of p made in the background (the gen'th,
@@ -307,17 +345,7 @@ func (c *FS) Remove(ctx context.Context, p string) *ferry.Future[struct{}] {
 			defer queued()
 			// A store of the file still under way must not record it
 			// again when it ends.
-			c.nextGen(p)
-			c.wback.start(p, 0, func(ctx context.Context) error {
-				_, err := c.below.Remove(ctx, p).Wait()
-				if err != nil {
-					c.log.Error("removing a file in the background failed", "path", p, "err", err)
-				}
-				// Whatever a store before it recorded is gone now.
-				c.meta.forget(p)
-				go c.emit(ferry.Event{Path: p, Gone: true})
-				return err
-			})
+			c.queueFile(p, &fileStore{gone: true, gen: c.nextGen(p)})
 			c.meta.dropPending(p)
 			c.meta.forget(p)
 			c.meta.touch(dir, 0, nil)
@@ -446,13 +474,21 @@ func (c *FS) moveBehind(ctx context.Context, from, to string) (*ferry.Future[fer
 	local := base.Clone()
 	local[ferry.AttrPath], local[ferry.AttrName] = to, path.Base(to)
 	kept, _ := c.data.held(from)
-	if replaced := c.meta.known(to); replaced != nil {
+	replaced := c.meta.known(to)
+	if replaced != nil {
 		c.meta.dropLinked(replaced)
 	} else {
 		c.meta.dropAllLinked()
 	}
-	c.nextGen(from)
+	toCreates := c.meta.last(to) == nil || c.unmade(to)
+	fromGen := c.nextGen(from)
 	gen := c.nextGen(to)
+	var moved *fileStore
+	if !base.IsDir() {
+		// A file whose store has not started is stored under its new
+		// name instead (configure's mv conftest.er1 conftest.err).
+		moved = c.wback.takeFile(from, fromGen)
+	}
 	c.meta.renamed(from, local)
 	if !local.IsDir() {
 		// Until the rename is done the tree below has no file at to.
@@ -467,6 +503,20 @@ func (c *FS) moveBehind(ctx context.Context, from, to string) (*ferry.Future[fer
 	}
 	c.meta.touch(path.Dir(from), -nlink, nil)
 	c.meta.touch(path.Dir(to), nlink, nil)
+	if moved != nil {
+		f := &fileStore{d: moved.d, buf: moved.buf, gen: gen, creates: toCreates}
+		if !c.queueFile(to, f) {
+			// The budget is full: stored at once, after what it
+			// must follow.
+			if err := c.wback.wait(ctx, to); err != nil {
+				return ferry.Resolved[ferry.Dir](nil, err), true
+			}
+			if err := c.storeFile(ctx, to, f); err != nil {
+				return ferry.Resolved[ferry.Dir](nil, err), true
+			}
+		}
+		return ferry.Resolved(local, nil), true
+	}
 	c.wback.startAll([]string{from, to}, 0, func(ctx context.Context) error {
 		got, err := c.below.Move(ctx, from, to).Wait()
 		c.landed("renaming", to, gen, got, err, from)
@@ -482,10 +532,12 @@ func (c *FS) wstatBehind(ctx context.Context, p string, d ferry.Dir) (*ferry.Fut
 	if base == nil || base.Linked() {
 		return nil, false
 	}
-	// Only times and the mode go behind: a change of owner, size or
+	// Only times and the mode go behind, and the owner where the tree
+	// below has let this cache give a file away: a change of size or
 	// extended attributes may be refused, and must be refused at once.
 	for k := range d {
-		if k != ferry.AttrMode && k != ferry.AttrMtime && k != ferry.AttrAtime {
+		owner := (k == ferry.AttrUid || k == ferry.AttrGid) && c.owners.Load()
+		if k != ferry.AttrMode && k != ferry.AttrMtime && k != ferry.AttrAtime && !owner {
 			return nil, false
 		}
 	}
@@ -525,6 +577,12 @@ func (c *FS) Wstat(ctx context.Context, p string, d ferry.Dir) *ferry.Future[fer
 		got, err := c.below.Wstat(ctx, p, d).Wait()
 		if err != nil {
 			return nil, err
+		}
+		if u, ok := d[ferry.AttrUid]; ok && u != strconv.FormatInt(c.opt.Uid, 10) {
+			// Only a privileged user gives a file away: the tree
+			// below will take the owner changes that follow (tar
+			// run by root sets every directory's).
+			c.owners.Store(true)
 		}
 		c.meta.set(got)
 		return got, nil

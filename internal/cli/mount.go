@@ -91,8 +91,12 @@ Bigger files move by chunks through the chunk cache on disk (--cache,
 
 By default (--writeback), close returns at once: the file is copied into memory
 and stored in the background, and so are new directories, removals,
-renames and changes of mode and times, in the order the programs made
-them; fsync waits until the file is stored. A build that writes many
+renames and changes of mode, times and (once the server has taken one
+from this mount) owners, in the order the programs made them; fsync
+waits until the file is stored. A file's store waits a second first
+(sooner when anything needs it): a file written again meanwhile is
+stored once, and one created and removed meanwhile (configure's
+conftest files) never crosses the wire. A build that writes many
 small files then no longer waits a round trip per file. The mount takes
 a write lease from the server over the directory it changes (one round
 trip per directory, kept while in use, given back after 1 s idle):

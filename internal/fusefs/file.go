@@ -269,10 +269,16 @@ func (n *node) openWrite(ctx context.Context, trunc bool) (*wbuf, syscall.Errno)
 	}
 	cctx, cancel := n.s.ctx(ctx)
 	defer cancel()
-	// Not under n.mu: the store in the background waited for here
-	// records its result on the node as it ends.
-	if err := n.s.cache.Settle(cctx, p); err != nil {
-		return nil, errno(err)
+	// Under a write lease the cache knows the file as the server will
+	// have it, and holds what it keeps back of it: configure's appends to
+	// config.log and confdefs.h wait for nothing.
+	leased := n.s.cache.WriteLeased(p)
+	if !leased {
+		// Not under n.mu: the store in the background waited for
+		// here records its result on the node as it ends.
+		if err := n.s.cache.Settle(cctx, p); err != nil {
+			return nil, errno(err)
+		}
 	}
 	// Content that will be loaded must be the latest, so the server is
 	// asked; for content that is thrown away (O_TRUNC: cp, tar, a
@@ -280,7 +286,7 @@ func (n *node) openWrite(ctx context.Context, trunc bool) (*wbuf, syscall.Errno)
 	// keeps current will do, which spares a round trip per file.
 	var d ferry.Dir
 	var err error
-	if trunc && n.s.cache.Leased() {
+	if (trunc || leased) && n.s.cache.Leased() {
 		d, err = n.s.cache.Stat(cctx, p).Wait()
 	} else {
 		d, err = n.s.cache.Fresh(cctx, p)

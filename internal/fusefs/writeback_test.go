@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/servertest"
 )
 
 // slowPuts is a tree whose Puts take a while, so that background stores
@@ -306,5 +307,42 @@ func TestWriteBackReopen(t *testing.T) {
 		if got := readFile(t, filepath.Join(dir, fmt.Sprintf("f%d", i))); got != want {
 			t.Errorf("f%d on the server: %q, want %q", i, got, want)
 		}
+	}
+}
+
+// TestAppendUnderLease: on a write-back mount of a server, a file opened
+// for appending under the mount's write lease is loaded from the cache,
+// without asking the server or waiting for its earlier stores (configure
+// appends to config.log thousands of times), and the server ends with
+// every append.
+func TestAppendUnderLease(t *testing.T) {
+	srv := servertest.Start(t, "")
+	mnt, _ := mountFS(t, srv.Client(t, "a"), Options{WriteBack: true})
+	p := filepath.Join(mnt, "config.log")
+	writeFile(t, p, "start\n")
+	want := "start\n"
+	before := srv.Srv.Calls()
+	for i := range 20 {
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := fmt.Sprintf("check %d\n", i)
+		want += line
+		if _, err := f.WriteString(line); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := servertest.CallsSince(srv.Srv, before, "stat", 0); n > 0 {
+		t.Errorf("20 appends under the lease asked the server %d times for the file", n)
+	}
+	if err := syncDir(mnt); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(srv.Dir, "config.log")); got != want {
+		t.Errorf("the server has %q, want %q", got, want)
 	}
 }
