@@ -304,15 +304,25 @@ func (c *FS) WriteLeased(p string) bool {
 }
 
 // release gives the write lease over r back once what was kept back under
-// it is stored. Until the release is sent, a change under r waits rather
-// than ask for r again: a request sent before the release would be
-// granted by a server that still holds r for this client, and the
-// release after it would then end the lease the client thinks it has.
+// it is stored. It stores first with the lease still held, so that a
+// change meanwhile neither waits for that store nor asks for the lease
+// again: it keeps the lease, and the release gives up. Until the release
+// is sent, a change under r waits rather than ask for r again: a request
+// sent before the release would be granted by a server that still holds
+// r for this client, and the release after it would then end the lease
+// the client thinks it has.
 func (c *FS) release(r string) {
 	w := c.leases
+	started := time.Now()
+	ctx, cancel := context.WithTimeout(c.ctx, c.opt.CallTimeout)
+	defer cancel()
+	if err := c.wback.wait(ctx, r); err != nil {
+		return
+	}
 	w.gate.Lock()
 	w.mu.Lock()
-	if _, held := w.roots[r]; !held {
+	if used, held := w.roots[r]; !held || used.After(started) || c.wback.busy(r) {
+		// Recalled meanwhile, or in use again.
 		w.mu.Unlock()
 		w.gate.Unlock()
 		return
@@ -328,12 +338,8 @@ func (c *FS) release(r string) {
 	w.markLocked(r)
 	w.mu.Unlock()
 	w.gate.Unlock()
-	ctx, cancel := context.WithTimeout(c.ctx, c.opt.CallTimeout)
-	defer cancel()
-	if err := c.wback.wait(ctx, r); err == nil {
-		if err := w.wl.ReleaseWrite(ctx, r); err == nil {
-			w.released.Add(1)
-		}
+	if err := w.wl.ReleaseWrite(ctx, r); err == nil {
+		w.released.Add(1)
 	}
 	w.forgetEchoes(r)
 	w.mu.Lock()

@@ -200,7 +200,9 @@ func (w *writeback) supersede(p string, f *fileStore) (*fileStore, bool) {
 	defer w.mu.Unlock()
 	op := w.waiting(p)
 	size := int64(len(f.buf))
-	if op == nil || w.bytes-op.size+size > writebackMax {
+	if op == nil || op.file.gone && op.file.creates || w.bytes-op.size+size > writebackMax {
+		// No such op, or one left with nothing to do, and hastened
+		// to its end: a new op ages afresh.
 		return nil, false
 	}
 	old := op.file
@@ -298,6 +300,14 @@ func (w *writeback) hasten(waited []*wbOp) {
 		}
 		w.mu.Unlock()
 	}
+}
+
+// busy reports whether a background call on a path related to p is not
+// yet finished.
+func (w *writeback) busy(p string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.before([]string{p})) > 0
 }
 
 // pending reports the calls not yet finished and the bytes they hold.
