@@ -97,30 +97,53 @@ func TestMeasureUnpackSites(t *testing.T) {
 
 // TestMeasureSSHBuild is the replication paper's SSH build: unpack,
 // ./configure and make -j2 of OpenSSH (the tarball FERRY_SSH_TARBALL names,
-// from Debian's source package) in a mount at site b of the netem mesh
-// (three sites 120 ms apart), each phase timed, for one server at b, one
-// server at a and three members. A measurement: FERRY_MEASURE=1 runs it,
-// FERRY_CELLS picks cells.
+// from Debian's source package), then a flush (fsync of the build's
+// directory, which waits for what a write-back mount kept back), each
+// phase timed, in a directory of site b of the netem mesh (three sites
+// 120 ms apart): on the local disk, in a mount of one server at b, of one
+// server at a (also with the link from b to a at 4 Mbit/s) and of three
+// members. Each cell also reports the bytes that went from b to the other
+// sites and the size of the tree the build leaves. A measurement:
+// FERRY_MEASURE=1 runs it, FERRY_CELLS picks cells.
 func TestMeasureSSHBuild(t *testing.T) {
 	tarball := os.Getenv("FERRY_SSH_TARBALL")
 	if os.Getenv("FERRY_MEASURE") == "" || tarball == "" {
 		t.Skip("a measurement: FERRY_MEASURE=1 FERRY_SSH_TARBALL=openssh.tar.gz runs it")
 	}
 	needMount(t)
-	m := netemtest.MeshForTest(t, 3, func(int, int) netem.Link { return netem.Link{Delay: 60 * time.Millisecond} })
+	link := netem.Link{Delay: 60 * time.Millisecond}
+	m := netemtest.MeshForTest(t, 3, func(int, int) netem.Link { return link })
 	at := func(i int) []string { return netem.Enter(m.Sites[i].NS) }
+	// mounted serves through e a mount at site b and returns its mount
+	// point.
+	mounted := func(t *testing.T, e *env) string {
+		mnt := mountPoint(t)
+		cl := *e
+		cl.via = at(1)
+		cl.run(true, "mount", e.at("/"), mnt)
+		t.Cleanup(func() { cl.run(true, "umount", mnt) })
+		return mnt
+	}
 	cells := []struct {
-		name  string
-		serve func(t *testing.T) *env
+		name string
+		dir  func(t *testing.T) string // Where the build runs.
 	}{
-		{"one server at the builder's site", func(t *testing.T) *env {
-			return startIn(t, t.TempDir(), at(1), "--listen", m.Sites[1].Addr.String()+":0")
+		{"local disk", func(t *testing.T) string { return t.TempDir() }},
+		{"one server at the builder's site", func(t *testing.T) string {
+			return mounted(t, startIn(t, t.TempDir(), at(1), "--listen", m.Sites[1].Addr.String()+":0"))
 		}},
-		{"one server 120 ms from the builder", func(t *testing.T) *env {
-			return startIn(t, t.TempDir(), at(0), "--listen", m.Sites[0].Addr.String()+":0")
+		{"one server 120 ms from the builder", func(t *testing.T) string {
+			return mounted(t, startIn(t, t.TempDir(), at(0), "--listen", m.Sites[0].Addr.String()+":0"))
 		}},
-		{"three replicas 120 ms apart", func(t *testing.T) *env {
-			return startSetOn(t, m, "a", "b", "c")["b"]
+		{"one server 120 ms from the builder, 4 Mbit/s up", func(t *testing.T) string {
+			up := link
+			up.Rate = 4_000_000
+			m.SetLink(1, 0, up)
+			t.Cleanup(func() { m.SetLink(1, 0, link) })
+			return mounted(t, startIn(t, t.TempDir(), at(0), "--listen", m.Sites[0].Addr.String()+":0"))
+		}},
+		{"three replicas 120 ms apart", func(t *testing.T) string {
+			return mounted(t, startSetOn(t, m, "a", "b", "c")["b"])
 		}},
 	}
 	only := regexp.MustCompile(os.Getenv("FERRY_CELLS"))
@@ -129,33 +152,52 @@ func TestMeasureSSHBuild(t *testing.T) {
 			continue
 		}
 		t.Run(c.name, func(t *testing.T) {
-			e := c.serve(t)
-			mnt := mountPoint(t)
-			cl := *e
-			cl.via = at(1)
-			cl.run(true, "mount", e.at("/"), mnt)
-			t.Cleanup(func() { cl.run(true, "umount", mnt) })
+			dir := c.dir(t)
+			up := func() (n int64) {
+				for _, j := range []int{0, 2} {
+					n += m.Stats(1, j).Bytes
+				}
+				return n
+			}
+			before := up()
 			var phases []string
+			var total time.Duration
 			for _, ph := range []struct{ name, script string }{
 				{"unpack", "tar xzf " + tarball},
 				{"configure", "cd openssh-* && ./configure"},
 				{"make", "cd openssh-* && make -j2"},
+				{"flush", `python3 -c 'import glob, os; os.fsync(os.open(glob.glob("openssh-*")[0], os.O_RDONLY))'`},
 			} {
 				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
 				cmd := exec.CommandContext(ctx, "sh", "-c", ph.script)
-				cmd.Dir = mnt
+				cmd.Dir = dir
 				start := time.Now()
 				out, err := cmd.CombinedOutput()
 				cancel()
 				if err != nil {
 					t.Fatalf("%s: %v: %s", ph.name, err, lastLines(out, 20))
 				}
-				phases = append(phases, fmt.Sprintf("%s %.1fs", ph.name, time.Since(start).Seconds()))
+				took := time.Since(start)
+				total += took
+				phases = append(phases, fmt.Sprintf("%s %.1fs", ph.name, took.Seconds()))
 				t.Logf("%s: %s", c.name, phases[len(phases)-1])
 			}
-			t.Logf("%-36s %s", c.name, strings.Join(phases, ", "))
+			sent := up() - before
+			size, err := exec.Command("du", "-sb", dir).Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("%-36s %s, total %.1fs; up %.1f MB, tree %s MB", c.name, strings.Join(phases, ", "), total.Seconds(),
+				float64(sent)/1e6, mb(strings.Fields(string(size))[0]))
 		})
 	}
+}
+
+// mb writes a byte count given in decimal as megabytes.
+func mb(bytes string) string {
+	var n float64
+	fmt.Sscan(bytes, &n)
+	return fmt.Sprintf("%.1f", n/1e6)
 }
 
 // lastLines returns the last n lines of b.
