@@ -210,7 +210,8 @@ func TestWriteLeaseRecalledByDiskChange(t *testing.T) {
 // a file written ten times is stored once; a file created and removed
 // is never sent; a new file renamed is stored under its new name only,
 // and removed later only there; the events of new files cost no call;
-// configure's cycle (write conftest.er1,
+// a file's attributes changed before its store go with it; configure's
+// cycle (write conftest.er1,
 // rename it over conftest.err, remove both) sends nothing. The server's
 // tree must end as the changes left it.
 func TestKeptBackLog(t *testing.T) {
@@ -219,6 +220,7 @@ func TestKeptBackLog(t *testing.T) {
 		burst func(ctx context.Context, c *cache.FS) error
 		want  map[string]string // The tree's files after, by path.
 		calls map[string]int64  // Calls the server takes, at most.
+		modes map[string]os.FileMode
 	}{
 		{"rewrites", func(ctx context.Context, c *cache.FS) error {
 			for i := range 10 {
@@ -227,7 +229,7 @@ func TestKeptBackLog(t *testing.T) {
 				}
 			}
 			return nil
-		}, map[string]string{"/d/log": strings.Repeat("line\n", 10)}, map[string]int64{"put": 1}},
+		}, map[string]string{"/d/log": strings.Repeat("line\n", 10)}, map[string]int64{"put": 1}, nil},
 		{"created and removed", func(ctx context.Context, c *cache.FS) error {
 			for i := range 5 {
 				if _, err := c.Put(ctx, "/d/conftest.c", ferry.Dir{}, ferry.Whole, strings.NewReader(fmt.Sprint(i))).Wait(); err != nil {
@@ -238,14 +240,14 @@ func TestKeptBackLog(t *testing.T) {
 				}
 			}
 			return nil
-		}, map[string]string{"/d/conftest.c": ""}, map[string]int64{"put": 0, "remove": 0}},
+		}, map[string]string{"/d/conftest.c": ""}, map[string]int64{"put": 0, "remove": 0}, nil},
 		{"renamed", func(ctx context.Context, c *cache.FS) error {
 			if _, err := c.Put(ctx, "/d/a.tmp", ferry.Dir{}, ferry.Whole, strings.NewReader("a")).Wait(); err != nil {
 				return err
 			}
 			_, err := c.Move(ctx, "/d/a.tmp", "/d/a").Wait()
 			return err
-		}, map[string]string{"/d/a.tmp": "", "/d/a": "a"}, map[string]int64{"put": 1, "move": 0, "remove": 0}},
+		}, map[string]string{"/d/a.tmp": "", "/d/a": "a"}, map[string]int64{"put": 1, "move": 0, "remove": 0}, nil},
 		{"new files, their events taken for echoes", func(ctx context.Context, c *cache.FS) error {
 			for i := range 20 {
 				if _, err := c.Put(ctx, fmt.Sprintf("/d/f%d", i), ferry.Dir{}, ferry.Whole, strings.NewReader("f")).Wait(); err != nil {
@@ -257,7 +259,23 @@ func TestKeptBackLog(t *testing.T) {
 			}
 			time.Sleep(200 * time.Millisecond) // The events arrive.
 			return nil
-		}, map[string]string{"/d/f0": "f", "/d/f19": "f"}, map[string]int64{"put": 20, "stat": 0}},
+		}, map[string]string{"/d/f0": "f", "/d/f19": "f"}, map[string]int64{"put": 20, "stat": 0}, nil},
+		{"a linker's output", func(ctx context.Context, c *cache.FS) error {
+			for i := range 5 {
+				if _, err := c.Put(ctx, "/d/conftest", ferry.Dir{}, ferry.Whole, strings.NewReader(fmt.Sprint(i))).Wait(); err != nil {
+					return err
+				}
+				if _, err := c.Wstat(ctx, "/d/conftest", ferry.Dir{ferry.AttrMode: "0755"}).Wait(); err != nil {
+					return err
+				}
+				if i < 4 {
+					if _, err := c.Remove(ctx, "/d/conftest").Wait(); err != nil {
+						return err
+					}
+				}
+			}
+			return nil
+		}, map[string]string{"/d/conftest": "4"}, map[string]int64{"put": 1, "wstat": 0, "remove": 0}, map[string]os.FileMode{"/d/conftest": 0o755}},
 		{"configure's cycle", func(ctx context.Context, c *cache.FS) error {
 			for i := range 5 {
 				for _, f := range []string{"/d/conftest.err", "/d/conftest.er1"} {
@@ -273,7 +291,7 @@ func TestKeptBackLog(t *testing.T) {
 				}
 			}
 			return nil
-		}, map[string]string{"/d/conftest.err": "", "/d/conftest.er1": ""}, map[string]int64{"put": 0, "move": 0, "remove": 0}},
+		}, map[string]string{"/d/conftest.err": "", "/d/conftest.er1": ""}, map[string]int64{"put": 0, "move": 0, "remove": 0}, nil},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -299,6 +317,11 @@ func TestKeptBackLog(t *testing.T) {
 			for op, most := range tc.calls {
 				if n := servertest.CallsSince(s.Srv, before, op, 0); n > most {
 					t.Errorf("the server took %d %s calls, want at most %d", n, op, most)
+				}
+			}
+			for p, want := range tc.modes {
+				if fi, err := os.Stat(filepath.Join(s.Dir, p)); err != nil || fi.Mode().Perm() != want {
+					t.Errorf("%s on the server: %v, %v; want mode %v", p, fi.Mode(), err, want)
 				}
 			}
 			for p, want := range tc.want {

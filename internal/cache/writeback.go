@@ -215,6 +215,19 @@ func (w *writeback) supersede(p string, f *fileStore) (*fileStore, bool) {
 	return old, true
 }
 
+// amend replaces the store of p not yet started, if there is one, with
+// what change makes of it.
+func (w *writeback) amend(p string, change func(*fileStore) *fileStore) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	op := w.waiting(p)
+	if op == nil || op.file.gone {
+		return false
+	}
+	op.file = change(op.file)
+	return true
+}
+
 // takeFile takes the content of the store of p not yet started, if there
 // is one, leaving p gone (as its gen'th change) in its place: a rename of
 // p moves the content to a store of the new name instead.

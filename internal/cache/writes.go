@@ -557,6 +557,17 @@ func (c *FS) wstatBehind(ctx context.Context, p string, d ferry.Dir) (*ferry.Fut
 	if held != nil {
 		c.data.keep(local, held.data)
 	}
+	// A file whose store has not started is stored with the new
+	// attributes (a linker's chmod of what it wrote).
+	if c.wback.amend(p, func(f *fileStore) *fileStore {
+		nd := f.d.Clone()
+		for k, v := range d {
+			nd[k] = v
+		}
+		return &fileStore{d: nd, buf: f.buf, gen: gen, creates: f.creates}
+	}) {
+		return ferry.Resolved(local, nil), true
+	}
 	c.wback.start(p, 0, func(ctx context.Context) error {
 		got, err := c.below.Wstat(ctx, p, d).Wait()
 		c.landed("changing attributes", p, gen, got, err)
