@@ -5,9 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -130,13 +132,15 @@ func TestWriteLeaseCloseToOpen(t *testing.T) {
 
 // TestWriteLeaseHolderGone: a holder whose link goes silent with changes
 // kept back delays another client's call under its lease by at most the
-// lease's term, and no longer.
+// lease's term, and no longer; the holder counts the lease lost and logs
+// that what it kept back is not stored.
 func TestWriteLeaseHolderGone(t *testing.T) {
 	const lease = time.Second
 	s := servertest.StartWith(t, "", func(c *server.Config) { c.Lease = lease })
 	ctx := context.Background()
 	sw := servertest.SwitchProxy(t, s.Addr)
-	c := open(t, s.ClientVia(t, "a", sw.Addr), cache.Options{WriteBehind: true})
+	var logged syncBuffer
+	c := open(t, s.ClientVia(t, "a", sw.Addr), cache.Options{WriteBehind: true, Log: slog.New(slog.NewTextHandler(&logged, nil))})
 	other := s.Client(t, "b")
 	if _, err := c.Make(ctx, "/d", ferry.Dir{ferry.AttrType: ferry.TypeDir}); err != nil {
 		t.Fatal(err)
@@ -161,6 +165,36 @@ func TestWriteLeaseHolderGone(t *testing.T) {
 		t.Errorf("a call under the lease of a silent holder waited %s, more than the lease of %s", took, lease)
 	}
 	t.Logf("the other client's call waited %s (lease %s); it saw %v", took.Round(time.Millisecond), lease, err)
+	// The holder learns it lost the lease, with what it had not stored,
+	// and says so.
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.Contains(c.Status(ctx), " 1 lost") && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if status := c.Status(ctx); !strings.Contains(status, " 1 lost") {
+		t.Errorf("the holder across the silent link does not count its write lease lost:\n%s", status)
+	}
+	if !strings.Contains(logged.String(), "write leases lost with changes not yet stored") {
+		t.Errorf("the holder did not log the changes it lost with its lease; it logged:\n%s", logged.String())
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 // TestWriteLeaseRecalledByDiskChange: a change made directly on the
