@@ -101,8 +101,9 @@ func TestMeasureUnpackSites(t *testing.T) {
 // directory, which waits for what a write-back mount kept back), each
 // phase timed, in a directory of site b of the netem mesh (three sites
 // 120 ms apart): on the local disk, in a mount of one server at b, of one
-// server at a (also with the link from b to a at 4 Mbit/s) and of three
-// members. Each cell also reports the bytes that went from b to the other
+// server at a (also with the link from b to a at 4 Mbit/s), of three
+// members (also with idle timers of 0.5 and 0.1 s, and with shallow
+// control only) and of two. Each cell also reports the bytes that went from b to the other
 // sites and the size of the tree the build leaves. A measurement:
 // FERRY_MEASURE=1 runs it, FERRY_CELLS picks cells.
 func TestMeasureSSHBuild(t *testing.T) {
@@ -144,6 +145,18 @@ func TestMeasureSSHBuild(t *testing.T) {
 		}},
 		{"three replicas 120 ms apart", func(t *testing.T) string {
 			return mounted(t, startSetOn(t, m, "a", "b", "c")["b"])
+		}},
+		{"two replicas 120 ms apart", func(t *testing.T) string {
+			return mounted(t, startSetOn(t, m, "a", "b")["b"])
+		}},
+		{"three replicas, idle 0.5 s", func(t *testing.T) string {
+			return mounted(t, startSetWith(t, m, []string{"--replica-idle", "500ms"}, "a", "b", "c")["b"])
+		}},
+		{"three replicas, idle 0.1 s", func(t *testing.T) string {
+			return mounted(t, startSetWith(t, m, []string{"--replica-idle", "100ms"}, "a", "b", "c")["b"])
+		}},
+		{"three replicas, shallow control only", func(t *testing.T) string {
+			return mounted(t, startSetWith(t, m, []string{"--replica-shallow"}, "a", "b", "c")["b"])
 		}},
 	}
 	only := regexp.MustCompile(os.Getenv("FERRY_CELLS"))

@@ -40,6 +40,11 @@ func startSet(t *testing.T, names ...string) map[string]*env {
 // startSetOn is startSet with the i-th member (and its clients) at site i
 // of m, if m is not nil.
 func startSetOn(t *testing.T, m *netem.Mesh, names ...string) map[string]*env {
+	return startSetWith(t, m, nil, names...)
+}
+
+// startSetWith is startSetOn with more flags for every member's serve.
+func startSetWith(t *testing.T, m *netem.Mesh, flags []string, names ...string) map[string]*env {
 	var lines []string
 	homes := map[string]string{}
 	for i, n := range names {
@@ -68,7 +73,7 @@ func startSetOn(t *testing.T, m *netem.Mesh, names ...string) map[string]*env {
 		if m != nil {
 			via = netem.Enter(m.Sites[i].NS)
 		}
-		es[n] = startIn(t, homes[n], via, "--members", members, "--metrics", "127.0.0.1:0")
+		es[n] = startIn(t, homes[n], via, append([]string{"--members", members, "--metrics", "127.0.0.1:0"}, flags...)...)
 		es[n].via = via // its clients are at its site
 	}
 	return es

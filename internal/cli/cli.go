@@ -203,6 +203,11 @@ a real file named Ctl at the top of DIR is shadowed by the control file.`,
 	c.Flags().StringVar(&rs.members, "members", "", "join the replica set this members `file` names")
 	c.Flags().StringVar(&rs.logDir, "replica-log", "", "directory of the replica set's raft log (default $FERRY_HOME/replica/NAME-HASH)")
 	c.Flags().StringVar(&rs.listen, "replica-listen", "", "listen for the other members on this `address` instead of this member's ADDR in the members file (behind a proxy or a NAT)")
+	c.Flags().DurationVar(&rs.idle, "replica-idle", replica.DefaultIdle, "how long this member keeps control of a part of the tree it no longer changes")
+	// The flag replica-shallow is hidden: it makes the set worse on
+	// purpose, for the SSH-build measurement to compare against.
+	c.Flags().BoolVar(&rs.shallow, "replica-shallow", false, "take control of each changed path alone, never of a subtree (for benchmarks)")
+	c.Flags().MarkHidden("replica-shallow")
 	c.Flags().StringVar(&ix.dir, "index", "", "directory of the chunk index (default $FERRY_HOME/index/NAME-HASH)")
 	c.Flags().Int64Var(&ix.max, "index-max", defaultIndexMax, "the most chunks the index holds")
 	c.Flags().BoolVar(&ix.rebuild, "reindex", false, "rebuild the chunk index in the background on start")
@@ -234,6 +239,8 @@ type replicaOpts struct {
 	members string
 	logDir  string
 	listen  string
+	idle    time.Duration
+	shallow bool
 }
 
 // indexOpts are serve's chunk index flags.
@@ -314,7 +321,7 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 			return err
 		}
 		defer set.Close()
-		if rfs, err = replica.NewFS(tree, set, replica.Options{Spool: filepath.Join(rs.logDir, "spool")}); err != nil {
+		if rfs, err = replica.NewFS(tree, set, replica.Options{Spool: filepath.Join(rs.logDir, "spool"), Idle: rs.idle, ShallowOnly: rs.shallow}); err != nil {
 			return err
 		}
 		defer rfs.Close()
