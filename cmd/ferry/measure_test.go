@@ -103,7 +103,8 @@ func TestMeasureUnpackSites(t *testing.T) {
 // 120 ms apart): on the local disk, in a mount of one server at b, of one
 // server at a (also with the link from b to a at 4 Mbit/s), of three
 // members (also with idle timers of 0.5 and 0.1 s, and with shallow
-// control only) and of two. Each cell also reports the bytes that went from b to the other
+// control only) and of two. For members it also reports the grants
+// member b asked for in each phase. Each cell also reports the bytes that went from b to the other
 // sites and the size of the tree the build leaves. A measurement:
 // FERRY_MEASURE=1 runs it, FERRY_CELLS picks cells.
 func TestMeasureSSHBuild(t *testing.T) {
@@ -173,6 +174,22 @@ func TestMeasureSSHBuild(t *testing.T) {
 				return n
 			}
 			before := up()
+			// grants reads how many grants the member at b asked for,
+			// from the mount's control file, where there is one.
+			grants := func() int {
+				b, err := os.ReadFile(filepath.Join(dir, "Ctl"))
+				if err != nil {
+					return 0
+				}
+				var n int
+				for _, line := range strings.Split(string(b), "\n") {
+					if rest, ok := strings.CutPrefix(line, "grants: "); ok {
+						fmt.Sscan(rest, &n)
+					}
+				}
+				return n
+			}
+			granted := grants()
 			var phases []string
 			var total time.Duration
 			for _, ph := range []struct{ name, script string }{
@@ -192,7 +209,12 @@ func TestMeasureSSHBuild(t *testing.T) {
 				}
 				took := time.Since(start)
 				total += took
-				phases = append(phases, fmt.Sprintf("%s %.1fs", ph.name, took.Seconds()))
+				phase := fmt.Sprintf("%s %.1fs", ph.name, took.Seconds())
+				if n := grants(); n > granted {
+					phase += fmt.Sprintf(" (%d grants)", n-granted)
+					granted = n
+				}
+				phases = append(phases, phase)
 				t.Logf("%s: %s", c.name, phases[len(phases)-1])
 			}
 			sent := up() - before
