@@ -389,6 +389,16 @@ func (c *FS) nextGen(p string) uint64 {
 	return c.gens[p]
 }
 
+// stored records that the tree below now has whatever this cache made at
+// ps: a change made there at once, not behind.
+func (c *FS) stored(ps ...string) {
+	c.genMu.Lock()
+	defer c.genMu.Unlock()
+	for _, p := range ps {
+		delete(c.made, p)
+	}
+}
+
 // unmade reports whether the file at p was made above (Created) and not
 // changed since: the tree below has none there yet.
 func (c *FS) unmade(p string) bool {

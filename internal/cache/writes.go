@@ -39,6 +39,7 @@ func (c *FS) putSettled(ctx context.Context, p string, d ferry.Dir, off int64, d
 // putNow makes the Put and records it.
 func (c *FS) putNow(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) (ferry.Dir, error) {
 	got, kept, err := c.store(ctx, p, d, off, data)
+	c.stored(p)
 	if err != nil {
 		return nil, err
 	}
@@ -405,6 +406,7 @@ func (c *FS) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Dir]
 		replaced := c.meta.known(to)
 		defer c.meta.expect(from, to)()
 		d, err := c.below.Move(ctx, from, to).Wait()
+		c.stored(from, to)
 		if err != nil {
 			return nil, err
 		}
@@ -439,6 +441,7 @@ func (c *FS) Link(ctx context.Context, from, to string) *ferry.Future[ferry.Dir]
 		}
 		defer c.meta.expect(from, to)()
 		got, err := c.below.Link(ctx, from, to).Wait()
+		c.stored(from, to)
 		if err != nil {
 			return nil, err
 		}
