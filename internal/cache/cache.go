@@ -272,7 +272,20 @@ func (c *FS) Known(p string) ferry.Dir { return c.meta.known(p) }
 // Contents returns the content of the file d describes if the cache holds
 // it, or it arrives soon by a prefetch in progress or one this starts.
 func (c *FS) Contents(ctx context.Context, d ferry.Dir) ([]byte, bool) {
+	if data, ok := c.pending(d); ok {
+		return data, true
+	}
 	return c.data.open(ctx, d)
+}
+
+// pending returns the content of the file d describes if a store of it
+// in the background holds it.
+func (c *FS) pending(d ferry.Dir) ([]byte, bool) {
+	data, ok := c.wback.content(d.Path())
+	if !ok || int64(len(data)) != d.Size() {
+		return nil, false
+	}
+	return data, true
 }
 
 // Settle waits until the changes in the background on ps (and on paths
@@ -437,9 +450,18 @@ func (c *FS) Stat(ctx context.Context, p string) *ferry.Future[ferry.Dir] {
 // otherwise the tree below is asked once the changes of p in the
 // background are done.
 func (c *FS) Get(ctx context.Context, p string, off, count int64) io.ReadCloser {
-	if d := c.meta.known(p); d != nil && off == 0 && count < 0 {
-		if data, ok := c.data.get(d); ok {
-			return io.NopCloser(bytes.NewReader(data))
+	if d := c.meta.known(p); d != nil && off >= 0 {
+		if data, ok := c.pending(d); ok {
+			end := int64(len(data))
+			if count >= 0 {
+				end = min(end, off+count)
+			}
+			return io.NopCloser(bytes.NewReader(data[min(off, end):end]))
+		}
+		if off == 0 && count < 0 {
+			if data, ok := c.data.get(d); ok {
+				return io.NopCloser(bytes.NewReader(data))
+			}
 		}
 	}
 	return &settledReader{open: func() (io.ReadCloser, error) {

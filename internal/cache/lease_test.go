@@ -323,6 +323,28 @@ func TestKeptBackLog(t *testing.T) {
 			_, err := c.Remove(ctx, "/d/big").Wait()
 			return err
 		}, map[string]string{"/d/big": ""}, nil, nil},
+		{"an archive read back before its store", func(ctx context.Context, c *cache.FS) error {
+			// Bigger than the contents the cache keeps (1 MiB), as a
+			// linker's archive is.
+			archive := bytes.Repeat([]byte("!<arch>\n"), 3<<20/8)
+			if _, err := c.Put(ctx, "/d/libssh.a", ferry.Dir{}, ferry.Whole, bytes.NewReader(archive)).Wait(); err != nil {
+				return err
+			}
+			for _, r := range []struct{ off, count int64 }{{0, -1}, {1 << 20, 4096}, {3<<20 - 10, 100}} {
+				got, err := io.ReadAll(c.Get(ctx, "/d/libssh.a", r.off, r.count))
+				if err != nil {
+					return err
+				}
+				end := int64(len(archive))
+				if r.count >= 0 {
+					end = min(end, r.off+r.count)
+				}
+				if !bytes.Equal(got, archive[r.off:end]) {
+					return fmt.Errorf("reading %d bytes at %d back: %d bytes, not what was written", r.count, r.off, len(got))
+				}
+			}
+			return nil
+		}, map[string]string{"/d/libssh.a": strings.Repeat("!<arch>\n", 3<<20/8)}, map[string]int64{"get": 0, "readchunks": 0}, nil},
 		{"configure's cycle", func(ctx context.Context, c *cache.FS) error {
 			for i := range 5 {
 				for _, f := range []string{"/d/conftest.err", "/d/conftest.er1"} {

@@ -215,6 +215,24 @@ func (w *writeback) supersede(p string, f *fileStore) (*fileStore, bool) {
 	return old, true
 }
 
+// content returns the bytes the last op on p stores, while it is not
+// finished and no later op touches p: what the file is until then, read
+// back from here rather than waited for (the kept contents hold files of
+// up to 1 MiB only; a linker reads back archives of several).
+func (w *writeback) content(p string) ([]byte, bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	deps := w.before([]string{p})
+	if len(deps) == 0 {
+		return nil, false
+	}
+	op := deps[len(deps)-1]
+	if op.file == nil || op.file.gone || op.file.d == nil || len(op.paths) != 1 || op.paths[0] != p {
+		return nil, false
+	}
+	return op.file.buf, true
+}
+
 // amend replaces the store of p not yet started, if there is one, with
 // what change makes of it.
 func (w *writeback) amend(p string, change func(*fileStore) *fileStore) bool {
