@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -139,7 +138,7 @@ func TestWriteLeaseHolderGone(t *testing.T) {
 	s := servertest.StartWith(t, "", func(c *server.Config) { c.Lease = lease })
 	ctx := context.Background()
 	sw := servertest.SwitchProxy(t, s.Addr)
-	var logged syncBuffer
+	var logged servertest.Buffer
 	c := open(t, s.ClientVia(t, "a", sw.Addr), cache.Options{WriteBehind: true, Log: slog.New(slog.NewTextHandler(&logged, nil))})
 	other := s.Client(t, "b")
 	if _, err := c.Make(ctx, "/d", ferry.Dir{ferry.AttrType: ferry.TypeDir}); err != nil {
@@ -177,24 +176,6 @@ func TestWriteLeaseHolderGone(t *testing.T) {
 	if !strings.Contains(logged.String(), "write leases lost with changes not yet stored") {
 		t.Errorf("the holder did not log the changes it lost with its lease; it logged:\n%s", logged.String())
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // TestWriteLeaseRecalledByDiskChange: a change made directly on the

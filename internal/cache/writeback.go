@@ -44,7 +44,7 @@ type wbOp struct {
 	done  chan struct{}
 	// file, for a whole file stored or removed, is the state the op
 	// leaves the file in: until the op starts, a later change of the
-	// same file replaces it (see supersede).
+	// same file replaces it (see rewrite).
 	file    *fileStore
 	started bool
 	// hurry is closed when something waits for the op: a file's store
@@ -178,35 +178,43 @@ func (w *writeback) issue(op *wbOp, call func(ctx context.Context, f *fileStore)
 	return true
 }
 
-// waiting returns the last op not yet started that stores or removes the
-// whole file p, if no op issued after it must follow it. w.mu is held.
-func (w *writeback) waiting(p string) *wbOp {
+// last returns the last op on p, if it stores or removes the whole file
+// p and no op issued after it must follow it. w.mu is held.
+func (w *writeback) last(p string) *wbOp {
 	deps := w.before([]string{p})
 	if len(deps) == 0 {
 		return nil
 	}
 	op := deps[len(deps)-1]
-	if op.file == nil || op.started || len(op.paths) != 1 || op.paths[0] != p {
+	if op.file == nil || len(op.paths) != 1 || op.paths[0] != p {
 		return nil
 	}
 	return op
 }
 
-// supersede makes f the state of p that an op not yet started leaves, in
-// place of the one it had, if there is such an op and the budget takes f.
+// rewrite replaces the state of p that an op not yet started leaves with
+// what change makes of it (nil: none), if the budget takes the new state.
 // The op keeps its place in the order. It returns the state replaced.
-func (w *writeback) supersede(p string, f *fileStore) (*fileStore, bool) {
+// A later store of the file, its removal, a change of its attributes and
+// its rename all go through here.
+func (w *writeback) rewrite(p string, change func(old *fileStore) *fileStore) (*fileStore, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	op := w.waiting(p)
+	op := w.last(p)
+	if op == nil || op.started || op.file.gone && op.file.creates {
+		// None, or one left with nothing to do and hastened to its
+		// end: a new op ages afresh.
+		return nil, false
+	}
+	f := change(op.file)
+	if f == nil {
+		return nil, false
+	}
 	size := int64(len(f.buf))
-	if op == nil || op.file.gone && op.file.creates || w.bytes-op.size+size > writebackMax {
-		// No such op, or one left with nothing to do, and hastened
-		// to its end: a new op ages afresh.
+	if w.bytes-op.size+size > writebackMax {
 		return nil, false
 	}
 	old := op.file
-	f.creates = old.creates
 	w.bytes += size - op.size
 	op.size, op.file = size, f
 	if f.gone && f.creates {
@@ -222,47 +230,11 @@ func (w *writeback) supersede(p string, f *fileStore) (*fileStore, bool) {
 func (w *writeback) content(p string) ([]byte, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	deps := w.before([]string{p})
-	if len(deps) == 0 {
-		return nil, false
-	}
-	op := deps[len(deps)-1]
-	if op.file == nil || op.file.gone || op.file.d == nil || len(op.paths) != 1 || op.paths[0] != p {
+	op := w.last(p)
+	if op == nil || op.file.gone {
 		return nil, false
 	}
 	return op.file.buf, true
-}
-
-// amend replaces the store of p not yet started, if there is one, with
-// what change makes of it.
-func (w *writeback) amend(p string, change func(*fileStore) *fileStore) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	op := w.waiting(p)
-	if op == nil || op.file.gone {
-		return false
-	}
-	op.file = change(op.file)
-	return true
-}
-
-// takeFile takes the content of the store of p not yet started, if there
-// is one, leaving p gone (as its gen'th change) in its place: a rename of
-// p moves the content to a store of the new name instead.
-func (w *writeback) takeFile(p string, gen uint64) *fileStore {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	op := w.waiting(p)
-	if op == nil || op.file.gone {
-		return nil
-	}
-	f := op.file
-	w.bytes -= op.size
-	op.size, op.file = 0, &fileStore{gone: true, gen: gen, creates: f.creates}
-	if f.creates {
-		op.hasten()
-	}
-	return f
 }
 
 // wait blocks until every background call issued so far on a path related
@@ -270,8 +242,8 @@ func (w *writeback) takeFile(p string, gen uint64) *fileStore {
 func (w *writeback) wait(ctx context.Context, ps ...string) error {
 	w.mu.Lock()
 	deps := w.before(ps)
+	w.hastenLocked(deps)
 	w.mu.Unlock()
-	w.hasten(deps)
 	for _, d := range deps {
 		select {
 		case <-d.done:
@@ -308,8 +280,9 @@ func (w *writeback) failed(p string) error {
 	return err
 }
 
-// hasten starts ops without aging, and every op they wait for.
-func (w *writeback) hasten(waited []*wbOp) {
+// hastenLocked starts ops without aging, and every op they wait for.
+// w.mu is held.
+func (w *writeback) hastenLocked(waited []*wbOp) {
 	ops := slices.Clone(waited)
 	seen := map[*wbOp]bool{}
 	for len(ops) > 0 {
@@ -320,7 +293,6 @@ func (w *writeback) hasten(waited []*wbOp) {
 		}
 		seen[op] = true
 		op.hasten()
-		w.mu.Lock()
 		for _, o := range w.ops {
 			if o == op {
 				break
@@ -329,7 +301,6 @@ func (w *writeback) hasten(waited []*wbOp) {
 				ops = append(ops, o)
 			}
 		}
-		w.mu.Unlock()
 	}
 }
 

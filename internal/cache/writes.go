@@ -135,7 +135,10 @@ func (c *FS) putBehind(ctx context.Context, p string, d ferry.Dir, data io.Reade
 // queueFile makes f what the file p is left as in the background: in
 // place of a store or removal of p not yet started, or by a new one.
 func (c *FS) queueFile(p string, f *fileStore) bool {
-	if old, ok := c.wback.supersede(p, f); ok {
+	if old, ok := c.wback.rewrite(p, func(old *fileStore) *fileStore {
+		f.creates = old.creates
+		return f
+	}); ok {
 		switch {
 		case f.gone && f.creates && !old.gone:
 			// Created and removed before its store started:
@@ -490,7 +493,12 @@ func (c *FS) moveBehind(ctx context.Context, from, to string) (*ferry.Future[fer
 	if !base.IsDir() {
 		// A file whose store has not started is stored under its new
 		// name instead (configure's mv conftest.er1 conftest.err).
-		moved = c.wback.takeFile(from, fromGen)
+		moved, _ = c.wback.rewrite(from, func(old *fileStore) *fileStore {
+			if old.gone {
+				return nil
+			}
+			return &fileStore{gone: true, gen: fromGen, creates: old.creates}
+		})
 	}
 	c.meta.renamed(from, local)
 	if !local.IsDir() {
@@ -562,13 +570,16 @@ func (c *FS) wstatBehind(ctx context.Context, p string, d ferry.Dir) (*ferry.Fut
 	}
 	// A file whose store has not started is stored with the new
 	// attributes (a linker's chmod of what it wrote).
-	if c.wback.amend(p, func(f *fileStore) *fileStore {
+	if _, ok := c.wback.rewrite(p, func(f *fileStore) *fileStore {
+		if f.gone {
+			return nil
+		}
 		nd := f.d.Clone()
 		for k, v := range d {
 			nd[k] = v
 		}
 		return &fileStore{d: nd, buf: f.buf, gen: gen, creates: f.creates}
-	}) {
+	}); ok {
 		return ferry.Resolved(local, nil), true
 	}
 	c.wback.start(p, 0, func(ctx context.Context) error {

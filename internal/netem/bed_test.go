@@ -64,23 +64,27 @@ func listen(t *testing.T, b *netem.Bed) (net.Listener, string) {
 	return l, l.Addr().String()
 }
 
+// echo sends back what every connection l accepts sends, until l is
+// closed.
+func echo(l net.Listener) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			io.Copy(c, c)
+		}()
+	}
+}
+
 func TestRoundTrip(t *testing.T) {
 	for _, oneWay := range []time.Duration{20 * time.Millisecond, 50 * time.Millisecond} {
 		t.Run(oneWay.String(), func(t *testing.T) {
 			b := netemtest.ForTest(t, netem.Config{Up: netem.Link{Delay: oneWay}, Down: netem.Link{Delay: oneWay}})
 			l, addr := listen(t, b)
-			go func() {
-				for {
-					c, err := l.Accept()
-					if err != nil {
-						return
-					}
-					go func() {
-						defer c.Close()
-						io.Copy(c, c) // echo
-					}()
-				}
-			}()
+			go echo(l)
 			want := 2 * oneWay
 			const slack = 200 * time.Microsecond // the writer may send this early
 			retry(t, func() (late []string) {

@@ -31,18 +31,7 @@ func TestMesh(t *testing.T) {
 		}
 		t.Cleanup(func() { l.Close() })
 		addrs = append(addrs, l.Addr().String())
-		go func() {
-			for {
-				c, err := l.Accept()
-				if err != nil {
-					return
-				}
-				go func() {
-					defer c.Close()
-					io.Copy(c, c)
-				}()
-			}
-		}()
+		go echo(l)
 	}
 	// rtt measures the fastest of a few ping-pongs from site i to site j.
 	rtt := func(i, j int) (time.Duration, error) {

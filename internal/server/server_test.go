@@ -727,7 +727,7 @@ func TestCapabilitiesThroughLayers(t *testing.T) {
 // TestDebugLogsEveryCall: with debug on, every call is logged with its
 // method and how long it took, not only the failed ones.
 func TestDebugLogsEveryCall(t *testing.T) {
-	var buf syncBuffer
+	var buf servertest.Buffer
 	s := servertest.StartWith(t, "", func(cfg *server.Config) {
 		cfg.Log = slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	})
@@ -745,21 +745,4 @@ func TestDebugLogsEveryCall(t *testing.T) {
 	if !strings.Contains(buf.String(), "took=") {
 		t.Errorf("the call's line says nothing of its duration:\n%s", buf.String())
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
