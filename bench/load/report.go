@@ -199,8 +199,8 @@ func (r *report) markdown() string {
 		o.clients, slow, netem.FormatRate(o.slowRate), fast)
 	p("- Workload: every client downloads %d files of %s of random bytes in turn, with plain streamed Gets (no chunk cache, no compression), for the whole run\n",
 		o.files, fmtSize(o.fileSize))
-	p("- Each run: a fresh `ferry serve` (read-ahead budget %s, the default), all clients started, %s of warm-up after the last one's first bytes, a measured window of %s (samples of the server every %s), then %.0f%% of each class of clients killed (their TCP connections reset) and the server sampled every %s for up to %s\n",
-		mib(server.DefaultReadAheadBudget), o.warmup, o.duration, o.sample, o.killFrac*100, o.killSample, o.killWait)
+	p("- Each run: a fresh `ferry serve` (read-ahead budget %s, a quarter of the default --memory), all clients started, %s of warm-up after the last one's first bytes, a measured window of %s (samples of the server every %s), then %.0f%% of each class of clients killed (their TCP connections reset) and the server sampled every %s for up to %s\n",
+		mib(server.DefaultMemory/4), o.warmup, o.duration, o.sample, o.killFrac*100, o.killSample, o.killWait)
 	modes, runs := r.byMode()
 	var names []string
 	for _, m := range modes {

@@ -145,6 +145,7 @@ func serveCmd() *cobra.Command {
 	var ix indexOpts
 	var raFixed int64
 	var metricsPerConn bool
+	memory := sizeFlag(server.DefaultMemory)
 	var rs replicaOpts
 	c := &cobra.Command{
 		Use:   "serve DIR",
@@ -159,6 +160,12 @@ the client key of the user running it, so that a server and clients on one
 machine work together out of the box (--no-self turns that off).
 
 It stops gracefully on SIGINT or SIGTERM: calls in flight get --grace to end.
+
+--memory bounds what the server's calls hold in memory for their clients: a
+quarter of it for files read ahead of downloads, the rest for what uploads
+may send ahead of the disk (each upload reserves up to 32 MiB, less for a
+smaller file). An upload that finds it taken is refused at once and its
+client waits and tries again, for up to its --timeout.
 
 With --metrics ADDR it also serves Prometheus metrics over plain HTTP at
 ADDR/metrics: calls, bytes, read-ahead, the chunk index, compression, and
@@ -197,7 +204,7 @@ Limitations: all admitted users have the server process's rights on DIR;
 a real file named Ctl at the top of DIR is shadowed by the control file.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return serve(cmd.Context(), args[0], listen, metrics, grace, !noSelf, ix, rs, serverTuning{raFixed, metricsPerConn}, cmd.ErrOrStderr())
+			return serve(cmd.Context(), args[0], listen, metrics, grace, !noSelf, ix, rs, serverTuning{int64(memory), raFixed, metricsPerConn}, cmd.ErrOrStderr())
 		},
 	}
 	c.Flags().StringVar(&rs.members, "members", "", "join the replica set this members `file` names")
@@ -214,6 +221,7 @@ a real file named Ctl at the top of DIR is shadowed by the control file.`,
 	c.Flags().Int64Var(&ix.trashMax, "trash-max", chunkstore.DefaultTrashMax, "the most bytes of replaced and removed files kept for their chunks (negative: none)")
 	c.Flags().DurationVar(&ix.trashAge, "trash-age", chunkstore.DefaultTrashAge, "how long a replaced or removed file is kept for its chunks")
 	c.Flags().StringVar(&listen, "listen", ":"+DefaultPort, "address to listen on")
+	c.Flags().Var(&memory, "memory", "the memory calls may hold for their clients: a quarter for read-ahead, the rest for uploads in progress (256M, 1G, 4G)")
 	c.Flags().DurationVar(&grace, "grace", 10*time.Second, "how long calls in flight may take to finish on stop")
 	c.Flags().BoolVar(&noSelf, "no-self", false, "do not admit the client key of the user running the server")
 	c.Flags().StringVar(&metrics, "metrics", "", "serve Prometheus metrics over HTTP on this address (off if empty)")
@@ -227,9 +235,10 @@ a real file named Ctl at the top of DIR is shadowed by the control file.`,
 	return c
 }
 
-// serverTuning are serve's hidden flags, for benchmarks: a fixed
-// read-ahead and metrics per connection.
+// serverTuning are serve's resource flags: its memory budget, and hidden
+// ones for benchmarks, a fixed read-ahead and metrics per connection.
 type serverTuning struct {
+	memory         int64
 	readAheadFixed int64
 	metricsPerConn bool
 }
@@ -328,7 +337,7 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 		served = ctl.New("replica", rfs, set)
 		fmt.Fprintf(stderr, "ferry: member %s of the replica set in %s, listening for members on %s\n", set.Self().Name, rs.members, set.Self().Addr)
 	}
-	srv, err := server.New(server.Config{FS: served, Key: key, Auth: az, Version: Version, Log: log, Level: level, ReadAheadFixed: tune.readAheadFixed, MetricsPerConn: tune.metricsPerConn, StagingDir: staging})
+	srv, err := server.New(server.Config{FS: served, Key: key, Auth: az, Version: Version, Log: log, Level: level, Memory: tune.memory, ReadAheadFixed: tune.readAheadFixed, MetricsPerConn: tune.metricsPerConn, StagingDir: staging})
 	if err != nil {
 		return err
 	}

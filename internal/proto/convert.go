@@ -82,7 +82,9 @@ func ToError(e *Error) error {
 		return nil
 	}
 	fe := &ferry.Error{Op: e.Op, Path: e.Path, Kind: ferry.Kind(e.Kind)}
-	if e.Msg != "" {
+	if e.Op == BusyOp {
+		fe.Err = busyError(e.Msg)
+	} else if e.Msg != "" {
 		fe.Err = errors.New(e.Msg)
 	}
 	return fe
@@ -150,11 +152,16 @@ func FromStatus(op, path string, err error) error {
 			return ToError(e)
 		}
 	}
+	if st.Code() == codes.ResourceExhausted {
+		// Not a full disk or a quota, which carry their Error: the
+		// server refused the call for want of memory (see SizeKey).
+		return ferry.E(op, path, ferry.KindUnavailable, busyError(st.Message()))
+	}
 	k := ferry.KindOther
 	switch st.Code() {
 	case codes.Canceled, codes.DeadlineExceeded:
 		k = ferry.KindCanceled
-	case codes.Unavailable, codes.ResourceExhausted, codes.Aborted:
+	case codes.Unavailable, codes.Aborted:
 		k = ferry.KindUnavailable
 	case codes.Unauthenticated:
 		k = ferry.KindAuth
@@ -167,3 +174,18 @@ func FromStatus(op, path string, err error) error {
 	}
 	return ferry.E(op, path, k, st.Message())
 }
+
+// BusyOp is the op of an error by which the server refuses a call for want
+// of memory after the call began; ToError makes it ErrBusy.
+const BusyOp = "server.busy"
+
+// ErrBusy is what errors.Is finds in the error of a call the server refused
+// because its memory budget was taken: the same call may go through once
+// other calls have ended.
+var ErrBusy = errors.New("the server is busy")
+
+// busyError is the server's message for a refusal that is ErrBusy.
+type busyError string
+
+func (e busyError) Error() string        { return string(e) }
+func (e busyError) Is(target error) bool { return target == ErrBusy }

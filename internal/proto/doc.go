@@ -116,6 +116,13 @@
 //     never set the flags and so get and send plain bytes. Hashes are
 //     always of the uncompressed bytes.
 //
+// An upload (Put, PutChunked) may declare its file's size in the metadata
+// key SizeKey, so that the server reserves no more of its memory budget
+// for the stream than the file needs. A server whose budget is taken
+// refuses an upload stream at once with codes.ResourceExhausted and no
+// Error detail; FromStatus makes that an error that is ErrBusy, which the
+// client waits out and tries again.
+//
 // A call that fails returns a gRPC status whose code follows the error's
 // kind and whose single detail is an Error message with the ferry.Kind
 // number, op, path and message; FromStatus rebuilds the *ferry.Error.
@@ -134,6 +141,9 @@ const MaxData = 256 << 10
 // buffer until the socket takes it; with 1 MiB buffers that was about
 // 2 MiB per slow download. Receivers still take MaxData.
 const SendData = MaxData - 64
+
+// SizeKey is the metadata key of an upload's declared size in bytes.
+const SizeKey = "ferry-size"
 
 // MaxRefs is the most chunk refs one ChunkRefs carries (about 36 KB), and
 // the most hashes one ChunkReq asks for.

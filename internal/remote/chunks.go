@@ -301,7 +301,7 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 		st, err, zip = nil, nil, nil
 		st, err = via.open(ctx, opts...)
 	} else {
-		st, err = c.bulk.PutChunked(ctx, opts...)
+		st, err = c.bulk.PutChunked(declareSize(ctx, size), opts...)
 	}
 	if err != nil {
 		return nil, stats, c.fail(op, p, err)

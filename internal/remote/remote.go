@@ -20,7 +20,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	mathrand "math/rand/v2"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +34,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/experimental"
 	"google.golang.org/grpc/keepalive"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/auth"
@@ -293,7 +296,7 @@ func Dial(cfg Config) (*Client, error) {
 // handshake failed over gRPC's "unavailable".
 func (c *Client) fail(op, p string, err error) error {
 	err = proto.FromStatus(op, p, err)
-	if ferry.KindOf(err) == ferry.KindUnavailable {
+	if ferry.KindOf(err) == ferry.KindUnavailable && !errors.Is(err, proto.ErrBusy) {
 		if herr := c.handshakeErr.Load(); herr != nil {
 			return *herr
 		}
@@ -595,18 +598,40 @@ func (c *Client) Put(ctx context.Context, p string, d ferry.Dir, off int64, data
 					}
 				}
 				if end-start >= ResumableSize {
-					return c.putResumable(ctx, p, d, rs, start)
+					return c.putResumable(ctx, p, d, rs, start, end-start)
 				}
+				return c.putSeekable(ctx, p, d, rs, start, end-start)
 			}
 		}
-		return c.putStream(ctx, p, d, off, data, "", 0)
+		return c.putStream(ctx, p, d, off, data, -1, "", 0)
 	})
+}
+
+// putSeekable puts the size bytes of rs from start on, and puts them again
+// when the server was busy (rideOut).
+func (c *Client) putSeekable(ctx context.Context, p string, d ferry.Dir, rs io.ReadSeeker, start, size int64) (ferry.Dir, error) {
+	var deadline time.Time
+	for {
+		dir, err := c.putStream(ctx, p, d, ferry.Whole, rs, size, "", 0)
+		if !errors.Is(err, proto.ErrBusy) || !c.rideOut(ctx, err, &deadline) {
+			return dir, err
+		}
+		if _, err := rs.Seek(start, io.SeekStart); err != nil {
+			return nil, ferry.E("remote.Put", p, err)
+		}
+	}
 }
 
 // ResumableSize is the least size of a resumable Put. The server stages a
 // resumable upload and then copies it into the tree; below this size sending
 // the file again costs less than that copy.
 const ResumableSize = 4 << 20
+
+// declareSize is the outgoing context of an upload of size bytes, which
+// lets the server reserve less of its memory for it than a whole window.
+func declareSize(ctx context.Context, size int64) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, proto.SizeKey, strconv.FormatInt(size, 10))
+}
 
 // silent reports whether a connection of the client is up but has received
 // nothing for ResumeFor: the link has gone silent, and waiting for it to
@@ -626,6 +651,9 @@ func (c *Client) silent() bool {
 // silent for the whole bound: errStalled, silent), and less than ResumeFor has
 // passed since the first break, which *deadline (set on the first) marks.
 func (c *Client) rideOut(ctx context.Context, err error, deadline *time.Time) bool {
+	if errors.Is(err, proto.ErrBusy) {
+		return c.waitBusy(ctx, deadline)
+	}
 	if ferry.KindOf(err) != ferry.KindUnavailable || errors.Is(err, errStalled) || c.silent() || c.handshakeErr.Load() != nil || ctx.Err() != nil {
 		return false
 	}
@@ -635,9 +663,35 @@ func (c *Client) rideOut(ctx context.Context, err error, deadline *time.Time) bo
 	return time.Now().Before(*deadline)
 }
 
+// waitBusy pauses before a call the server refused as busy (proto.ErrBusy)
+// is made again, and reports whether it should be: less than ResumeFor has
+// passed since the first refusal, which *deadline marks. The pause grows
+// with the wait, from 50 ms to 1 s, and is drawn at random around that, so
+// that clients refused together do not come back together.
+func (c *Client) waitBusy(ctx context.Context, deadline *time.Time) bool {
+	if deadline.IsZero() {
+		*deadline = time.Now().Add(c.resumeFor)
+	}
+	left := time.Until(*deadline)
+	if left <= 0 {
+		return false
+	}
+	pause := min(max((c.resumeFor-left)/4, 50*time.Millisecond), time.Second)
+	pause = min(pause/2+mathrand.N(pause), left)
+	t := time.NewTimer(pause)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		c.traffic.busy.Add(1)
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
 // putResumable puts rs from start on as the upload of a new id, and after
 // each break asks the server how much it holds and sends the rest.
-func (c *Client) putResumable(ctx context.Context, p string, d ferry.Dir, rs io.ReadSeeker, start int64) (ferry.Dir, error) {
+func (c *Client) putResumable(ctx context.Context, p string, d ferry.Dir, rs io.ReadSeeker, start, size int64) (ferry.Dir, error) {
 	const op = "remote.Put"
 	var idb [16]byte
 	rand.Read(idb[:])
@@ -646,9 +700,16 @@ func (c *Client) putResumable(ctx context.Context, p string, d ferry.Dir, rs io.
 	var deadline time.Time
 	var opts []grpc.CallOption
 	for {
-		dir, err := c.putStream(ctx, p, d, ferry.Whole, rs, id, at, opts...)
+		dir, err := c.putStream(ctx, p, d, ferry.Whole, rs, size-at, id, at, opts...)
 		if err == nil || !c.rideOut(ctx, err, &deadline) {
 			return dir, err
+		}
+		if errors.Is(err, proto.ErrBusy) {
+			// Refused before it began: the server has what it had.
+			if _, serr := rs.Seek(start+at, io.SeekStart); serr != nil {
+				return nil, ferry.E(op, p, serr)
+			}
+			continue
 		}
 		sctx, cancel := context.WithDeadline(ctx, deadline)
 		r, serr := c.c.PutStatus(sctx, &proto.UploadReq{Upload: id}, grpc.WaitForReady(true))
@@ -667,13 +728,18 @@ func (c *Client) putResumable(ctx context.Context, p string, d ferry.Dir, rs io.
 	}
 }
 
-// putStream sends one Put stream: path, attributes, upload and data.
-func (c *Client) putStream(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader, upload string, resumeAt int64, opts ...grpc.CallOption) (ferry.Dir, error) {
+// putStream sends one Put stream: path, attributes, upload and data, whose
+// size (what is left to send) is declared to the server if known (not
+// negative).
+func (c *Client) putStream(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader, size int64, upload string, resumeAt int64, opts ...grpc.CallOption) (ferry.Dir, error) {
 	const op = "remote.Put"
 	// The cancel abandons the stream if reading data fails, so the
 	// server commits nothing.
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	if size >= 0 {
+		ctx = declareSize(ctx, size)
+	}
 	st, err := c.bulk.Put(ctx, opts...)
 	if err != nil {
 		return nil, c.fail(op, p, err)

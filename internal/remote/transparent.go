@@ -38,16 +38,20 @@ const DefaultChunkMin = 64 << 10
 type Traffic struct {
 	GetBytes, GetWire int64 // GetBytes is the file data delivered by Gets; GetWire what crossed the wire for it.
 	PutBytes, PutWire int64 // PutBytes is the file data stored by Puts; PutWire what crossed the wire for it.
+	// Busy counts the pauses of uploads the server refused because its
+	// memory was taken (proto.ErrBusy), each followed by another try.
+	Busy int64
 }
 
 type traffic struct {
 	getBytes, getWire, putBytes, putWire atomic.Int64
+	busy                                 atomic.Int64
 }
 
 // Traffic returns the Client's counts since it was made.
 func (c *Client) Traffic() Traffic {
 	t := &c.traffic
-	return Traffic{GetBytes: t.getBytes.Load(), GetWire: t.getWire.Load(), PutBytes: t.putBytes.Load(), PutWire: t.putWire.Load()}
+	return Traffic{GetBytes: t.getBytes.Load(), GetWire: t.getWire.Load(), PutBytes: t.putBytes.Load(), PutWire: t.putWire.Load(), Busy: t.busy.Load()}
 }
 
 // serverLacksChunks reports whether err says the server does not serve
@@ -261,7 +265,7 @@ func (c *Client) Status(ctx context.Context) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "server: %s\nbulk.conns: %d\n", c.addr, len(c.bulks))
 	t := c.Traffic()
-	fmt.Fprintf(&b, "get.bytes: %d\nget.wire: %d\nput.bytes: %d\nput.wire: %d\n", t.GetBytes, t.GetWire, t.PutBytes, t.PutWire)
+	fmt.Fprintf(&b, "get.bytes: %d\nget.wire: %d\nput.bytes: %d\nput.wire: %d\nput.busy: %d\n", t.GetBytes, t.GetWire, t.PutBytes, t.PutWire, t.Busy)
 	if c.cache == nil {
 		b.WriteString("cache: none\n")
 		return b.String()

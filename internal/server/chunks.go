@@ -274,6 +274,8 @@ func (h *handler) putChunked(st putStream) error {
 		return err
 	}
 	defer u.Abort()
+	l := &list{w: &h.s.windows, wait: listWait}
+	defer l.end()
 	m := first
 	var zbuf []byte
 	fine := false // Both sides take fine lists, and the server has a source.
@@ -284,6 +286,9 @@ func (h *handler) putChunked(st putStream) error {
 		if m.Refs != nil {
 			hs, sizes, err := proto.UnpackRefs(m.Refs)
 			if err != nil {
+				return err
+			}
+			if err := l.grow(st.Context(), first.Path, len(hs)); err != nil {
 				return err
 			}
 			if err := u.AddRefs(hs, sizes); err != nil {

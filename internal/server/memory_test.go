@@ -2,6 +2,8 @@ package server_test
 
 import (
 	"bytes"
+	"context"
+	"crypto/rand"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +15,8 @@ import (
 	"time"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/remote"
+	"github.com/ferryfs/ferry/internal/server"
 	"github.com/ferryfs/ferry/internal/servertest"
 )
 
@@ -109,4 +113,116 @@ func drain(s *ferry.Stream[ferry.Entry]) error {
 	for range s.All() {
 	}
 	return s.Err()
+}
+
+// TestUploadMemoryBounded: uploads whose handlers wait (here for the
+// recall of a write lease whose holder does not answer) hold no more of
+// the server's memory than its budget leaves for uploads, whatever their
+// number: the uploads beyond it are refused before any of their data is
+// kept, and their clients wait and try again. Once the holder lets go,
+// every upload completes whole.
+func TestUploadMemoryBounded(t *testing.T) {
+	const (
+		uploads = 6
+		size    = 36 << 20
+	)
+	s := servertest.StartWith(t, "", func(cfg *server.Config) {
+		cfg.Memory = 128 << 20
+		cfg.ReadAheadBudget = 32 << 20
+		cfg.Lease = time.Minute
+	})
+	if err := os.Mkdir(filepath.Join(s.Dir, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, limit, _ := s.Srv.Uploads()
+	if limit != 96<<20 {
+		t.Fatalf("upload memory %d MiB, want the 96 MiB that 128 MiB less 32 MiB of read-ahead leaves", limit>>20)
+	}
+
+	// The holder takes a write lease over /d and never acknowledges its
+	// recall: every put into /d waits for it, reading nothing more.
+	holder := s.Client(t, "holder")
+	w := holder.Watch(context.Background(), "/")
+	events := make(chan struct{})
+	go func() {
+		defer close(events)
+		for range w.All() {
+		}
+	}()
+	// The lease is held with the watch, once the watch is in place.
+	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
+		ok, err := holder.WriteLease(ctx(t), "/d")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok {
+			break
+		}
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("no write lease over /d after 5 s")
+		}
+	}
+
+	data := make([][]byte, uploads)
+	clients := make([]*remote.Client, uploads)
+	errs := make(chan error, uploads)
+	for i := range uploads {
+		data[i] = make([]byte, size)
+		rand.Read(data[i])
+		clients[i] = s.Client(t, fmt.Sprintf("u%d", i))
+		go func() {
+			_, err := clients[i].Put(ctx(t), fmt.Sprintf("/d/f%d", i), nil, ferry.Whole, bytes.NewReader(data[i])).Wait()
+			errs <- err
+		}()
+	}
+
+	// While the holder holds on, the admitted uploads fill their windows
+	// and the others are refused again and again.
+	var most int64
+	deadline := time.Now().Add(3 * time.Second)
+	for time.Now().Before(deadline) {
+		most = max(most, s.Srv.Received())
+		time.Sleep(5 * time.Millisecond)
+	}
+	_, _, refused := s.Srv.Uploads()
+	t.Logf("received and unread: at most %d MiB of %d MiB; %d streams refused", most>>20, limit>>20, refused)
+	if most > limit+4<<20 {
+		t.Errorf("the server held %d MiB of uploads' data, want at most the %d MiB of its budget", most>>20, limit>>20)
+	}
+	if most < limit/2 {
+		t.Errorf("the server held only %d MiB of uploads' data: the admitted uploads never filled their windows, so nothing was tested", most>>20)
+	}
+	if refused == 0 {
+		t.Errorf("no upload was refused, %d of 32 MiB each against %d MiB", uploads, limit>>20)
+	}
+
+	w.Close()
+	<-events
+	for range uploads {
+		if err := <-errs; err != nil {
+			t.Errorf("put: %v", err)
+		}
+	}
+	var busy int64
+	for i := range uploads {
+		got, err := os.ReadFile(filepath.Join(s.Dir, "d", fmt.Sprintf("f%d", i)))
+		if err != nil || !bytes.Equal(got, data[i]) {
+			t.Errorf("f%d: %d bytes, %v; want the %d put", i, len(got), err, size)
+		}
+		busy += clients[i].Traffic().Busy
+	}
+	if busy == 0 {
+		t.Errorf("no client waited for the busy server")
+	}
+	deadline = time.Now().Add(5 * time.Second)
+	for {
+		reserved, _, _ := s.Srv.Uploads()
+		if reserved == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d bytes still reserved after every upload ended", reserved)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

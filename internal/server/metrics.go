@@ -47,6 +47,10 @@ var (
 	descRecalls     = prometheus.NewDesc("ferry_recalls_total", "Write leases recalled for another client's call.", nil, nil)
 	descBreakWaits  = prometheus.NewDesc("ferry_break_waits_total", "Changes answered only after other clients acknowledged breaks.", nil, nil)
 	descBreakTime   = prometheus.NewDesc("ferry_break_wait_seconds_total", "Time changes waited for other clients' acknowledgements.", nil, nil)
+	descUpMem       = prometheus.NewDesc("ferry_upload_memory_bytes", "Memory reserved by upload streams in progress, by what they may send ahead of their handlers.", nil, nil)
+	descUpMax       = prometheus.NewDesc("ferry_upload_memory_max_bytes", "The most memory upload streams may reserve (serve --memory less the read-ahead budget).", nil, nil)
+	descUpRefused   = prometheus.NewDesc("ferry_upload_refused_total", "Upload streams refused because the upload memory was taken; their clients try again.", nil, nil)
+	descReceived    = prometheus.NewDesc("ferry_received_held_bytes", "Bytes received and held in gRPC's buffers, not yet read by a handler.", nil, nil)
 	descIxLook      = prometheus.NewDesc("ferry_chunk_index_lookups_total", "Chunk reads through the index, by result (hit, miss, stale).", []string{"result"}, nil)
 )
 
@@ -54,7 +58,8 @@ func (c collector) Describe(ch chan<- *prometheus.Desc) {
 	c.s.latency.Describe(ch)
 	for _, d := range []*prometheus.Desc{descCalls, descErrors, descBytes, descRAHeld, descRACanc, descRAStreams, descRAOrphan,
 		descConnRA, descConnRAT, descConnRTT, descConnBW, descConnTx, descConnRx, descConnRe, descConnCC,
-		descZstd, descZSkip, descIxSize, descIxMax, descIxFiles, descIxDone, descIxLook, descTrashFiles, descTrashBytes, descLeases, descBreaks, descBreakWaits, descBreakTime} {
+		descZstd, descZSkip, descIxSize, descIxMax, descIxFiles, descIxDone, descIxLook, descTrashFiles, descTrashBytes, descLeases, descBreaks, descWriteLeases, descRecalls, descBreakWaits, descBreakTime,
+		descUpMem, descUpMax, descUpRefused, descReceived} {
 		ch <- d
 	}
 }
@@ -73,6 +78,11 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(descRACanc, prometheus.CounterValue, float64(s.cancelledReads.Load()))
 	ch <- prometheus.MustNewConstMetric(descRAStreams, prometheus.GaugeValue, float64(ra.streams))
 	ch <- prometheus.MustNewConstMetric(descRAOrphan, prometheus.GaugeValue, float64(ra.orphaned))
+	reserved, total, refused := s.Uploads()
+	ch <- prometheus.MustNewConstMetric(descUpMem, prometheus.GaugeValue, float64(reserved))
+	ch <- prometheus.MustNewConstMetric(descUpMax, prometheus.GaugeValue, float64(total))
+	ch <- prometheus.MustNewConstMetric(descUpRefused, prometheus.CounterValue, float64(refused))
+	ch <- prometheus.MustNewConstMetric(descReceived, prometheus.GaugeValue, float64(s.Received()))
 	waits, waitTime := s.leases.Waits()
 	ch <- prometheus.MustNewConstMetric(descLeases, prometheus.GaugeValue, float64(s.leases.Holders()))
 	ch <- prometheus.MustNewConstMetric(descBreaks, prometheus.CounterValue, float64(s.leases.Breaks()))

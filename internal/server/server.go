@@ -54,8 +54,13 @@ type Config struct {
 	// control file's "debug on|off" changes.
 	Log   *slog.Logger
 	Level *slog.LevelVar
+	// Memory is what the server's calls may hold in memory on their
+	// clients' behalf (0: DefaultMemory): the read-ahead of downloads
+	// (ReadAheadBudget) and, the rest, what uploads may send ahead of
+	// their handlers (see memory.go).
+	Memory int64
 	// ReadAheadBudget is the memory all Gets may hold read ahead of their
-	// connections; 0 means DefaultReadAheadBudget.
+	// connections; 0 means a quarter of Memory.
 	ReadAheadBudget int64
 	// ReadAheadFixed, if positive, makes every Get read this many bytes
 	// ahead (within ReadAheadBudget, and at least one message), whatever
@@ -95,9 +100,6 @@ type Config struct {
 	Lease time.Duration
 }
 
-// DefaultReadAheadBudget is the server's read-ahead memory by default.
-const DefaultReadAheadBudget = 256 << 20
-
 // Server serves one ferry.FS.
 type Server struct {
 	cfg Config
@@ -121,6 +123,10 @@ type Server struct {
 	calls  [opCount]atomic.Int64
 	errs   atomic.Int64
 	budget *budget
+	// windows is the memory upload streams reserve, pool the buffers
+	// gRPC receives into (see memory.go).
+	windows windows
+	pool    countingPool
 	// uploads are the resumable uploads in progress.
 	uploads    *uploads
 	ownStaging bool
@@ -202,14 +208,21 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxHostConns <= 0 {
 		cfg.MaxHostConns = DefaultMaxHostConns
 	}
+	if cfg.Memory <= 0 {
+		cfg.Memory = DefaultMemory
+	}
 	if cfg.ReadAheadBudget <= 0 {
-		cfg.ReadAheadBudget = DefaultReadAheadBudget
+		cfg.ReadAheadBudget = cfg.Memory / 4
 	}
 	if cfg.MaxStreams == 0 {
 		cfg.MaxStreams = DefaultMaxStreams
 	}
 	s := &Server{cfg: cfg, start: time.Now(), authLimit: newAuthLimit(time.Now), conns: map[*conn]struct{}{}, ended: map[hostUser]connTotals{}, raw: map[string]net.Conn{}, hostConns: map[string]int{}, userCalls: map[string]int{}, budget: newBudget(cfg.ReadAheadBudget, cfg.ReadAheadFixed),
 		zip: zwire.New(proto.MaxData), zstd: !cfg.NoZstd}
+	// Uploads reserve what read-ahead leaves, and at least one window so
+	// that a small budget still takes one upload at a time.
+	s.windows.total = max(cfg.Memory-cfg.ReadAheadBudget, transport.StreamWindow)
+	s.pool.BufferPool = transport.BufferPool
 	if cfg.StagingDir == "" {
 		dir, err := os.MkdirTemp("", "ferry-uploads-")
 		if err != nil {
@@ -244,7 +257,8 @@ func New(cfg Config) (*Server, error) {
 		grpc.InitialConnWindowSize(transport.ConnWindow),
 		grpc.WriteBufferSize(transport.WriteBuffer),
 		grpc.ReadBufferSize(transport.WriteBuffer),
-		experimental.BufferPool(transport.BufferPool),
+		experimental.BufferPool(&s.pool),
+		grpc.InTapHandle(s.admit),
 		grpc.ForceServerCodecV2(transport.Codec),
 		// Clients ping every 20 s to notice dead links and keep their
 		// watches (their leases) alive; gRPC's default policy would
@@ -571,6 +585,9 @@ func (s *Server) Status(context.Context) string {
 	fmt.Fprintf(&b, "readahead.streams: %d\n", ra.streams)
 	fmt.Fprintf(&b, "readahead.orphaned: %d\n", ra.orphaned)
 	fmt.Fprintf(&b, "readahead.cancelled: %d\n", s.cancelledReads.Load())
+	reserved, total, streams := s.windows.stats()
+	fmt.Fprintf(&b, "uploads.memory: %d of %d\nuploads.streams: %d\nuploads.refused: %d\n", reserved, total, streams, s.windows.refused.Load())
+	fmt.Fprintf(&b, "received.held: %d\n", s.pool.held.Load())
 	s.uploads.mu.Lock()
 	fmt.Fprintf(&b, "uploads.active: %d\nuploads.resumed: %d\n", len(s.uploads.active), s.uploads.resumed)
 	s.uploads.mu.Unlock()

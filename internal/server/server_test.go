@@ -395,7 +395,7 @@ func TestControlFile(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 		got = read()
 	}
-	for _, want := range []string{"[server]", "version: test", "uptime:", "connections: 2", "user=tester", "calls.get:"} {
+	for _, want := range []string{"[server]", "version: test", "uptime:", "connections: 2", "user=tester", "calls.get:", "uploads.memory: 0 of", "uploads.refused: 0", "received.held:"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("control file lacks %q:\n%s", want, got)
 		}
@@ -486,6 +486,10 @@ func TestMetrics(t *testing.T) {
 	got := gather()
 	if v := got["ferry_calls_total,op=stat"]; !strings.Contains(v, "value:3") {
 		t.Errorf("ferry_calls_total{op=stat} = %q, want 3", v)
+	}
+	// The upload memory is what the default budget leaves after read-ahead.
+	if v := got["ferry_upload_memory_max_bytes"]; !strings.Contains(v, fmt.Sprintf("value:%g", float64(server.DefaultMemory*3/4))) {
+		t.Errorf("ferry_upload_memory_max_bytes = %q, want three quarters of %d", v, server.DefaultMemory)
 	}
 	var infos, sent []string
 	for k := range got {
