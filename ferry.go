@@ -24,6 +24,16 @@ const Whole int64 = -1
 // command ("pass CMD" forwards CMD one layer down).
 const CtlPath = "/Ctl"
 
+// Controller is what a layer reports and obeys through the control file
+// (internal/ctl stacks them).
+type Controller interface {
+	// Status returns the layer's state as text, one "key: value" a line.
+	Status(ctx context.Context) string
+	// Command runs one command line, split into words. It fails with
+	// KindInvalid for a command it does not know.
+	Command(ctx context.Context, args []string) error
+}
+
 // Tree is a file tree. Implementations are safe for concurrent use.
 //
 // Errors are *Error values whose Kind says what went wrong; a Tree never

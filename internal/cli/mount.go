@@ -347,7 +347,9 @@ func mountForeground(cmd *cobra.Command, target, mountpoint string, readyFd int,
 	opt.FsName = "ferry:" + target
 	// The mount's control file shows the client's layer and the server's
 	// below its own.
-	opt.CtlBelow = ctl.New("client", c, c)
+	opt.Control = func(mount, cache ferry.Controller) ferry.FS {
+		return ctl.New("mount", ctl.New("cache", ctl.New("client", c, c), cache), mount)
+	}
 	srv, err := fusefs.Mount(mountpoint, c, opt)
 	if err != nil {
 		return fail(err)

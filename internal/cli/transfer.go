@@ -392,7 +392,7 @@ type localEntry struct {
 }
 
 // put uploads the local tree src to dst on t.
-func put(ctx context.Context, t ferry.Tree, src, dst string, f filter, po progressOpts, errOut io.Writer) error {
+func put(ctx context.Context, c *remote.Client, src, dst string, f filter, po progressOpts, errOut io.Writer) error {
 	var dirs, files []localEntry
 	var total int64
 	// What is excluded is decided as the server decides for get and sync,
@@ -459,7 +459,7 @@ func put(ctx context.Context, t ferry.Tree, src, dst string, f filter, po progre
 	// Directories first, one level of depth at a time, so that each level's
 	// parents exist; the levels' puts are all in flight at once.
 	byLevels(dirs, func(e localEntry) string { return e.dst }, false, true, &errs,
-		func(e localEntry) *ferry.Future[ferry.Dir] { return t.Put(ctx, e.dst, e.d, 0, nil) })
+		func(e localEntry) *ferry.Future[ferry.Dir] { return c.Put(ctx, e.dst, e.d, 0, nil) })
 	if len(errs.errs) > 0 {
 		return errs.err()
 	}
@@ -467,18 +467,18 @@ func put(ctx context.Context, t ferry.Tree, src, dst string, f filter, po progre
 	// To a server, the files' puts share one stream, so that what they send
 	// compresses together and none pays a call of its own.
 	var rp replacer
-	if c, ok := t.(*remote.Client); ok && len(files) > 1 {
+	if len(files) > 1 {
 		b := c.PutBatch(ctx)
 		defer b.Close()
 		rp = freshPuts{b}
 	}
-	if err := inFlight(ctx, files, putParallel, &errs, func(e localEntry) error { return putOne(ctx, t, e, prog, rp) }); err != nil {
+	if err := inFlight(ctx, files, putParallel, &errs, func(e localEntry) error { return putOne(ctx, c, e, prog, rp) }); err != nil {
 		return err
 	}
 	// Directory times last: creating entries inside changed them.
 	futs := make([]*ferry.Future[ferry.Dir], len(dirs))
 	for i, d := range dirs {
-		futs[i] = t.Wstat(ctx, d.dst, ferry.Dir{ferry.AttrMtime: d.d[ferry.AttrMtime]})
+		futs[i] = c.Wstat(ctx, d.dst, ferry.Dir{ferry.AttrMtime: d.d[ferry.AttrMtime]})
 	}
 	for _, f := range futs {
 		_, err := f.Wait()

@@ -24,13 +24,7 @@ import (
 const maxCommand = 64 << 10
 
 // Controller is what a layer reports and obeys through the control file.
-type Controller interface {
-	// Status returns the layer's state as text, one "key: value" a line.
-	Status(ctx context.Context) string
-	// Command runs one command line, split into words. It fails with
-	// KindInvalid for a command it does not know.
-	Command(ctx context.Context, args []string) error
-}
+type Controller = ferry.Controller
 
 // Server is implemented by layers that serve a control file, so a layer
 // above knows whether to include theirs.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"runtime"
 	"runtime/debug"
@@ -29,7 +30,7 @@ func (n *node) isCtl(name string) bool {
 	return n.s.ctl != nil && n == n.s.root && name == ctlName
 }
 
-// Status implements ctl.Controller: the mount's layer of the control file.
+// Status implements ferry.Controller: the mount's layer of the control file.
 func (s *Server) Status(context.Context) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "root: %s\n", s.opt.Root)
@@ -62,7 +63,7 @@ func residentBytes() (int64, error) {
 	return pages * int64(os.Getpagesize()), err
 }
 
-// Command implements ctl.Controller. "sync" has nothing to do here (the
+// Command implements ferry.Controller. "sync" has nothing to do here (the
 // control layer then syncs the cache and every layer below); "drop"
 // forgets every cached entry and file in the cache and in the kernel.
 func (s *Server) Command(ctx context.Context, args []string) error {
@@ -141,12 +142,14 @@ func (h *ctlHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Read
 	defer h.mu.Unlock()
 	if !h.made {
 		cctx, cancel := h.s.ctx(ctx)
-		text, err := h.s.ctl.Status(cctx)
+		r := h.s.ctl.Get(cctx, ferry.CtlPath, 0, -1)
+		text, err := io.ReadAll(r)
+		r.Close()
 		cancel()
 		if err != nil {
 			return nil, errno(err)
 		}
-		h.text, h.made = []byte(text), true
+		h.text, h.made = text, true
 	}
 	if off >= int64(len(h.text)) {
 		return fuse.ReadResultData(nil), 0

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/ctl"
 	"github.com/ferryfs/ferry/internal/server"
 	"github.com/ferryfs/ferry/internal/servertest"
@@ -26,7 +27,7 @@ func TestCtlFile(t *testing.T) {
 	needFUSE(t)
 	srv := servertest.StartWith(t, "", func(c *server.Config) { c.Level = new(slog.LevelVar) })
 	c := srv.Client(t, "a")
-	mnt, _ := mountFS(t, c, Options{CtlBelow: ctl.New("client", c, c)})
+	mnt, _ := mountFS(t, c, Options{Control: stackCtl(ctl.New("client", c, c))})
 	p := filepath.Join(mnt, "Ctl")
 	text := readFile(t, p)
 	for _, want := range []string{"[mount]\n", "[cache]\n", "contents.bytes: ", "lease: ", "[client]\n", "[server]\n", "debug: false"} {
@@ -132,7 +133,7 @@ func TestCtlSyncReachesCache(t *testing.T) {
 	srv := servertest.Start(t, "")
 	c := srv.ClientVia(t, "a", servertest.DelayProxy(t, srv.Addr, 200*time.Millisecond))
 	_, tree := localTree(t)
-	mnt, s := mountFS(t, c, Options{WriteBack: true, CtlBelow: ctl.New("below", tree, nopControl{})})
+	mnt, s := mountFS(t, c, Options{WriteBack: true, Control: stackCtl(ctl.New("below", tree, nopControl{}))})
 	if !waitFor(10*time.Second, s.cache.Leased) {
 		t.Fatal("the mount got no watch")
 	}
@@ -149,5 +150,13 @@ func TestCtlSyncReachesCache(t *testing.T) {
 		if err != nil || string(got) != "kept back "+name {
 			t.Errorf("after sync through the control file, the server's %s is %q (%v)", name, got, err)
 		}
+	}
+}
+
+// stackCtl stacks the mount's and cache's control layers over below, as
+// ferry mount does.
+func stackCtl(below ferry.FS) func(mount, cache ferry.Controller) ferry.FS {
+	return func(mount, cache ferry.Controller) ferry.FS {
+		return ctl.New("mount", ctl.New("cache", below, cache), mount)
 	}
 }

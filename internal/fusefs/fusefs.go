@@ -32,7 +32,7 @@
 //     does not answer, unlike a local disk. A small file the cache holds,
 //     or fetches with its directory's, is read from memory.
 //
-// With Options.CtlBelow the mount shows a control file, Ctl, at its top
+// With Options.Control the mount shows a control file, Ctl, at its top
 // (ctl.go): the mount's state, the cache's and that of the layers below,
 // and commands.
 //
@@ -60,18 +60,17 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/cache"
-	"github.com/ferryfs/ferry/internal/ctl"
 )
 
 // Options configure a mount. The zero value is usable.
 type Options struct {
 	// Root is the path in the tree to mount; "/" if empty.
 	Root string
-	// CtlBelow, if not nil, serves the control files of the layers below
-	// the mount (the tree, or a ctl layer over it): the mount then shows
-	// a control file, Ctl, at its top, which reads as its own state and
-	// theirs and takes commands (see internal/ctl and Server.Command).
-	CtlBelow ferry.FS
+	// Control, if not nil, stacks the control layers of the mount and of
+	// its cache over those below (internal/ctl) and returns the top one:
+	// the mount then shows a control file, Ctl, at its top, which reads
+	// as that tree's ferry.CtlPath does and takes commands written to it.
+	Control func(mount, cache ferry.Controller) ferry.FS
 	// Log receives the adaptor's messages; nothing is logged if nil.
 	Log *slog.Logger
 	// Cache configures the mount's cache layer (internal/cache): its
@@ -160,8 +159,8 @@ type Server struct {
 	// kernel stands between the kernel and go-fuse's file system.
 	kernel *kernelFS
 
-	// ctl serves the control file over Options.CtlBelow, if set.
-	ctl      *ctl.Tree
+	// ctl serves the control file (Options.Control), if set.
+	ctl      ferry.FS
 	ctlOnce  sync.Once
 	ctlInode *fs.Inode
 
@@ -224,8 +223,8 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	co.Uid, co.Gid, co.HeldDir = s.rootUid, s.rootGid, s.heldDir
 	s.cache = cache.New(fsys, co)
 	s.fsys = s.cache
-	if opt.CtlBelow != nil {
-		s.ctl = ctl.New("mount", ctl.New("cache", opt.CtlBelow, s.cache), s)
+	if opt.Control != nil {
+		s.ctl = opt.Control(s, s.cache)
 	}
 	s.root = &node{s: s}
 	zero := time.Duration(0)
