@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strings"
 	"testing"
@@ -190,6 +192,7 @@ func TestMeasureSSHBuild(t *testing.T) {
 				return n
 			}
 			granted := grants()
+			cpu0, busy0 := ferryCPU(), machineBusy()
 			var phases []string
 			var total time.Duration
 			for _, ph := range []struct{ name, script string }{
@@ -224,6 +227,11 @@ func TestMeasureSSHBuild(t *testing.T) {
 			}
 			t.Logf("%-36s %s, total %.1fs; up %.1f MB, tree %s MB", c.name, strings.Join(phases, ", "), total.Seconds(),
 				float64(sent)/1e6, mb(strings.Fields(string(size))[0]))
+			// Every process of the bed shares this machine's cores: what
+			// the servers spend is taken from the build.
+			cpu1, busy1 := ferryCPU(), machineBusy()
+			t.Logf("%-36s CPU: mount %.1fs, servers %.1fs; machine busy %.1fs of %.1fs", c.name,
+				cpu1["mount"]-cpu0["mount"], cpu1["serve"]-cpu0["serve"], busy1-busy0, total.Seconds()*float64(runtime.NumCPU()))
 		})
 	}
 }
@@ -239,4 +247,50 @@ func mb(bytes string) string {
 func lastLines(b []byte, n int) string {
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// ferryCPU returns the CPU seconds spent by the ferry processes running
+// now (their user and system time), by role: "mount" and "serve".
+func ferryCPU() map[string]float64 {
+	cpu := map[string]float64{}
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		cmdline, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(cmdline), "\x00")
+		if len(args) < 2 || filepath.Base(args[0]) != "ferry" {
+			continue
+		}
+		stat, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// The fields after the command's name, which is in parentheses.
+		f := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+		var user, sys float64
+		fmt.Sscan(f[11], &user)
+		fmt.Sscan(f[12], &sys)
+		cpu[args[1]] += (user + sys) / 100 // USER_HZ
+	}
+	return cpu
+}
+
+// machineBusy returns the CPU seconds all cores have spent not idle.
+func machineBusy() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(strings.SplitN(string(b), "\n", 2)[0])[1:]
+	var busy float64
+	for i, v := range f {
+		var n float64
+		fmt.Sscan(v, &n)
+		if i != 3 && i != 4 { // idle and iowait
+			busy += n
+		}
+	}
+	return busy / 100
 }

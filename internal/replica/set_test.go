@@ -5,6 +5,7 @@ import (
 	"crypto/ed25519"
 	"fmt"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -251,7 +252,10 @@ func TestLeaderFollowsGrants(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if st := ts.sets[lead].Status(ctx); !strings.Contains(st, "leader_transfers=1") {
+	// At least one transfer: under load (the race detector, a busy CI
+	// machine) an election may give the old leader back its leadership,
+	// which it then hands over again.
+	if st := ts.sets[lead].Status(ctx); !regexp.MustCompile(`leader_transfers=[1-9]`).MatchString(st) {
 		t.Errorf("the old leader's status:\n%s", st)
 	}
 }
