@@ -180,21 +180,7 @@ func writeHead(file string, data []byte) error {
 	b := make([]byte, 0, len(headMagic)+len(data)+4)
 	b = append(append(b, headMagic...), data...)
 	b = binary.BigEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
-	f, err := os.OpenFile(file, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(file)
-	}
-	return err
+	return writeDurably(file, b)
 }
 
 // decodeHead returns the marshalled Update in a header file's bytes b, and
@@ -217,7 +203,19 @@ func decodeHead(b []byte) ([]byte, bool) {
 // writeSynced writes data to file atomically and durably.
 func writeSynced(file string, data []byte) error {
 	tmp := file + ".tmp"
-	f, err := os.Create(tmp)
+	err := writeDurably(tmp, data)
+	if err == nil {
+		if err = os.Rename(tmp, file); err != nil {
+			os.Remove(tmp)
+		}
+	}
+	return err
+}
+
+// writeDurably writes data to file and syncs it; it leaves no file if it
+// fails.
+func writeDurably(file string, data []byte) error {
+	f, err := os.OpenFile(file, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
@@ -228,11 +226,8 @@ func writeSynced(file string, data []byte) error {
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		err = os.Rename(tmp, file)
-	}
 	if err != nil {
-		os.Remove(tmp)
+		os.Remove(file)
 	}
 	return err
 }
