@@ -170,7 +170,8 @@ var (
 // shares) a buffer loaded with its content; one opened for reading streams
 // from the server, keeping the kernel's cached pages only if the file has
 // not changed since the last open.
-func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	n := &f.node
 	trunc := flags&syscall.O_TRUNC != 0
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || trunc {
 		// A file being executed is not written, as on a local disk. The

@@ -226,7 +226,8 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	if opt.Control != nil {
 		s.ctl = opt.Control(s, s.cache)
 	}
-	s.root = &node{s: s}
+	rootOp, rootNode := newNode(s, syscall.S_IFDIR)
+	s.root = rootNode
 	zero := time.Duration(0)
 	fopt := &fs.Options{
 		// Timeouts are set on each reply (see timeouts); these are the
@@ -270,7 +271,7 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	if err != nil {
 		return nil, ferry.E(op, mountpoint, ferry.KindInvalid, err)
 	}
-	s.kernel = &kernelFS{RawFileSystem: fs.NewNodeFS(s.root, fopt), s: s}
+	s.kernel = &kernelFS{RawFileSystem: fs.NewNodeFS(rootOp, fopt), s: s}
 	srv, err := fuse.NewServer(s.kernel, mnt, &fopt.MountOptions)
 	if err != nil {
 		s.cache.Close()

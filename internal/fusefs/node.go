@@ -17,9 +17,13 @@ import (
 	"github.com/ferryfs/ferry"
 )
 
-// node is a file, directory or symbolic link of the mount. Its path in the
-// tree is found from the kernel's view of the tree each time (go-fuse moves
-// nodes on rename), so a node needs no update when its parents are renamed.
+// node is what every kind of file of the mount has: its place in the tree,
+// its attributes and extended attributes, fsync. Its path in the tree is
+// found from the kernel's view of the tree each time (go-fuse moves nodes
+// on rename), so a node needs no update when its parents are renamed.
+// Each kind adds the calls only it takes: dirNode, fileNode, linkNode;
+// devices, FIFOs and sockets (specialNode) add none, since the kernel
+// serves their opens.
 type node struct {
 	fs.Inode
 	s *Server
@@ -35,30 +39,84 @@ type node struct {
 	execs int
 }
 
+// dirNode is a directory: lookups, listings, and the calls that make,
+// remove and rename the names in it.
+type dirNode struct{ node }
+
+// fileNode is a regular file, which opens.
+type fileNode struct{ node }
+
+// linkNode is a symbolic link, which reads.
+type linkNode struct{ node }
+
+// specialNode is a device, a FIFO or a socket.
+type specialNode struct{ node }
+
 var (
-	_ fs.InodeEmbedder      = (*node)(nil)
-	_ fs.NodeLookuper       = (*node)(nil)
-	_ fs.NodeGetattrer      = (*node)(nil)
-	_ fs.NodeSetattrer      = (*node)(nil)
-	_ fs.NodeReaddirer      = (*node)(nil)
-	_ fs.NodeOpendirHandler = (*node)(nil)
-	_ fs.NodeOpener         = (*node)(nil)
-	_ fs.NodeCreater        = (*node)(nil)
-	_ fs.NodeMkdirer        = (*node)(nil)
-	_ fs.NodeMknoder        = (*node)(nil)
-	_ fs.NodeUnlinker       = (*node)(nil)
-	_ fs.NodeRmdirer        = (*node)(nil)
-	_ fs.NodeRenamer        = (*node)(nil)
-	_ fs.NodeSymlinker      = (*node)(nil)
-	_ fs.NodeReadlinker     = (*node)(nil)
-	_ fs.NodeLinker         = (*node)(nil)
-	_ fs.NodeFsyncer        = (*node)(nil)
-	_ fs.NodeStatfser       = (*node)(nil)
-	_ fs.NodeGetxattrer     = (*node)(nil)
-	_ fs.NodeListxattrer    = (*node)(nil)
-	_ fs.NodeSetxattrer     = (*node)(nil)
-	_ fs.NodeRemovexattrer  = (*node)(nil)
+	_ fs.InodeEmbedder     = (*node)(nil)
+	_ fs.NodeGetattrer     = (*node)(nil)
+	_ fs.NodeSetattrer     = (*node)(nil)
+	_ fs.NodeFsyncer       = (*node)(nil)
+	_ fs.NodeStatfser      = (*node)(nil)
+	_ fs.NodeGetxattrer    = (*node)(nil)
+	_ fs.NodeListxattrer   = (*node)(nil)
+	_ fs.NodeSetxattrer    = (*node)(nil)
+	_ fs.NodeRemovexattrer = (*node)(nil)
+
+	_ fs.NodeLookuper       = (*dirNode)(nil)
+	_ fs.NodeReaddirer      = (*dirNode)(nil)
+	_ fs.NodeOpendirHandler = (*dirNode)(nil)
+	_ fs.NodeCreater        = (*dirNode)(nil)
+	_ fs.NodeMkdirer        = (*dirNode)(nil)
+	_ fs.NodeMknoder        = (*dirNode)(nil)
+	_ fs.NodeUnlinker       = (*dirNode)(nil)
+	_ fs.NodeRmdirer        = (*dirNode)(nil)
+	_ fs.NodeRenamer        = (*dirNode)(nil)
+	_ fs.NodeSymlinker      = (*dirNode)(nil)
+	_ fs.NodeLinker         = (*dirNode)(nil)
+
+	_ fs.NodeOpener = (*fileNode)(nil)
+
+	_ fs.NodeReadlinker = (*linkNode)(nil)
 )
+
+// newNode returns a node of s for a file of the kind mode's type bits
+// say, and its common part.
+func newNode(s *Server, mode uint32) (fs.InodeEmbedder, *node) {
+	switch mode & syscall.S_IFMT {
+	case syscall.S_IFDIR:
+		d := &dirNode{node{s: s}}
+		return d, &d.node
+	case syscall.S_IFREG:
+		f := &fileNode{node{s: s}}
+		return f, &f.node
+	case syscall.S_IFLNK:
+		l := &linkNode{node{s: s}}
+		return l, &l.node
+	default:
+		x := &specialNode{node{s: s}}
+		return x, &x.node
+	}
+}
+
+// base returns the node's common part: every kind has it.
+func (n *node) base() *node { return n }
+
+// asNode returns the common part of the node of in, and false if in is not
+// one of the tree's nodes (the control file).
+func asNode(in *fs.Inode) (*node, bool) {
+	b, ok := in.Operations().(interface{ base() *node })
+	if !ok {
+		return nil, false
+	}
+	return b.base(), true
+}
+
+// nodeOf is asNode for an inode that is one of the tree's nodes.
+func nodeOf(in *fs.Inode) *node {
+	n, _ := asNode(in)
+	return n
+}
 
 // path returns the node's path in the tree, and false if it has been
 // removed (it or a directory above it is no longer in the tree).
@@ -213,12 +271,13 @@ func (n *node) child(ctx context.Context, name string, d ferry.Dir) *fs.Inode {
 	// inode (go-fuse returns the node it knows under that number).
 	key := inoKey(d)
 	ino := n.s.ino(key, c != nil && key == d.Path())
-	return n.NewInode(ctx, &node{s: n.s}, fs.StableAttr{Mode: typeBits(d), Ino: ino})
+	op, _ := newNode(n.s, typeBits(d))
+	return n.NewInode(ctx, op, fs.StableAttr{Mode: typeBits(d), Ino: ino})
 }
 
 // entryOut fills the kernel's entry for child c described by d.
 func (n *node) entryOut(c *fs.Inode, d ferry.Dir, out *fuse.EntryOut) {
-	cn := c.Operations().(*node)
+	cn := nodeOf(c)
 	cn.remember(d)
 	n.s.fillAttr(d, &out.Attr)
 	ttl, _ := n.s.timeouts()
@@ -235,7 +294,8 @@ func checkName(name string) syscall.Errno {
 }
 
 // Lookup implements fs.NodeLookuper.
-func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+func (dn *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n := &dn.node
 	if e := checkName(name); e != 0 {
 		return nil, e
 	}
@@ -249,7 +309,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	// A file created here and not yet stored, or open for writing, is
 	// described by its buffer, unless the name no longer leads to it.
 	if c := n.GetChild(name); c != nil {
-		if cn := c.Operations().(*node); cn.namedBuffer() {
+		if cn := nodeOf(c); cn.namedBuffer() {
 			d, _ := cn.attrs(ctx)
 			n.entryOut(c, d, out)
 			return c, 0
@@ -393,18 +453,19 @@ func (n *node) wstat(ctx context.Context, want ferry.Dir) syscall.Errno {
 // mount, and on the invalidations notify sends for changes by others.
 // Without a watch every open lists afresh and drops what the kernel kept.
 // Once a lease is held the kernel opens directories itself (kernelFS).
-func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+func (dn *dirNode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	n := &dn.node
 	var fl uint32
 	if n.s.cache.Leased() {
 		fl = fuse.FOPEN_CACHE_DIR | fuse.FOPEN_KEEP_CACHE
 	}
-	return &dirHandle{n: n}, fl, 0
+	return &dirHandle{d: dn}, fl, 0
 }
 
 // dirHandle is an open directory: the listing Readdir makes, taken at the
 // first read, as go-fuse's own handle for a NodeReaddirer does.
 type dirHandle struct {
-	n  *node
+	d  *dirNode
 	ds fs.DirStream
 }
 
@@ -418,7 +479,7 @@ func (h *dirHandle) stream(ctx context.Context) syscall.Errno {
 	if h.ds != nil {
 		return 0
 	}
-	ds, e := h.n.Readdir(ctx)
+	ds, e := h.d.Readdir(ctx)
 	if e == 0 {
 		h.ds = ds
 	}
@@ -464,7 +525,8 @@ func (h *dirHandle) Releasedir(ctx context.Context, flags uint32) {
 }
 
 // Readdir implements fs.NodeReaddirer from the cached listing.
-func (n *node) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+func (dn *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	n := &dn.node
 	n.s.readdirs.Add(1)
 	dir, ok := n.path()
 	if !ok {
@@ -518,7 +580,8 @@ func (n *node) owner(ctx context.Context, d ferry.Dir) {
 
 // Create implements fs.NodeCreater. The file exists only in this mount
 // until its first flush, which stores it with one Put.
-func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+func (dn *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	n := &dn.node
 	if e := checkName(name); e != 0 {
 		return nil, nil, 0, e
 	}
@@ -546,8 +609,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, errno(err)
 	}
 	wb.created, wb.dirty, wb.set, wb.refs, wb.mtime = true, true, set, 1, now
-	cn := &node{s: n.s, wb: wb}
-	c := n.NewInode(ctx, cn, fs.StableAttr{Mode: syscall.S_IFREG, Ino: n.s.ino(p, true)})
+	op, cn := newNode(n.s, syscall.S_IFREG)
+	cn.wb = wb
+	c := n.NewInode(ctx, op, fs.StableAttr{Mode: syscall.S_IFREG, Ino: n.s.ino(p, true)})
 	n.s.cache.Created(d)
 	n.entryOut(c, d, out)
 	return c, &handle{n: cn, wb: wb}, 0, 0
@@ -556,7 +620,8 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 // Mknod implements fs.NodeMknoder: empty regular files, FIFOs, sockets and
 // devices, made on the server at once. Only the server's root may make a
 // device, as on a local disk.
-func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+func (dn *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n := &dn.node
 	d := ferry.Dir{ferry.AttrType: ferry.TypeFile}
 	if mode&syscall.S_IFMT != 0 {
 		d[ferry.AttrType] = ferry.TypeOfIFMT(mode)
@@ -571,12 +636,14 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 }
 
 // Mkdir implements fs.NodeMkdirer.
-func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+func (dn *dirNode) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n := &dn.node
 	return n.make(ctx, name, mode, ferry.Dir{ferry.AttrType: ferry.TypeDir}, out)
 }
 
 // Symlink implements fs.NodeSymlinker.
-func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+func (dn *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n := &dn.node
 	return n.make(ctx, name, 0, ferry.Dir{ferry.AttrType: ferry.TypeSymlink, ferry.AttrTarget: target}, out)
 }
 
@@ -618,12 +685,14 @@ func (n *node) make(ctx context.Context, name string, mode uint32, d ferry.Dir, 
 
 // Unlink implements fs.NodeUnlinker. A file created here and not yet
 // stored is only forgotten.
-func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+func (dn *dirNode) Unlink(ctx context.Context, name string) syscall.Errno {
+	n := &dn.node
 	return n.remove(ctx, name, 0)
 }
 
 // Rmdir implements fs.NodeRmdirer.
-func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+func (dn *dirNode) Rmdir(ctx context.Context, name string) syscall.Errno {
+	n := &dn.node
 	return n.remove(ctx, name, -1)
 }
 
@@ -639,7 +708,7 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 	p := path.Join(dir, name)
 	var cn *node
 	if c := n.GetChild(name); c != nil {
-		cn = c.Operations().(*node)
+		cn = nodeOf(c)
 	}
 	if cn != nil && cn.unstored() {
 		cn.orphan()
@@ -699,18 +768,19 @@ func (n *node) orphan() {
 // Rename implements fs.NodeRenamer with Move. RENAME_NOREPLACE is checked
 // with a Stat first, which is not atomic against other clients;
 // RENAME_EXCHANGE is not supported.
-func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+func (dn *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	n := &dn.node
 	const renameNoReplace, renameExchange = 1, 2
 	if flags&renameExchange != 0 {
 		return syscall.EINVAL
 	}
-	if np, ok := newParent.(*node); n.isCtl(name) || ok && np.isCtl(newName) {
+	if np, ok := asNode(newParent.EmbeddedInode()); n.isCtl(name) || ok && np.isCtl(newName) {
 		return syscall.EPERM
 	}
 	if e := checkName(newName); e != 0 {
 		return e
 	}
-	np := newParent.(*node)
+	np := nodeOf(newParent.EmbeddedInode())
 	dir, ok1 := n.path()
 	ndir, ok2 := np.path()
 	if !ok1 || !ok2 {
@@ -721,7 +791,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	defer cancel()
 	var src *node
 	if c := n.GetChild(name); c != nil {
-		src = c.Operations().(*node)
+		src = nodeOf(c)
 		// A file not yet stored is stored first, so there is
 		// something to move.
 		if src.unstored() {
@@ -732,7 +802,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	var dst *node
 	if c := np.GetChild(newName); c != nil {
-		dst = c.Operations().(*node)
+		dst = nodeOf(c)
 	}
 	if dst != nil && dst.unstored() {
 		// The target exists only here: store it, so that the Move
@@ -772,7 +842,8 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 
 // Link implements fs.NodeLinker: the server makes the hard link, and the
 // new name is the target's node, as on a local disk.
-func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+func (dn *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n := &dn.node
 	if e := checkName(name); e != 0 {
 		return nil, e
 	}
@@ -780,7 +851,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 		return nil, syscall.EEXIST
 	}
 	dir, ok := n.path()
-	tn, isNode := target.EmbeddedInode().Operations().(*node)
+	tn, isNode := asNode(target.EmbeddedInode())
 	if !ok || !isNode {
 		return nil, syscall.ENOENT
 	}
@@ -810,7 +881,8 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 }
 
 // Readlink implements fs.NodeReadlinker.
-func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+func (l *linkNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	n := &l.node
 	d, e := n.attrs(ctx)
 	if e != 0 {
 		return nil, e
