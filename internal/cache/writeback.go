@@ -9,13 +9,16 @@ import (
 	"github.com/ferryfs/ferry"
 )
 
-// Limits of write-back (Options.WriteBack). A closed file is copied into
-// memory and stored in the background, so snapshotMax bounds the file that
-// may be, and writebackMax all those not yet stored; beyond them close
-// stores synchronously, as without write-back. writebackOps bounds the
-// stores in flight: enough to keep a 100 ms link busy with small files.
+// SnapshotMax is the largest file write-back (Options.WriteBack) stores in
+// the background: a closed file is copied into memory (or handed over, see
+// Snapshotter) and stored from there; a larger one is stored at close, as
+// without write-back.
+const SnapshotMax = 16 << 20
+
+// Limits of write-back: writebackMax bounds the files not yet stored, and
+// beyond it close stores synchronously; writebackOps bounds the stores in
+// flight: enough to keep a 100 ms link busy with small files.
 const (
-	snapshotMax  = 16 << 20
 	writebackMax = 256 << 20
 	writebackOps = 64
 )

@@ -59,6 +59,13 @@ func (c *FS) putNow(ctx context.Context, p string, d ferry.Dir, off int64, data 
 // sized is data that can say how much of it there is.
 type sized interface{ Size() int64 }
 
+// Snapshotter is a reader of a whole file whose content is a slice that no
+// one writes into: Put keeps that slice to store in the background instead
+// of copying it.
+type Snapshotter interface {
+	Snapshot() []byte
+}
+
 // putBehind stores a whole file in the background, from a copy of data
 // taken now, if the write-back budget takes it and the cache knows what
 // the file is (the entry it shows until the store is done).
@@ -84,11 +91,14 @@ func (c *FS) putBehind(ctx context.Context, p string, d ferry.Dir, data io.Reade
 		base.SetInt(ferry.AttrGid, c.opt.Gid)
 		base.SetInt(ferry.AttrNlink, 1)
 	}
-	if size > snapshotMax || base.IsDir() {
+	if size > SnapshotMax || base.IsDir() {
 		return nil, false
 	}
-	buf := make([]byte, size)
-	if size > 0 {
+	var buf []byte
+	if s, ok := data.(Snapshotter); ok {
+		buf = s.Snapshot()
+	} else if size > 0 {
+		buf = make([]byte, size)
 		if _, err := io.ReadFull(data, buf); err != nil {
 			return ferry.Resolved[ferry.Dir](nil, ferry.E("cache.Put", p, ferry.KindIO, err)), true
 		}

@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -30,6 +31,11 @@ type wbuf struct {
 	base     ferry.Dir // The attributes last known.
 	set      ferry.Dir // Attributes to send with the next Put.
 	mtime    time.Time // Of the last write here.
+	// snap is the content as of the last flush, as handed to the cache,
+	// which keeps it: nothing writes into it below its length. low is
+	// the lowest offset written or truncated to since (see content).
+	snap []byte
+	low  int64
 }
 
 func newWbuf(dir string, base ferry.Dir) (*wbuf, error) {
@@ -88,6 +94,7 @@ func (w *wbuf) setattr(want ferry.Dir, hasSize bool, size int64) syscall.Errno {
 			return errno(ferry.E("fusefs.Setattr", "", ferry.KindIO, err))
 		}
 		w.size = size
+		w.low = min(w.low, size)
 		w.dirty = true
 		w.mtime = time.Now()
 		delete(w.set, ferry.AttrMtime)
@@ -129,6 +136,7 @@ func (w *wbuf) readAt(dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 func (w *wbuf) writeAt(data []byte, off int64) (uint32, syscall.Errno) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.low = min(w.low, off)
 	n, err := w.f.WriteAt(data, off)
 	if err != nil {
 		return uint32(n), syscall.EIO
@@ -141,6 +149,40 @@ func (w *wbuf) writeAt(data []byte, off int64) (uint32, syscall.Errno) {
 	delete(w.set, ferry.AttrMtime)
 	return uint32(n), 0
 }
+
+// contentLocked returns the buffer's content as a slice the cache may keep,
+// since nothing writes into it. A file that only grew since the last flush
+// (a log appended to by one program after another, as configure's
+// config.log) costs only what it gained: that is read in after the last
+// flush's content, in the same array beyond its length. Any other file is
+// read whole into a new one.
+func (w *wbuf) contentLocked() ([]byte, error) {
+	n := int64(len(w.snap))
+	if w.snap == nil || w.low < n || w.size < n {
+		w.snap = make([]byte, w.size)
+		n = 0
+	} else if int64(cap(w.snap)) < w.size {
+		grown := make([]byte, n, max(w.size, 2*int64(cap(w.snap))))
+		copy(grown, w.snap)
+		w.snap = grown
+	}
+	w.snap = w.snap[:w.size]
+	if _, err := w.f.ReadAt(w.snap[n:], n); err != nil && err != io.EOF {
+		w.snap = nil
+		return nil, err
+	}
+	w.low = w.size
+	return w.snap, nil
+}
+
+// snapshot is a reader of content the cache may keep as it is
+// (cache.Snapshotter).
+type snapshot struct {
+	*bytes.Reader
+	b []byte
+}
+
+func (s snapshot) Snapshot() []byte { return s.b }
 
 // handle is an open file.
 type handle struct {
@@ -409,8 +451,17 @@ func (n *node) flush(ctx context.Context) syscall.Errno {
 		}
 	}
 	// With write-back the cache may store it in the background (see
-	// cache.FS.Put): got is then what the file will be.
-	got, err := n.s.cache.Put(cctx, p, d, off, io.NewSectionReader(wb.f, 0, wb.size)).Wait()
+	// cache.FS.Put), from a snapshot of the content: got is then what
+	// the file will be.
+	var data io.Reader = io.NewSectionReader(wb.f, 0, wb.size)
+	if n.s.opt.WriteBack && !inPlace && wb.size <= cache.SnapshotMax {
+		b, err := wb.contentLocked()
+		if err != nil {
+			return errno(ferry.E("fusefs.Flush", p, ferry.KindIO, err))
+		}
+		data = snapshot{bytes.NewReader(b), b}
+	}
+	got, err := n.s.cache.Put(cctx, p, d, off, data).Wait()
 	if err != nil {
 		n.s.log.Warn("storing a file failed", "path", p, "err", err)
 		if wb.created {
@@ -538,6 +589,7 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	if last {
 		h.wb.mu.Lock()
 		h.wb.f.Close()
+		h.wb.snap = nil
 		h.wb.mu.Unlock()
 	}
 	return 0

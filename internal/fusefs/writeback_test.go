@@ -346,3 +346,68 @@ func TestAppendUnderLease(t *testing.T) {
 		t.Errorf("the server has %q, want %q", got, want)
 	}
 }
+
+// TestAppendWhileHeldOpen: a file one program keeps open for writing while
+// others append to it and close (configure's config.log) is stored at each
+// close from its content then, which write-back takes from the last
+// close's content and what was appended since; a write below the end and
+// a truncate in between are stored as they are too.
+func TestAppendWhileHeldOpen(t *testing.T) {
+	srv := servertest.Start(t, "")
+	mnt, _ := mountFS(t, srv.Client(t, "a"), Options{WriteBack: true})
+	p := filepath.Join(mnt, "config.log")
+	writeFile(t, p, "start\n")
+	held, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "start\n"
+	for i := range 30 {
+		switch i {
+		case 20:
+			// A write below the end, through a descriptor of its own.
+			f, err := os.OpenFile(p, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.WriteAt([]byte("START"), 0); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			want = "START" + want[5:]
+		case 10:
+			if err := os.Truncate(p, int64(len(want)/2)); err != nil {
+				t.Fatal(err)
+			}
+			want = want[:len(want)/2]
+		}
+		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := fmt.Sprintf("check %d\n", i)
+		want += line
+		if _, err := f.WriteString(line); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := readFile(t, p); got != want {
+			t.Fatalf("after append %d the mount reads %q, want %q", i, got, want)
+		}
+	}
+	if _, err := held.WriteString("end\n"); err != nil {
+		t.Fatal(err)
+	}
+	want += "end\n"
+	if err := held.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := syncDir(mnt); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(srv.Dir, "config.log")); got != want {
+		t.Errorf("the server has %q, want %q", got, want)
+	}
+}
