@@ -323,18 +323,7 @@ func TestAppendUnderLease(t *testing.T) {
 	want := "start\n"
 	before := srv.Srv.Calls()
 	for i := range 20 {
-		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		line := fmt.Sprintf("check %d\n", i)
-		want += line
-		if _, err := f.WriteString(line); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
+		want += appendLine(t, p, i)
 	}
 	if n := servertest.CallsSince(srv.Srv, before, "stat", 0); n > 0 {
 		t.Errorf("20 appends under the lease asked the server %d times for the file", n)
@@ -381,18 +370,7 @@ func TestAppendWhileHeldOpen(t *testing.T) {
 			}
 			want = want[:len(want)/2]
 		}
-		f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		line := fmt.Sprintf("check %d\n", i)
-		want += line
-		if _, err := f.WriteString(line); err != nil {
-			t.Fatal(err)
-		}
-		if err := f.Close(); err != nil {
-			t.Fatal(err)
-		}
+		want += appendLine(t, p, i)
 		if got := readFile(t, p); got != want {
 			t.Fatalf("after append %d the mount reads %q, want %q", i, got, want)
 		}
@@ -410,4 +388,22 @@ func TestAppendWhileHeldOpen(t *testing.T) {
 	if got := readFile(t, filepath.Join(srv.Dir, "config.log")); got != want {
 		t.Errorf("the server has %q, want %q", got, want)
 	}
+}
+
+// appendLine opens p for appending, appends line i and closes it, as a
+// shell's >> does, and returns the line.
+func appendLine(t *testing.T, p string, i int) string {
+	t.Helper()
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := fmt.Sprintf("check %d\n", i)
+	if _, err := f.WriteString(line); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return line
 }
