@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -390,41 +391,54 @@ func TestKeptBackLog(t *testing.T) {
 	}
 }
 
-// TestOwnerBehind: a change of owner waits for the server until the server
-// has taken one that gave a file to another user (tar run by root sets
-// every directory's owner); after that, such changes go behind too.
+// TestOwnerBehind: owner changes (tar run by root gives every directory
+// away) go behind under a write lease once the tree is known to take them:
+// from the first when the server said it gives files away (server.Config
+// Owners, as ferry serve run by root sets it), else from the first that
+// took. The server ends with every owner.
 func TestOwnerBehind(t *testing.T) {
 	if os.Geteuid() != 0 {
 		testenv.Require(t, "giving a file away needs a server run by root")
 	}
-	s := servertest.Start(t, "")
-	ctx := context.Background()
-	c := open(t, s.Client(t, "a"), cache.Options{WriteBehind: true})
-	var kept []bool
-	for i := range 4 {
-		p := fmt.Sprintf("/d%d", i)
-		if _, err := c.Make(ctx, p, ferry.Dir{ferry.AttrType: ferry.TypeDir}); err != nil {
-			t.Fatal(err)
-		}
-		f := c.Wstat(ctx, p, ferry.Dir{ferry.AttrUid: "1000", ferry.AttrGid: "1000"})
-		kept = append(kept, done(f))
-		if _, err := f.Wait(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if kept[0] || !kept[1] || !kept[2] || !kept[3] {
-		t.Errorf("owner changes kept back: %v, want the first waited for and the rest kept back", kept)
-	}
-	if err := c.Sync(ctx, "/"); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 4 {
-		fi, err := os.Stat(filepath.Join(s.Dir, fmt.Sprintf("d%d", i)))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st := fi.Sys().(*syscall.Stat_t); st.Uid != 1000 || st.Gid != 1000 {
-			t.Errorf("d%d on the server is owned by %d:%d, want 1000:1000", i, st.Uid, st.Gid)
-		}
+	for _, tc := range []struct {
+		name   string
+		owners bool
+		kept   []bool
+	}{
+		{"server says nothing", false, []bool{false, true, true, true}},
+		{"server gives files away", true, []bool{true, true, true, true}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := servertest.StartWith(t, "", func(cfg *server.Config) { cfg.Owners = tc.owners })
+			ctx := context.Background()
+			c := open(t, s.Client(t, "a"), cache.Options{WriteBehind: true})
+			var kept []bool
+			for i := range 4 {
+				p := fmt.Sprintf("/d%d", i)
+				if _, err := c.Make(ctx, p, ferry.Dir{ferry.AttrType: ferry.TypeDir}); err != nil {
+					t.Fatal(err)
+				}
+				f := c.Wstat(ctx, p, ferry.Dir{ferry.AttrUid: "1000", ferry.AttrGid: "1000"})
+				kept = append(kept, done(f))
+				if _, err := f.Wait(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if !slices.Equal(kept, tc.kept) {
+				t.Errorf("owner changes kept back: %v, want %v", kept, tc.kept)
+			}
+			if err := c.Sync(ctx, "/"); err != nil {
+				t.Fatal(err)
+			}
+			for i := range 4 {
+				fi, err := os.Stat(filepath.Join(s.Dir, fmt.Sprintf("d%d", i)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if st := fi.Sys().(*syscall.Stat_t); st.Uid != 1000 || st.Gid != 1000 {
+					t.Errorf("d%d on the server is owned by %d:%d, want 1000:1000", i, st.Uid, st.Gid)
+				}
+			}
+		})
 	}
 }

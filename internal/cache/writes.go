@@ -556,8 +556,12 @@ func (c *FS) wstatBehind(ctx context.Context, p string, d ferry.Dir) (*ferry.Fut
 	// Only times and the mode go behind, and the owner where the tree
 	// below has let this cache give a file away: a change of size or
 	// extended attributes may be refused, and must be refused at once.
+	owners := c.owners.Load()
+	if s, ok := ferry.As[ownerSetter](c.below); ok && s.SetsOwners() {
+		owners = true
+	}
 	for k := range d {
-		owner := (k == ferry.AttrUid || k == ferry.AttrGid) && c.owners.Load()
+		owner := (k == ferry.AttrUid || k == ferry.AttrGid) && owners
 		if k != ferry.AttrMode && k != ferry.AttrMtime && k != ferry.AttrAtime && !owner {
 			return nil, false
 		}
@@ -598,6 +602,13 @@ func (c *FS) wstatBehind(ctx context.Context, p string, d ferry.Dir) (*ferry.Fut
 		return err
 	})
 	return ferry.Resolved(local, nil), true
+}
+
+// ownerSetter is a tree that says whether it gives files to other owners
+// when asked (remote.Client, from what its server said): owner changes
+// then go behind from the first, instead of from the first that took.
+type ownerSetter interface {
+	SetsOwners() bool
 }
 
 // Wstat implements ferry.Tree.

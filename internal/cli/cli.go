@@ -18,6 +18,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -235,6 +236,22 @@ a real file named Ctl at the top of DIR is shadowed by the control file.`,
 	return c
 }
 
+// canChown reports whether this process may give files to other owners:
+// it has CAP_CHOWN (bit 0 of CapEff in /proc/self/status), as root has.
+func canChown() bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return os.Geteuid() == 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if hex, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			caps, err := strconv.ParseUint(strings.TrimSpace(hex), 16, 64)
+			return err == nil && caps&1 != 0
+		}
+	}
+	return os.Geteuid() == 0
+}
+
 // serverTuning are serve's resource flags: its memory budget, and hidden
 // ones for benchmarks, a fixed read-ahead and metrics per connection.
 type serverTuning struct {
@@ -337,7 +354,7 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 		served = ctl.New("replica", rfs, set)
 		fmt.Fprintf(stderr, "ferry: member %s of the replica set in %s, listening for members on %s\n", set.Self().Name, rs.members, set.Self().Addr)
 	}
-	srv, err := server.New(server.Config{FS: served, Key: key, Auth: az, Version: Version, Log: log, Level: level, Memory: tune.memory, ReadAheadFixed: tune.readAheadFixed, MetricsPerConn: tune.metricsPerConn, StagingDir: staging})
+	srv, err := server.New(server.Config{FS: served, Key: key, Auth: az, Version: Version, Log: log, Level: level, Memory: tune.memory, Owners: canChown(), ReadAheadFixed: tune.readAheadFixed, MetricsPerConn: tune.metricsPerConn, StagingDir: staging})
 	if err != nil {
 		return err
 	}

@@ -935,8 +935,12 @@ type WatchEvent struct {
 	Recall bool `protobuf:"varint,6,opt,name=recall,proto3" json:"recall,omitempty"`
 	// write_reply answers LeaseMsg.write_req of that number: write_granted
 	// says whether the write lease was given.
-	WriteReply    uint64 `protobuf:"varint,7,opt,name=write_reply,json=writeReply,proto3" json:"write_reply,omitempty"`
-	WriteGranted  bool   `protobuf:"varint,8,opt,name=write_granted,json=writeGranted,proto3" json:"write_granted,omitempty"`
+	WriteReply   uint64 `protobuf:"varint,7,opt,name=write_reply,json=writeReply,proto3" json:"write_reply,omitempty"`
+	WriteGranted bool   `protobuf:"varint,8,opt,name=write_granted,json=writeGranted,proto3" json:"write_granted,omitempty"`
+	// owners, in a Lease stream's first message, says the server gives files
+	// to other owners when asked (it has the right to): a client under a
+	// write lease may keep owner changes back from the first.
+	Owners        bool `protobuf:"varint,9,opt,name=owners,proto3" json:"owners,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1023,6 +1027,13 @@ func (x *WatchEvent) GetWriteReply() uint64 {
 func (x *WatchEvent) GetWriteGranted() bool {
 	if x != nil {
 		return x.WriteGranted
+	}
+	return false
+}
+
+func (x *WatchEvent) GetOwners() bool {
+	if x != nil {
+		return x.Owners
 	}
 	return false
 }
@@ -2081,7 +2092,7 @@ const file_ferry_proto_rawDesc = "" +
 	"\x05batch\x18\x04 \x01(\fR\x05batch\x12\x12\n" +
 	"\x04zstd\x18\x05 \x01(\bR\x04zstd\":\n" +
 	"\tFindBatch\x12-\n" +
-	"\aentries\x18\x01 \x03(\v2\x13.ferry.v1.FindReplyR\aentries\"\xd9\x01\n" +
+	"\aentries\x18\x01 \x03(\v2\x13.ferry.v1.FindReplyR\aentries\"\xf1\x01\n" +
 	"\n" +
 	"WatchEvent\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
@@ -2092,7 +2103,8 @@ const file_ferry_proto_rawDesc = "" +
 	"\x06recall\x18\x06 \x01(\bR\x06recall\x12\x1f\n" +
 	"\vwrite_reply\x18\a \x01(\x04R\n" +
 	"writeReply\x12#\n" +
-	"\rwrite_granted\x18\b \x01(\bR\fwriteGranted\"\xa7\x01\n" +
+	"\rwrite_granted\x18\b \x01(\bR\fwriteGranted\x12\x16\n" +
+	"\x06owners\x18\t \x01(\bR\x06owners\"\xa7\x01\n" +
 	"\bLeaseMsg\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x10\n" +
 	"\x03ack\x18\x02 \x01(\x04R\x03ack\x12\x14\n" +

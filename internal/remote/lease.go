@@ -83,6 +83,7 @@ func (c *Client) lease(ctx context.Context, p string, send func(ferry.Event) err
 	if lease <= 0 {
 		return ferry.E(op, p, ferry.KindInvalid, "the server gave no lease time")
 	}
+	c.owners.Store(first.Owners)
 
 	var mu sync.Mutex
 	expiry := began.Add(lease)
@@ -309,6 +310,10 @@ func (c *Client) WriteLease(ctx context.Context, p string) (bool, error) {
 		return false, ferry.E(op, p, ferry.KindCanceled, ctx.Err())
 	}
 }
+
+// SetsOwners reports whether the server said, on the client's last Lease
+// stream, that it gives files to other owners when asked.
+func (c *Client) SetsOwners() bool { return c.owners.Load() }
 
 // ReleaseWrite implements ferry.WriteLeaser.
 func (c *Client) ReleaseWrite(ctx context.Context, p string) error {

@@ -151,7 +151,9 @@ type Client struct {
 	addr         string
 	resumeFor    time.Duration
 	handshakeErr atomic.Pointer[error]
-	afterClose   func(reached bool) // Config.AfterClose.
+	// owners is what the server said of owner changes (SetsOwners).
+	owners     atomic.Bool
+	afterClose func(reached bool) // Config.AfterClose.
 	// connected is set once a connection was ready: from then on a call
 	// waits for a broken one to come back (see awaitReady).
 	connected atomic.Bool

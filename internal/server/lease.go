@@ -190,7 +190,7 @@ func (h *handler) Lease(st grpc.BidiStreamingServer[proto.LeaseMsg, proto.WatchE
 	// and waits for the server to come back.
 	defer context.AfterFunc(h.s.stopping, cancel)()
 	lease := h.s.leases.Hold(h.session(ctx), root)
-	if err := st.Send(&proto.WatchEvent{LeaseMs: h.s.leases.Lease().Milliseconds()}); err != nil {
+	if err := st.Send(&proto.WatchEvent{LeaseMs: h.s.leases.Lease().Milliseconds(), Owners: h.s.cfg.Owners}); err != nil {
 		lease.Lost()
 		return h.done(opLease, err)
 	}

@@ -94,6 +94,10 @@ type Config struct {
 	// NoZstd turns compression on the wire off: the server then neither
 	// compresses nor accepts compressed data, as a server that predates it.
 	NoZstd bool
+	// Owners says the server may give files to other owners (it runs
+	// with the right to chown, as root): its clients are told, and keep
+	// owner changes back under their write leases (ferry serve sets it).
+	Owners bool
 	// Lease is how long a client's lease on its cache holds without a
 	// renewal (callback.DefaultLease if 0): the longest a change waits
 	// for a client that stopped answering.
