@@ -33,7 +33,7 @@ type wbuf struct {
 	mtime    time.Time // Of the last write here.
 	// snap is the content as of the last flush, as handed to the cache,
 	// which keeps it: nothing writes into it below its length. low is
-	// the lowest offset written or truncated to since (see content).
+	// the lowest offset written or truncated to since (contentLocked).
 	snap []byte
 	low  int64
 }
@@ -172,7 +172,9 @@ func (w *wbuf) contentLocked() ([]byte, error) {
 		return nil, err
 	}
 	w.low = w.size
-	return w.snap, nil
+	// Capped at its length, so that an append by a holder copies rather
+	// than writes where the next snapshot goes.
+	return w.snap[:w.size:w.size], nil
 }
 
 // snapshot is a reader of content the cache may keep as it is
