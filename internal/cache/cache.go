@@ -126,8 +126,11 @@ type FS struct {
 	// their store started.
 	coalesced, unsentFiles, unsentBytes atomic.Int64
 	// owners records that the tree below took a change of a file's owner
-	// to another user: such changes then go behind too.
+	// to another user: such changes then go behind too. setter, if the
+	// tree below says whether it takes them (ownerSetter), lets them go
+	// behind from the first.
 	owners atomic.Bool
+	setter ownerSetter
 	// leases are the write leases held, if the tree below lends them
 	// and Options.WriteBehind is set.
 	leases *writeLeases
@@ -197,6 +200,7 @@ func New(below ferry.FS, opt Options) *FS {
 		gens:  map[string]uint64{},
 		made:  map[string]bool{},
 	}
+	c.setter, _ = ferry.As[ownerSetter](below)
 	if wl, ok := ferry.As[ferry.WriteLeaser](below); ok && opt.WriteBehind {
 		c.leases = &writeLeases{wl: wl, roots: map[string]time.Time{}, refused: map[string]time.Time{},
 			asking: map[string]chan struct{}{}, revoked: map[string]bool{}, echoes: map[string]*echoSet{}}

@@ -556,10 +556,7 @@ func (c *FS) wstatBehind(ctx context.Context, p string, d ferry.Dir) (*ferry.Fut
 	// Only times and the mode go behind, and the owner where the tree
 	// below has let this cache give a file away: a change of size or
 	// extended attributes may be refused, and must be refused at once.
-	owners := c.owners.Load()
-	if s, ok := ferry.As[ownerSetter](c.below); ok && s.SetsOwners() {
-		owners = true
-	}
+	owners := c.owners.Load() || c.setter != nil && c.setter.SetsOwners()
 	for k := range d {
 		owner := (k == ferry.AttrUid || k == ferry.AttrGid) && owners
 		if k != ferry.AttrMode && k != ferry.AttrMtime && k != ferry.AttrAtime && !owner {

@@ -67,6 +67,12 @@ func listen(t *testing.T, b *netem.Bed) (net.Listener, string) {
 // echo sends back what every connection l accepts sends, until l is
 // closed.
 func echo(l net.Listener) {
+	serveEach(l, func(c net.Conn) { io.Copy(c, c) })
+}
+
+// serveEach runs serve on every connection l accepts, each on its own
+// goroutine and closed after, until l is closed.
+func serveEach(l net.Listener, serve func(net.Conn)) {
 	for {
 		c, err := l.Accept()
 		if err != nil {
@@ -74,7 +80,7 @@ func echo(l net.Listener) {
 		}
 		go func() {
 			defer c.Close()
-			io.Copy(c, c)
+			serve(c)
 		}()
 	}
 }
@@ -313,25 +319,16 @@ func TestRate(t *testing.T) {
 	t.Logf("congestion control: %s", b.CongestionControl)
 	l, addr := listen(t, b)
 	var received atomic.Int64
-	go func() {
+	go serveEach(l, func(c net.Conn) {
+		buf := make([]byte, 1<<16)
 		for {
-			c, err := l.Accept()
+			n, err := c.Read(buf)
+			received.Add(int64(n))
 			if err != nil {
 				return
 			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 1<<16)
-				for {
-					n, err := c.Read(buf)
-					received.Add(int64(n))
-					if err != nil {
-						return
-					}
-				}
-			}()
 		}
-	}()
+	})
 	type sample struct {
 		at    time.Time
 		bytes int64

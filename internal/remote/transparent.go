@@ -256,7 +256,7 @@ func (r *pipeReader) Close() error {
 // Sub returns the traffic since before.
 func (t Traffic) Sub(before Traffic) Traffic {
 	return Traffic{GetBytes: t.GetBytes - before.GetBytes, GetWire: t.GetWire - before.GetWire,
-		PutBytes: t.PutBytes - before.PutBytes, PutWire: t.PutWire - before.PutWire}
+		PutBytes: t.PutBytes - before.PutBytes, PutWire: t.PutWire - before.PutWire, Busy: t.Busy - before.Busy}
 }
 
 // Status implements ctl.Controller: the client's side of a stack's control

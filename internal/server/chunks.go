@@ -274,7 +274,7 @@ func (h *handler) putChunked(st putStream) error {
 		return err
 	}
 	defer u.Abort()
-	l := &list{w: &h.s.windows, wait: listWait}
+	l := &list{w: h.s.windows, wait: listWait}
 	defer l.end()
 	m := first
 	var zbuf []byte

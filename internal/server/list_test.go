@@ -18,7 +18,7 @@ import (
 func TestListMemory(t *testing.T) {
 	ctx := context.Background()
 	const entries = 1000
-	w := &windows{total: entries * refMemory}
+	w := newWindows(entries * refMemory)
 
 	huge := &list{w: w, wait: time.Second}
 	if err := huge.grow(ctx, "/huge", entries+1); ferry.KindOf(err) != ferry.KindInvalid {
@@ -57,7 +57,7 @@ func TestListMemory(t *testing.T) {
 	}
 	c.end()
 	b.end()
-	if w.reserved != 0 {
-		t.Errorf("%d bytes reserved once every list ended", w.reserved)
+	if reserved, _, _ := w.stats(); reserved != 0 {
+		t.Errorf("%d bytes reserved once every list ended", reserved)
 	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,72 +39,43 @@ import (
 const DefaultMemory = 1 << 30
 
 // windows is the part of the memory budget reserved by upload streams and
-// the chunk lists of their puts.
+// the chunk lists of their puts: a budget, as read-ahead's is, which
+// streams take without waiting and lists wait for.
 type windows struct {
-	mu       sync.Mutex
-	total    int64
-	reserved int64
-	streams  int
-	// freed is closed, and replaced, whenever memory is given back.
-	freed   chan struct{}
+	*budget
+	streams atomic.Int64
 	refused atomic.Int64
 }
 
+func newWindows(total int64) *windows { return &windows{budget: newBudget(total, 0)} }
+
 // reserve takes n bytes for a stream, if they are free.
 func (w *windows) reserve(n int64) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.reserved+n > w.total {
+	if !w.tryAcquire(n) {
 		return false
 	}
-	w.reserved += n
-	w.streams++
+	w.streams.Add(1)
 	return true
 }
 
-func (w *windows) release(n int64) {
-	w.give(n)
-	w.mu.Lock()
-	w.streams--
-	w.mu.Unlock()
+// unreserve gives back what a stream reserved.
+func (w *windows) unreserve(n int64) {
+	w.release(n)
+	w.streams.Add(-1)
 }
 
 // take reserves n bytes of a put's chunk list, waiting for them until ctx
 // is done or wait has passed, and reports whether it got them.
 func (w *windows) take(ctx context.Context, n int64, wait time.Duration) bool {
-	timer := time.NewTimer(wait)
-	defer timer.Stop()
-	for {
-		w.mu.Lock()
-		if w.reserved+n <= w.total {
-			w.reserved += n
-			w.mu.Unlock()
-			return true
-		}
-		if w.freed == nil {
-			w.freed = make(chan struct{})
-		}
-		freed := w.freed
-		w.mu.Unlock()
-		select {
-		case <-freed:
-		case <-timer.C:
-			return false
-		case <-ctx.Done():
-			return false
-		}
-	}
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	return w.acquire(ctx, n)
 }
 
-// give returns n bytes taken or reserved.
-func (w *windows) give(n int64) {
+func (w *windows) stats() (reserved, total int64, streams int) {
 	w.mu.Lock()
-	w.reserved -= n
-	if w.freed != nil {
-		close(w.freed)
-		w.freed = nil
-	}
-	w.mu.Unlock()
+	defer w.mu.Unlock()
+	return w.used, w.total, int(w.streams.Load())
 }
 
 // refMemory is what one entry of a put's chunk list holds in the chunk
@@ -148,13 +118,7 @@ func (l *list) grow(ctx context.Context, path string, n int) error {
 }
 
 // end gives the list's memory back.
-func (l *list) end() { l.w.give(l.held) }
-
-func (w *windows) stats() (reserved, total int64, streams int) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.reserved, w.total, w.streams
-}
+func (l *list) end() { l.w.release(l.held) }
 
 // uploadMethods are the calls whose requests carry file data, and whether
 // one carries a single file (so that its declared size bounds it).
@@ -189,7 +153,7 @@ func (s *Server) admit(ctx context.Context, info *tap.Info) (context.Context, er
 	}
 	// gRPC cancels a stream's context whenever the stream ends, also
 	// when it ends before its handler begins.
-	context.AfterFunc(ctx, func() { s.windows.release(n) })
+	context.AfterFunc(ctx, func() { s.windows.unreserve(n) })
 	return ctx, nil
 }
 

@@ -86,6 +86,17 @@ func (b *budget) acquire(ctx context.Context, n int64) bool {
 	return true
 }
 
+// tryAcquire takes n bytes if they are free now.
+func (b *budget) tryAcquire(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n > b.total {
+		return false
+	}
+	b.used += n
+	return true
+}
+
 func (b *budget) release(n int64) {
 	b.mu.Lock()
 	b.used -= n

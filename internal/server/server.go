@@ -129,7 +129,7 @@ type Server struct {
 	budget *budget
 	// windows is the memory upload streams reserve, pool the buffers
 	// gRPC receives into (see memory.go).
-	windows windows
+	windows *windows
 	pool    countingPool
 	// uploads are the resumable uploads in progress.
 	uploads    *uploads
@@ -225,7 +225,7 @@ func New(cfg Config) (*Server, error) {
 		zip: zwire.New(proto.MaxData), zstd: !cfg.NoZstd}
 	// Uploads reserve what read-ahead leaves, and at least one window so
 	// that a small budget still takes one upload at a time.
-	s.windows.total = max(cfg.Memory-cfg.ReadAheadBudget, transport.StreamWindow)
+	s.windows = newWindows(max(cfg.Memory-cfg.ReadAheadBudget, transport.StreamWindow))
 	s.pool.BufferPool = transport.BufferPool
 	if cfg.StagingDir == "" {
 		dir, err := os.MkdirTemp("", "ferry-uploads-")
