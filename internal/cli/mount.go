@@ -91,8 +91,9 @@ Bigger files move by chunks through the chunk cache on disk (--cache,
 
 By default (--writeback), close returns at once: the file is copied into memory
 and stored in the background, and so are new directories, removals,
-renames and changes of mode, times and (once the server has taken one
-from this mount) owners, in the order the programs made them; fsync
+renames and changes of mode, times and owners (from the first when the
+server says it may give files away, as one run by root does; else once it
+has taken one from this mount), in the order the programs made them; fsync
 waits until the file is stored. A file's store waits a second first
 (sooner when anything needs it): a file written again meanwhile is
 stored once, and one created and removed meanwhile (configure's
