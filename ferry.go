@@ -206,6 +206,29 @@ type WriteLeaser interface {
 	ReleaseWrite(ctx context.Context, path string) error
 }
 
+// Grouper is a tree that applies changes together: the changes made
+// through one Group take effect when it commits, all of them in the order
+// made, and none of them if the group is dropped or its maker dies first.
+// A cache that keeps changes back stores them in groups, so that the tree
+// below always shows a state the cache's own tree was in, never a later
+// change without an earlier one.
+type Grouper interface {
+	Group() Group
+}
+
+// Group is a set of changes being made (see Grouper). Each call records
+// its change and returns at once; its Future resolves when Commit has
+// applied the group, or failed.
+type Group interface {
+	Put(ctx context.Context, path string, d Dir, off int64, data io.Reader) *Future[Dir]
+	Move(ctx context.Context, from, to string) *Future[Dir]
+	Remove(ctx context.Context, path string) *Future[struct{}]
+	Wstat(ctx context.Context, path string, d Dir) *Future[Dir]
+	// Commit applies the changes made through the group and resolves
+	// their Futures. A group is committed once.
+	Commit(ctx context.Context) error
+}
+
 // Watcher reports changes to a subtree as they happen, so a cache can keep
 // entries for as long as its watch lasts and drop them when they change. The
 // open watch is the cache's lease: when the stream ends, for any reason, the

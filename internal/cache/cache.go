@@ -85,6 +85,10 @@ type Options struct {
 	// client's call there waits until they are stored (close-to-open
 	// holds); without, every change may.
 	WriteBehind bool
+	// Ungrouped stores each change kept back in a call of its own, as
+	// before groups (ferry.Grouper), to compare with them. By default a
+	// tree below that applies changes in groups gets them so.
+	Ungrouped bool
 	// LeaseIdle is how long a write lease is kept unused before it is
 	// given back (default LeaseIdle).
 	LeaseIdle time.Duration
@@ -192,7 +196,7 @@ func New(below ferry.FS, opt Options) *FS {
 		below: below, opt: opt, log: opt.Log,
 		meta:  newMeta(below, opt.PrefetchDepth, opt.PrefetchBudget, opt.MetaEntries, opt.TTL),
 		data:  newContents(below, opt.Log, opt.Memory),
-		wback: newWriteback(opt.CallTimeout),
+		wback: newWriteback(opt.CallTimeout, below, grouperOf(below, opt)),
 		ctx:   ctx, cancel: cancel,
 		ready: make(chan struct{}),
 		done:  make(chan struct{}),
@@ -210,6 +214,16 @@ func New(below ferry.FS, opt Options) *FS {
 	return c
 }
 
+// grouperOf returns the tree below's groups of changes, if write-behind is
+// to use them.
+func grouperOf(below ferry.FS, opt Options) ferry.Grouper {
+	if !opt.WriteBehind || opt.Ungrouped {
+		return nil
+	}
+	g, _ := ferry.As[ferry.Grouper](below)
+	return g
+}
+
 // Unwrap implements ferry.Unwrapper.
 func (c *FS) Unwrap() ferry.FS { return c.below }
 
@@ -217,6 +231,7 @@ func (c *FS) Unwrap() ferry.FS { return c.below }
 // background go on; Drain waits for them.
 func (c *FS) Close() error {
 	c.cancel()
+	c.wback.close()
 	c.data.close()
 	c.watchOnce.Do(func() { close(c.done) }) // Never watched.
 	<-c.done

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"context"
+	"io"
 	"slices"
 	"sync"
 	"time"
@@ -39,12 +40,26 @@ type writeback struct {
 	timeout time.Duration
 	// aging is how long a file's store waits (see aging).
 	aging time.Duration
+	// grouper, if not nil, is the tree below's way of applying changes
+	// together: ops then wait in queue, and flush sends them in groups,
+	// each applied whole or not at all, so that the tree below always
+	// shows a state this cache was in.
+	grouper ferry.Grouper
+	// below is what ops are made through one call each.
+	below   changer
+	queue   []*wbOp       // Ops in no group yet, oldest first.
+	kick    chan struct{} // Wakes flush.
+	stop    chan struct{} // Closed by close: flush ends.
+	flusher sync.Once
 }
 
 type wbOp struct {
 	paths []string
 	size  int64
 	done  chan struct{}
+	// call makes the op's change through t; aged is when it is due.
+	call func(ctx context.Context, t changer, f *fileStore) error
+	aged time.Time
 	// file, for a whole file stored or removed, is the state the op
 	// leaves the file in: until the op starts, a later change of the
 	// same file replaces it (see rewrite).
@@ -75,8 +90,37 @@ const aging = time.Second
 
 func (op *wbOp) hasten() { op.hurryOnce.Do(func() { close(op.hurry) }) }
 
-func newWriteback(timeout time.Duration) *writeback {
-	return &writeback{errs: map[string]error{}, sem: make(chan struct{}, writebackOps), timeout: timeout, aging: aging}
+func newWriteback(timeout time.Duration, below changer, grouper ferry.Grouper) *writeback {
+	return &writeback{errs: map[string]error{}, sem: make(chan struct{}, writebackOps), timeout: timeout, aging: aging,
+		below: below, grouper: grouper, kick: make(chan struct{}, 1), stop: make(chan struct{})}
+}
+
+// changer is what a change in the background is made through: the tree
+// below, or a group of its changes (ferry.Group).
+type changer interface {
+	Put(ctx context.Context, path string, d ferry.Dir, off int64, data io.Reader) *ferry.Future[ferry.Dir]
+	Move(ctx context.Context, from, to string) *ferry.Future[ferry.Dir]
+	Remove(ctx context.Context, path string) *ferry.Future[struct{}]
+	Wstat(ctx context.Context, path string, d ferry.Dir) *ferry.Future[ferry.Dir]
+}
+
+// close ends flush; ops still queued are left as they are.
+func (w *writeback) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	select {
+	case <-w.stop:
+	default:
+		close(w.stop)
+	}
+}
+
+// nudge wakes flush.
+func (w *writeback) nudge() {
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
 }
 
 // related reports whether a call on a must be ordered with one on b.
@@ -110,25 +154,24 @@ func (op *wbOp) touches(ps []string) bool {
 // calls it must follow, holding size bytes of the budget until it ends.
 // It reports false, and runs nothing, if the budget cannot take size: the
 // caller then makes the call itself.
-func (w *writeback) start(p string, size int64, call func(ctx context.Context) error) bool {
+func (w *writeback) start(p string, size int64, call func(ctx context.Context, t changer) error) bool {
 	return w.startAll([]string{p}, size, call)
 }
 
 // startAll is start for a call that changes all of ps (a rename); a
 // failure is kept for the first.
-func (w *writeback) startAll(ps []string, size int64, call func(ctx context.Context) error) bool {
-	return w.issue(&wbOp{paths: ps, size: size}, func(ctx context.Context, _ *fileStore) error { return call(ctx) })
+func (w *writeback) startAll(ps []string, size int64, call func(ctx context.Context, t changer) error) bool {
+	return w.issue(&wbOp{paths: ps, size: size}, func(ctx context.Context, t changer, _ *fileStore) error { return call(ctx, t) })
 }
 
 // startFile is start for the whole-file store (or removal) f of p, which
 // ages first (see aging). call is given f as it is when the op starts.
-func (w *writeback) startFile(p string, f *fileStore, call func(ctx context.Context, f *fileStore) error) bool {
+func (w *writeback) startFile(p string, f *fileStore, call func(ctx context.Context, t changer, f *fileStore) error) bool {
 	return w.issue(&wbOp{paths: []string{p}, size: int64(len(f.buf)), file: f}, call)
 }
 
 // issue queues op, running call once the ops before it are done.
-func (w *writeback) issue(op *wbOp, call func(ctx context.Context, f *fileStore) error) bool {
-	p := op.paths[0]
+func (w *writeback) issue(op *wbOp, call func(ctx context.Context, t changer, f *fileStore) error) bool {
 	w.mu.Lock()
 	if w.bytes+op.size > writebackMax {
 		w.mu.Unlock()
@@ -140,6 +183,14 @@ func (w *writeback) issue(op *wbOp, call func(ctx context.Context, f *fileStore)
 	file := op.file != nil
 	w.ops = append(w.ops, op)
 	w.bytes += op.size
+	if w.grouper != nil {
+		op.call, op.aged = call, aged
+		w.queue = append(w.queue, op)
+		w.mu.Unlock()
+		w.flusher.Do(func() { go w.flush() })
+		w.nudge()
+		return true
+	}
 	w.mu.Unlock()
 	go func() {
 		for _, d := range deps {
@@ -161,24 +212,30 @@ func (w *writeback) issue(op *wbOp, call func(ctx context.Context, f *fileStore)
 		// A background call outlives the request that queued it; it
 		// has its own deadline, like every call of the mount.
 		ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
-		err := call(ctx, f)
+		err := call(ctx, w.below, f)
 		cancel()
 		<-w.sem
-		w.mu.Lock()
-		for i, o := range w.ops {
-			if o == op {
-				w.ops = append(w.ops[:i], w.ops[i+1:]...)
-				break
-			}
-		}
-		w.bytes -= op.size
-		if err != nil && w.errs[p] == nil {
-			w.errs[p] = err
-		}
-		w.mu.Unlock()
-		close(op.done)
+		w.finish(op, err)
 	}()
 	return true
+}
+
+// finish records that op ended with err.
+func (w *writeback) finish(op *wbOp, err error) {
+	p := op.paths[0]
+	w.mu.Lock()
+	for i, o := range w.ops {
+		if o == op {
+			w.ops = append(w.ops[:i], w.ops[i+1:]...)
+			break
+		}
+	}
+	w.bytes -= op.size
+	if err != nil && w.errs[p] == nil {
+		w.errs[p] = err
+	}
+	w.mu.Unlock()
+	close(op.done)
 }
 
 // last returns the last op on p, if it stores or removes the whole file
@@ -222,6 +279,7 @@ func (w *writeback) rewrite(p string, change func(old *fileStore) *fileStore) (*
 	op.size, op.file = size, f
 	if f.gone && f.creates {
 		op.hasten() // Nothing is left to do.
+		w.nudge()
 	}
 	return old, true
 }
@@ -255,6 +313,17 @@ func (w *writeback) wait(ctx context.Context, ps ...string) error {
 		}
 	}
 	return nil
+}
+
+// follow waits, before a change of ps made at once, for the background
+// calls it must follow: those on related paths and, with groups, every
+// one made before it, so that the tree below never shows the change
+// without them.
+func (w *writeback) follow(ctx context.Context, ps ...string) error {
+	if w.grouper != nil {
+		return w.wait(ctx, "/")
+	}
+	return w.wait(ctx, ps...)
 }
 
 // sync waits for the background calls on p and below it, then returns and
@@ -296,6 +365,7 @@ func (w *writeback) hastenLocked(waited []*wbOp) {
 		}
 		seen[op] = true
 		op.hasten()
+		w.nudge()
 		for _, o := range w.ops {
 			if o == op {
 				break

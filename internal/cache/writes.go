@@ -30,7 +30,7 @@ func (c *FS) Put(ctx context.Context, p string, d ferry.Dir, off int64, data io.
 // putSettled makes the Put once the changes of p in the background are
 // done.
 func (c *FS) putSettled(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) (ferry.Dir, error) {
-	if err := c.wback.wait(ctx, p); err != nil {
+	if err := c.wback.follow(ctx, p); err != nil {
 		return nil, err
 	}
 	return c.putNow(ctx, p, d, off, data)
@@ -38,7 +38,7 @@ func (c *FS) putSettled(ctx context.Context, p string, d ferry.Dir, off int64, d
 
 // putNow makes the Put and records it.
 func (c *FS) putNow(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) (ferry.Dir, error) {
-	got, kept, err := c.store(ctx, p, d, off, data)
+	got, kept, err := c.store(ctx, c.below, p, d, off, data)
 	c.stored(p)
 	if err != nil {
 		return nil, err
@@ -146,7 +146,21 @@ func (c *FS) putBehind(ctx context.Context, p string, d ferry.Dir, data io.Reade
 // place of a store or removal of p not yet started, or by a new one.
 func (c *FS) queueFile(p string, f *fileStore) bool {
 	if old, ok := c.wback.rewrite(p, func(old *fileStore) *fileStore {
+		if old.gone && !old.creates && !f.gone {
+			// A stored file removed, then made again: a put over it
+			// would keep its mode and extended attributes, so the
+			// removal goes first.
+			return nil
+		}
 		f.creates = old.creates
+		// The file keeps the mode and owner the store it replaces
+		// was to give it (a chmod kept back with it), as a put over
+		// the stored file keeps that file's.
+		for _, k := range []string{ferry.AttrMode, ferry.AttrUid, ferry.AttrGid} {
+			if _, ok := f.d[k]; !ok && !f.gone && old.d[k] != "" {
+				f.d[k] = old.d[k]
+			}
+		}
 		return f
 	}); ok {
 		switch {
@@ -160,16 +174,16 @@ func (c *FS) queueFile(p string, f *fileStore) bool {
 		}
 		return true
 	}
-	return c.wback.startFile(p, f, func(ctx context.Context, f *fileStore) error { return c.storeFile(ctx, p, f) })
+	return c.wback.startFile(p, f, func(ctx context.Context, t changer, f *fileStore) error { return c.storeFile(ctx, t, p, f) })
 }
 
-// storeFile leaves the file p as f says, below.
-func (c *FS) storeFile(ctx context.Context, p string, f *fileStore) error {
+// storeFile leaves the file p as f says, through t.
+func (c *FS) storeFile(ctx context.Context, t changer, p string, f *fileStore) error {
 	if f.gone {
 		if f.creates {
 			return nil
 		}
-		_, err := c.below.Remove(ctx, p).Wait()
+		_, err := t.Remove(ctx, p).Wait()
 		if err != nil {
 			c.log.Error("removing a file in the background failed", "path", p, "err", err)
 		}
@@ -180,7 +194,7 @@ func (c *FS) storeFile(ctx context.Context, p string, f *fileStore) error {
 		}
 		return err
 	}
-	got, _, err := c.store(ctx, p, f.d, ferry.Whole, bytes.NewReader(f.buf))
+	got, _, err := c.store(ctx, t, p, f.d, ferry.Whole, bytes.NewReader(f.buf))
 	if err == nil {
 		c.storedFiles.Add(1)
 		c.storedBytes.Add(int64(len(f.buf)))
@@ -229,7 +243,7 @@ func (c *FS) landed(what, p string, gen uint64, got ferry.Dir, err error, also .
 // whose owner the tree refuses (chown by a server not run by root) is made
 // again without it. It returns the content put if the file is one the
 // cache keeps.
-func (c *FS) store(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) (ferry.Dir, []byte, error) {
+func (c *FS) store(ctx context.Context, t changer, p string, d ferry.Dir, off int64, data io.Reader) (ferry.Dir, []byte, error) {
 	var start int64
 	seeker, canRewind := data.(io.Seeker)
 	if canRewind {
@@ -241,7 +255,12 @@ func (c *FS) store(ctx context.Context, p string, d ferry.Dir, off int64, data i
 	// The data goes below as it came: a layer below may need more of it
 	// than a reader (a chunked put reads it at offsets).
 	attempt := func(d ferry.Dir) (ferry.Dir, error) {
-		return c.below.Put(ctx, p, d, off, data).Wait()
+		return t.Put(ctx, p, d, off, data).Wait()
+	}
+	// A group's changes are made at its Commit, which rides out a broken
+	// connection itself: a change cannot be made in it again.
+	if _, grouped := t.(*recorder); grouped {
+		canRewind = false
 	}
 	rewind := func() bool {
 		if data == nil {
@@ -301,11 +320,11 @@ func (c *FS) Make(ctx context.Context, p string, d ferry.Dir) (ferry.Dir, error)
 		got = c.makeBehind(p, d)
 		queued()
 	} else {
-		if err := c.wback.wait(ctx, p); err != nil {
+		if err := c.wback.follow(ctx, p); err != nil {
 			return nil, err
 		}
 		var err error
-		if got, _, err = c.store(ctx, p, d, ferry.Whole, nil); err != nil {
+		if got, _, err = c.store(ctx, c.below, p, d, ferry.Whole, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -332,8 +351,8 @@ func (c *FS) makeBehind(p string, d ferry.Dir) ferry.Dir {
 	}
 	local.SetMtime(time.Now())
 	local.SetInt(ferry.AttrNlink, 2)
-	c.wback.start(p, 0, func(ctx context.Context) error {
-		got, _, err := c.store(ctx, p, d, ferry.Whole, nil)
+	c.wback.start(p, 0, func(ctx context.Context, t changer) error {
+		got, _, err := c.store(ctx, t, p, d, ferry.Whole, nil)
 		if err != nil {
 			c.log.Error("making a directory in the background failed", "path", p, "err", err)
 			c.meta.forget(p)
@@ -368,7 +387,7 @@ func (c *FS) Remove(ctx context.Context, p string) *ferry.Future[struct{}] {
 	}
 	return ferry.Go(func() (struct{}, error) {
 		known := c.meta.known(p)
-		if err := c.wback.wait(ctx, p); err != nil {
+		if err := c.wback.follow(ctx, p); err != nil {
 			return struct{}{}, err
 		}
 		if _, err := c.below.Remove(ctx, p).Wait(); err != nil {
@@ -392,7 +411,7 @@ func (c *FS) Remove(ctx context.Context, p string) *ferry.Future[struct{}] {
 // RemoveAll implements ferry.Tree.
 func (c *FS) RemoveAll(ctx context.Context, p string) *ferry.Future[struct{}] {
 	return ferry.Go(func() (struct{}, error) {
-		if err := c.wback.wait(ctx, p); err != nil {
+		if err := c.wback.follow(ctx, p); err != nil {
 			return struct{}{}, err
 		}
 		if _, err := c.below.RemoveAll(ctx, p).Wait(); err != nil {
@@ -412,7 +431,7 @@ func (c *FS) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Dir]
 		// The Move follows every change of either name in the
 		// background: a store of the target landing after it would
 		// undo it.
-		if err := c.wback.wait(ctx, from, to); err != nil {
+		if err := c.wback.follow(ctx, from, to); err != nil {
 			return nil, err
 		}
 		kept, _ := c.data.held(from)
@@ -449,7 +468,7 @@ func (c *FS) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Dir]
 // Link implements ferry.Tree.
 func (c *FS) Link(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
 	return ferry.Go(func() (ferry.Dir, error) {
-		if err := c.wback.wait(ctx, from, to); err != nil {
+		if err := c.wback.follow(ctx, from, to); err != nil {
 			return nil, err
 		}
 		defer c.meta.expect(from, to)()
@@ -525,21 +544,26 @@ func (c *FS) moveBehind(ctx context.Context, from, to string) (*ferry.Future[fer
 	c.meta.touch(path.Dir(from), -nlink, nil)
 	c.meta.touch(path.Dir(to), nlink, nil)
 	if moved != nil {
-		f := &fileStore{d: moved.d, buf: moved.buf, gen: gen, creates: toCreates}
+		// It keeps its own mode: a put over a file keeps that file's.
+		d := moved.d.Clone()
+		if _, ok := d[ferry.AttrMode]; !ok && base[ferry.AttrMode] != "" {
+			d[ferry.AttrMode] = base[ferry.AttrMode]
+		}
+		f := &fileStore{d: d, buf: moved.buf, gen: gen, creates: toCreates}
 		if !c.queueFile(to, f) {
 			// The budget is full: stored at once, after what it
 			// must follow.
-			if err := c.wback.wait(ctx, to); err != nil {
+			if err := c.wback.follow(ctx, to); err != nil {
 				return ferry.Resolved[ferry.Dir](nil, err), true
 			}
-			if err := c.storeFile(ctx, to, f); err != nil {
+			if err := c.storeFile(ctx, c.below, to, f); err != nil {
 				return ferry.Resolved[ferry.Dir](nil, err), true
 			}
 		}
 		return ferry.Resolved(local, nil), true
 	}
-	c.wback.startAll([]string{from, to}, 0, func(ctx context.Context) error {
-		got, err := c.below.Move(ctx, from, to).Wait()
+	c.wback.startAll([]string{from, to}, 0, func(ctx context.Context, t changer) error {
+		got, err := t.Move(ctx, from, to).Wait()
 		c.landed("renaming", to, gen, got, err, from)
 		return err
 	})
@@ -593,8 +617,8 @@ func (c *FS) wstatBehind(ctx context.Context, p string, d ferry.Dir) (*ferry.Fut
 	}); ok {
 		return ferry.Resolved(local, nil), true
 	}
-	c.wback.start(p, 0, func(ctx context.Context) error {
-		got, err := c.below.Wstat(ctx, p, d).Wait()
+	c.wback.start(p, 0, func(ctx context.Context, t changer) error {
+		got, err := t.Wstat(ctx, p, d).Wait()
 		c.landed("changing attributes", p, gen, got, err)
 		return err
 	})
@@ -614,7 +638,7 @@ func (c *FS) Wstat(ctx context.Context, p string, d ferry.Dir) *ferry.Future[fer
 		return f
 	}
 	return ferry.Go(func() (ferry.Dir, error) {
-		if err := c.wback.wait(ctx, p); err != nil {
+		if err := c.wback.follow(ctx, p); err != nil {
 			return nil, err
 		}
 		got, err := c.below.Wstat(ctx, p, d).Wait()

@@ -1523,7 +1523,11 @@ type ChunkPutMsg struct {
 	Put uint32 `protobuf:"varint,13,opt,name=put,proto3" json:"put,omitempty"`
 	// abort, in a PutChunkedBatch, ends the put without committing it (a
 	// PutChunked call is cancelled instead).
-	Abort         bool `protobuf:"varint,14,opt,name=abort,proto3" json:"abort,omitempty"`
+	Abort bool `protobuf:"varint,14,opt,name=abort,proto3" json:"abort,omitempty"`
+	// stage, in the first message, makes the put part of the group a Commit
+	// names: the file is assembled but not put in place until that Commit
+	// applies it (Change.staged names it by this key).
+	Stage         string `protobuf:"bytes,15,opt,name=stage,proto3" json:"stage,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1654,6 +1658,13 @@ func (x *ChunkPutMsg) GetAbort() bool {
 		return x.Abort
 	}
 	return false
+}
+
+func (x *ChunkPutMsg) GetStage() string {
+	if x != nil {
+		return x.Stage
+	}
+	return ""
 }
 
 // ChunkPutReply: need lists (as indexes into the chunk list) chunks the
@@ -2029,6 +2040,220 @@ func (x *SpaceReply) GetFilesFree() int64 {
 	return 0
 }
 
+// CommitMsg is part of a group of changes (see Commit): every message
+// names the group, which the client draws at random; end, on the last,
+// asks the server to apply the changes sent.
+type CommitMsg struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Group         string                 `protobuf:"bytes,1,opt,name=group,proto3" json:"group,omitempty"`
+	Changes       []*Change              `protobuf:"bytes,2,rep,name=changes,proto3" json:"changes,omitempty"`
+	End           bool                   `protobuf:"varint,3,opt,name=end,proto3" json:"end,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitMsg) Reset() {
+	*x = CommitMsg{}
+	mi := &file_ferry_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitMsg) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitMsg) ProtoMessage() {}
+
+func (x *CommitMsg) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitMsg.ProtoReflect.Descriptor instead.
+func (*CommitMsg) Descriptor() ([]byte, []int) {
+	return file_ferry_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *CommitMsg) GetGroup() string {
+	if x != nil {
+		return x.Group
+	}
+	return ""
+}
+
+func (x *CommitMsg) GetChanges() []*Change {
+	if x != nil {
+		return x.Changes
+	}
+	return nil
+}
+
+func (x *CommitMsg) GetEnd() bool {
+	if x != nil {
+		return x.End
+	}
+	return false
+}
+
+// Change is one change of a group. kind is a ChangeKind; a put carries the
+// file's data (compressed if zstd; a directory, link or device has none)
+// or names a staged put (staged).
+type Change struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Kind   int32                  `protobuf:"varint,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	Path   string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	To     string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`
+	Dir    *Dir                   `protobuf:"bytes,4,opt,name=dir,proto3" json:"dir,omitempty"`
+	Data   []byte                 `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
+	Zstd   bool                   `protobuf:"varint,6,opt,name=zstd,proto3" json:"zstd,omitempty"`
+	Staged string                 `protobuf:"bytes,7,opt,name=staged,proto3" json:"staged,omitempty"`
+	// more says the put's data goes on in the next Change, which carries
+	// only data (a file larger than one message).
+	More          bool `protobuf:"varint,8,opt,name=more,proto3" json:"more,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Change) Reset() {
+	*x = Change{}
+	mi := &file_ferry_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Change) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Change) ProtoMessage() {}
+
+func (x *Change) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Change.ProtoReflect.Descriptor instead.
+func (*Change) Descriptor() ([]byte, []int) {
+	return file_ferry_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *Change) GetKind() int32 {
+	if x != nil {
+		return x.Kind
+	}
+	return 0
+}
+
+func (x *Change) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *Change) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *Change) GetDir() *Dir {
+	if x != nil {
+		return x.Dir
+	}
+	return nil
+}
+
+func (x *Change) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *Change) GetZstd() bool {
+	if x != nil {
+		return x.Zstd
+	}
+	return false
+}
+
+func (x *Change) GetStaged() string {
+	if x != nil {
+		return x.Staged
+	}
+	return ""
+}
+
+func (x *Change) GetMore() bool {
+	if x != nil {
+		return x.More
+	}
+	return false
+}
+
+// CommitReply holds the result of each change of the group, in order: the
+// entry a put, move or wstat left (none for a remove).
+type CommitReply struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Dirs          []*Dir                 `protobuf:"bytes,1,rep,name=dirs,proto3" json:"dirs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommitReply) Reset() {
+	*x = CommitReply{}
+	mi := &file_ferry_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommitReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommitReply) ProtoMessage() {}
+
+func (x *CommitReply) ProtoReflect() protoreflect.Message {
+	mi := &file_ferry_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommitReply.ProtoReflect.Descriptor instead.
+func (*CommitReply) Descriptor() ([]byte, []int) {
+	return file_ferry_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *CommitReply) GetDirs() []*Dir {
+	if x != nil {
+		return x.Dirs
+	}
+	return nil
+}
+
 var File_ferry_proto protoreflect.FileDescriptor
 
 const file_ferry_proto_rawDesc = "" +
@@ -2137,7 +2362,7 @@ const file_ferry_proto_rawDesc = "" +
 	"\x04hash\x18\x01 \x01(\fR\x04hash\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x18\n" +
 	"\amissing\x18\x03 \x01(\bR\amissing\x12\x12\n" +
-	"\x04zstd\x18\x04 \x01(\bR\x04zstd\"\xfb\x02\n" +
+	"\x04zstd\x18\x04 \x01(\bR\x04zstd\"\x91\x03\n" +
 	"\vChunkPutMsg\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1f\n" +
 	"\x03dir\x18\x02 \x01(\v2\r.ferry.v1.DirR\x03dir\x12\x12\n" +
@@ -2153,7 +2378,8 @@ const file_ferry_proto_rawDesc = "" +
 	"\x04fine\x18\v \x01(\v2\x13.ferry.v1.ChunkRefsR\x04fine\x12\x14\n" +
 	"\x05piece\x18\f \x01(\bR\x05piece\x12\x10\n" +
 	"\x03put\x18\r \x01(\rR\x03put\x12\x14\n" +
-	"\x05abort\x18\x0e \x01(\bR\x05abort\"\xfe\x01\n" +
+	"\x05abort\x18\x0e \x01(\bR\x05abort\x12\x14\n" +
+	"\x05stage\x18\x0f \x01(\tR\x05stage\"\xfe\x01\n" +
 	"\rChunkPutReply\x12\x12\n" +
 	"\x04need\x18\x01 \x03(\rR\x04need\x12\x19\n" +
 	"\bneed_end\x18\x02 \x01(\bR\aneedEnd\x12\x1f\n" +
@@ -2181,7 +2407,22 @@ const file_ferry_proto_rawDesc = "" +
 	"\x05avail\x18\x03 \x01(\x03R\x05avail\x12\x14\n" +
 	"\x05files\x18\x04 \x01(\x03R\x05files\x12\x1d\n" +
 	"\n" +
-	"files_free\x18\x05 \x01(\x03R\tfilesFree2\xc2\a\n" +
+	"files_free\x18\x05 \x01(\x03R\tfilesFree\"_\n" +
+	"\tCommitMsg\x12\x14\n" +
+	"\x05group\x18\x01 \x01(\tR\x05group\x12*\n" +
+	"\achanges\x18\x02 \x03(\v2\x10.ferry.v1.ChangeR\achanges\x12\x10\n" +
+	"\x03end\x18\x03 \x01(\bR\x03end\"\xb5\x01\n" +
+	"\x06Change\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\x05R\x04kind\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\x12\x1f\n" +
+	"\x03dir\x18\x04 \x01(\v2\r.ferry.v1.DirR\x03dir\x12\x12\n" +
+	"\x04data\x18\x05 \x01(\fR\x04data\x12\x12\n" +
+	"\x04zstd\x18\x06 \x01(\bR\x04zstd\x12\x16\n" +
+	"\x06staged\x18\a \x01(\tR\x06staged\x12\x12\n" +
+	"\x04more\x18\b \x01(\bR\x04more\"0\n" +
+	"\vCommitReply\x12!\n" +
+	"\x04dirs\x18\x01 \x03(\v2\r.ferry.v1.DirR\x04dirs2\xfa\a\n" +
 	"\x05Ferry\x12-\n" +
 	"\x04Stat\x12\x11.ferry.v1.PathReq\x1a\x12.ferry.v1.DirReply\x12)\n" +
 	"\x03Get\x12\x10.ferry.v1.GetReq\x1a\x0e.ferry.v1.Data0\x01\x12-\n" +
@@ -2202,7 +2443,8 @@ const file_ferry_proto_rawDesc = "" +
 	"ReadChunks\x12\x12.ferry.v1.ChunkReq\x1a\x13.ferry.v1.ChunkData(\x010\x01\x12@\n" +
 	"\n" +
 	"PutChunked\x12\x15.ferry.v1.ChunkPutMsg\x1a\x17.ferry.v1.ChunkPutReply(\x010\x01\x12G\n" +
-	"\x0fPutChunkedBatch\x12\x17.ferry.v1.ChunkPutBatch\x1a\x17.ferry.v1.ChunkPutBatch(\x010\x01B)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
+	"\x0fPutChunkedBatch\x12\x17.ferry.v1.ChunkPutBatch\x1a\x17.ferry.v1.ChunkPutBatch(\x010\x01\x126\n" +
+	"\x06Commit\x12\x13.ferry.v1.CommitMsg\x1a\x15.ferry.v1.CommitReply(\x01B)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
 
 var (
 	file_ferry_proto_rawDescOnce sync.Once
@@ -2216,7 +2458,7 @@ func file_ferry_proto_rawDescGZIP() []byte {
 	return file_ferry_proto_rawDescData
 }
 
-var file_ferry_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_ferry_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_ferry_proto_goTypes = []any{
 	(*Dir)(nil),             // 0: ferry.v1.Dir
 	(*Error)(nil),           // 1: ferry.v1.Error
@@ -2246,10 +2488,13 @@ var file_ferry_proto_goTypes = []any{
 	(*ChunkPutMsgs)(nil),    // 25: ferry.v1.ChunkPutMsgs
 	(*ChunkPutReplies)(nil), // 26: ferry.v1.ChunkPutReplies
 	(*SpaceReply)(nil),      // 27: ferry.v1.SpaceReply
-	nil,                     // 28: ferry.v1.Dir.AttrsEntry
+	(*CommitMsg)(nil),       // 28: ferry.v1.CommitMsg
+	(*Change)(nil),          // 29: ferry.v1.Change
+	(*CommitReply)(nil),     // 30: ferry.v1.CommitReply
+	nil,                     // 31: ferry.v1.Dir.AttrsEntry
 }
 var file_ferry_proto_depIdxs = []int32{
-	28, // 0: ferry.v1.Dir.attrs:type_name -> ferry.v1.Dir.AttrsEntry
+	31, // 0: ferry.v1.Dir.attrs:type_name -> ferry.v1.Dir.AttrsEntry
 	0,  // 1: ferry.v1.DirReply.dir:type_name -> ferry.v1.Dir
 	0,  // 2: ferry.v1.PutMsg.dir:type_name -> ferry.v1.Dir
 	0,  // 3: ferry.v1.UploadReply.committed:type_name -> ferry.v1.Dir
@@ -2266,47 +2511,52 @@ var file_ferry_proto_depIdxs = []int32{
 	1,  // 14: ferry.v1.ChunkPutReply.err:type_name -> ferry.v1.Error
 	22, // 15: ferry.v1.ChunkPutMsgs.msgs:type_name -> ferry.v1.ChunkPutMsg
 	23, // 16: ferry.v1.ChunkPutReplies.replies:type_name -> ferry.v1.ChunkPutReply
-	3,  // 17: ferry.v1.Ferry.Stat:input_type -> ferry.v1.PathReq
-	5,  // 18: ferry.v1.Ferry.Get:input_type -> ferry.v1.GetReq
-	7,  // 19: ferry.v1.Ferry.Put:input_type -> ferry.v1.PutMsg
-	10, // 20: ferry.v1.Ferry.Move:input_type -> ferry.v1.MoveReq
-	10, // 21: ferry.v1.Ferry.Link:input_type -> ferry.v1.MoveReq
-	3,  // 22: ferry.v1.Ferry.Remove:input_type -> ferry.v1.PathReq
-	3,  // 23: ferry.v1.Ferry.RemoveAll:input_type -> ferry.v1.PathReq
-	11, // 24: ferry.v1.Ferry.Wstat:input_type -> ferry.v1.WstatReq
-	12, // 25: ferry.v1.Ferry.Find:input_type -> ferry.v1.FindReq
-	12, // 26: ferry.v1.Ferry.FindGet:input_type -> ferry.v1.FindReq
-	3,  // 27: ferry.v1.Ferry.Watch:input_type -> ferry.v1.PathReq
-	16, // 28: ferry.v1.Ferry.Lease:input_type -> ferry.v1.LeaseMsg
-	3,  // 29: ferry.v1.Ferry.Space:input_type -> ferry.v1.PathReq
-	8,  // 30: ferry.v1.Ferry.PutStatus:input_type -> ferry.v1.UploadReq
-	17, // 31: ferry.v1.Ferry.ChunkList:input_type -> ferry.v1.ChunkListReq
-	20, // 32: ferry.v1.Ferry.ReadChunks:input_type -> ferry.v1.ChunkReq
-	22, // 33: ferry.v1.Ferry.PutChunked:input_type -> ferry.v1.ChunkPutMsg
-	24, // 34: ferry.v1.Ferry.PutChunkedBatch:input_type -> ferry.v1.ChunkPutBatch
-	4,  // 35: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
-	6,  // 36: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
-	4,  // 37: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
-	4,  // 38: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
-	4,  // 39: ferry.v1.Ferry.Link:output_type -> ferry.v1.DirReply
-	2,  // 40: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
-	2,  // 41: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
-	4,  // 42: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
-	13, // 43: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
-	13, // 44: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
-	15, // 45: ferry.v1.Ferry.Watch:output_type -> ferry.v1.WatchEvent
-	15, // 46: ferry.v1.Ferry.Lease:output_type -> ferry.v1.WatchEvent
-	27, // 47: ferry.v1.Ferry.Space:output_type -> ferry.v1.SpaceReply
-	9,  // 48: ferry.v1.Ferry.PutStatus:output_type -> ferry.v1.UploadReply
-	19, // 49: ferry.v1.Ferry.ChunkList:output_type -> ferry.v1.ChunkListReply
-	21, // 50: ferry.v1.Ferry.ReadChunks:output_type -> ferry.v1.ChunkData
-	23, // 51: ferry.v1.Ferry.PutChunked:output_type -> ferry.v1.ChunkPutReply
-	24, // 52: ferry.v1.Ferry.PutChunkedBatch:output_type -> ferry.v1.ChunkPutBatch
-	35, // [35:53] is the sub-list for method output_type
-	17, // [17:35] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	29, // 17: ferry.v1.CommitMsg.changes:type_name -> ferry.v1.Change
+	0,  // 18: ferry.v1.Change.dir:type_name -> ferry.v1.Dir
+	0,  // 19: ferry.v1.CommitReply.dirs:type_name -> ferry.v1.Dir
+	3,  // 20: ferry.v1.Ferry.Stat:input_type -> ferry.v1.PathReq
+	5,  // 21: ferry.v1.Ferry.Get:input_type -> ferry.v1.GetReq
+	7,  // 22: ferry.v1.Ferry.Put:input_type -> ferry.v1.PutMsg
+	10, // 23: ferry.v1.Ferry.Move:input_type -> ferry.v1.MoveReq
+	10, // 24: ferry.v1.Ferry.Link:input_type -> ferry.v1.MoveReq
+	3,  // 25: ferry.v1.Ferry.Remove:input_type -> ferry.v1.PathReq
+	3,  // 26: ferry.v1.Ferry.RemoveAll:input_type -> ferry.v1.PathReq
+	11, // 27: ferry.v1.Ferry.Wstat:input_type -> ferry.v1.WstatReq
+	12, // 28: ferry.v1.Ferry.Find:input_type -> ferry.v1.FindReq
+	12, // 29: ferry.v1.Ferry.FindGet:input_type -> ferry.v1.FindReq
+	3,  // 30: ferry.v1.Ferry.Watch:input_type -> ferry.v1.PathReq
+	16, // 31: ferry.v1.Ferry.Lease:input_type -> ferry.v1.LeaseMsg
+	3,  // 32: ferry.v1.Ferry.Space:input_type -> ferry.v1.PathReq
+	8,  // 33: ferry.v1.Ferry.PutStatus:input_type -> ferry.v1.UploadReq
+	17, // 34: ferry.v1.Ferry.ChunkList:input_type -> ferry.v1.ChunkListReq
+	20, // 35: ferry.v1.Ferry.ReadChunks:input_type -> ferry.v1.ChunkReq
+	22, // 36: ferry.v1.Ferry.PutChunked:input_type -> ferry.v1.ChunkPutMsg
+	24, // 37: ferry.v1.Ferry.PutChunkedBatch:input_type -> ferry.v1.ChunkPutBatch
+	28, // 38: ferry.v1.Ferry.Commit:input_type -> ferry.v1.CommitMsg
+	4,  // 39: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
+	6,  // 40: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
+	4,  // 41: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
+	4,  // 42: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
+	4,  // 43: ferry.v1.Ferry.Link:output_type -> ferry.v1.DirReply
+	2,  // 44: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
+	2,  // 45: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
+	4,  // 46: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
+	13, // 47: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
+	13, // 48: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
+	15, // 49: ferry.v1.Ferry.Watch:output_type -> ferry.v1.WatchEvent
+	15, // 50: ferry.v1.Ferry.Lease:output_type -> ferry.v1.WatchEvent
+	27, // 51: ferry.v1.Ferry.Space:output_type -> ferry.v1.SpaceReply
+	9,  // 52: ferry.v1.Ferry.PutStatus:output_type -> ferry.v1.UploadReply
+	19, // 53: ferry.v1.Ferry.ChunkList:output_type -> ferry.v1.ChunkListReply
+	21, // 54: ferry.v1.Ferry.ReadChunks:output_type -> ferry.v1.ChunkData
+	23, // 55: ferry.v1.Ferry.PutChunked:output_type -> ferry.v1.ChunkPutReply
+	24, // 56: ferry.v1.Ferry.PutChunkedBatch:output_type -> ferry.v1.ChunkPutBatch
+	30, // 57: ferry.v1.Ferry.Commit:output_type -> ferry.v1.CommitReply
+	39, // [39:58] is the sub-list for method output_type
+	20, // [20:39] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_ferry_proto_init() }
@@ -2320,7 +2570,7 @@ func file_ferry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_proto_rawDesc), len(file_ferry_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

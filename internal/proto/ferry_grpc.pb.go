@@ -39,6 +39,7 @@ const (
 	Ferry_ReadChunks_FullMethodName      = "/ferry.v1.Ferry/ReadChunks"
 	Ferry_PutChunked_FullMethodName      = "/ferry.v1.Ferry/PutChunked"
 	Ferry_PutChunkedBatch_FullMethodName = "/ferry.v1.Ferry/PutChunkedBatch"
+	Ferry_Commit_FullMethodName          = "/ferry.v1.Ferry/Commit"
 )
 
 // FerryClient is the client API for Ferry service.
@@ -74,6 +75,11 @@ type FerryClient interface {
 	// PutChunkedBatch runs many PutChunked puts on one stream, their
 	// messages sent in batches that compress together.
 	PutChunkedBatch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ChunkPutBatch, ChunkPutBatch], error)
+	// Commit applies a group of changes all together, in the order sent,
+	// once the stream's last message (end) has arrived; a stream that ends
+	// before it applies nothing. Larger files of the group are staged
+	// before it by PutChunked calls naming it (ChunkPutMsg.stage).
+	Commit(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[CommitMsg, CommitReply], error)
 }
 
 type ferryClient struct {
@@ -324,6 +330,19 @@ func (c *ferryClient) PutChunkedBatch(ctx context.Context, opts ...grpc.CallOpti
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Ferry_PutChunkedBatchClient = grpc.BidiStreamingClient[ChunkPutBatch, ChunkPutBatch]
 
+func (c *ferryClient) Commit(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[CommitMsg, CommitReply], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Ferry_ServiceDesc.Streams[10], Ferry_Commit_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[CommitMsg, CommitReply]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Ferry_CommitClient = grpc.ClientStreamingClient[CommitMsg, CommitReply]
+
 // FerryServer is the server API for Ferry service.
 // All implementations must embed UnimplementedFerryServer
 // for forward compatibility.
@@ -357,6 +376,11 @@ type FerryServer interface {
 	// PutChunkedBatch runs many PutChunked puts on one stream, their
 	// messages sent in batches that compress together.
 	PutChunkedBatch(grpc.BidiStreamingServer[ChunkPutBatch, ChunkPutBatch]) error
+	// Commit applies a group of changes all together, in the order sent,
+	// once the stream's last message (end) has arrived; a stream that ends
+	// before it applies nothing. Larger files of the group are staged
+	// before it by PutChunked calls naming it (ChunkPutMsg.stage).
+	Commit(grpc.ClientStreamingServer[CommitMsg, CommitReply]) error
 	mustEmbedUnimplementedFerryServer()
 }
 
@@ -420,6 +444,9 @@ func (UnimplementedFerryServer) PutChunked(grpc.BidiStreamingServer[ChunkPutMsg,
 }
 func (UnimplementedFerryServer) PutChunkedBatch(grpc.BidiStreamingServer[ChunkPutBatch, ChunkPutBatch]) error {
 	return status.Error(codes.Unimplemented, "method PutChunkedBatch not implemented")
+}
+func (UnimplementedFerryServer) Commit(grpc.ClientStreamingServer[CommitMsg, CommitReply]) error {
+	return status.Error(codes.Unimplemented, "method Commit not implemented")
 }
 func (UnimplementedFerryServer) mustEmbedUnimplementedFerryServer() {}
 func (UnimplementedFerryServer) testEmbeddedByValue()               {}
@@ -676,6 +703,13 @@ func _Ferry_PutChunkedBatch_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Ferry_PutChunkedBatchServer = grpc.BidiStreamingServer[ChunkPutBatch, ChunkPutBatch]
 
+func _Ferry_Commit_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(FerryServer).Commit(&grpc.GenericServerStream[CommitMsg, CommitReply]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Ferry_CommitServer = grpc.ClientStreamingServer[CommitMsg, CommitReply]
+
 // Ferry_ServiceDesc is the grpc.ServiceDesc for Ferry service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -769,6 +803,11 @@ var Ferry_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "PutChunkedBatch",
 			Handler:       _Ferry_PutChunkedBatch_Handler,
 			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "Commit",
+			Handler:       _Ferry_Commit_Handler,
 			ClientStreams: true,
 		},
 	},

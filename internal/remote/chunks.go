@@ -310,6 +310,8 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 		d = ferry.Dir{}
 	}
 	m := &proto.ChunkPutMsg{Path: p, Dir: proto.FromDir(d), Size: size, ChunkVersion: chunk.Version, FineOk: !c.noFine}
+	// A put staged for a group (Group) is put in place by its Commit.
+	m.Stage, _ = ctx.Value(stageKey{}).(string)
 	var refs, pending []chunk.Ref
 	sent := map[chunk.Hash]bool{}
 	// sendErr notes that the stream broke; the server's answer (from Recv

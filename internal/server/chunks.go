@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -269,11 +270,23 @@ func (h *handler) putChunked(st putStream) error {
 		d0 = ferry.Dir{}
 	}
 	h.promise(st.Context(), first.Path)
-	u, err := cfs.BeginPut(st.Context(), first.Path, d0, first.Size)
+	// A staged put outlives its stream: it waits for its group's Commit.
+	ctx, cancel := st.Context(), context.CancelFunc(func() {})
+	if first.Stage != "" {
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), stagedFor+time.Minute)
+	}
+	u, err := cfs.BeginPut(ctx, first.Path, d0, first.Size)
 	if err != nil {
+		cancel()
 		return err
 	}
-	defer u.Abort()
+	staged := false
+	defer func() {
+		if !staged {
+			u.Abort()
+			cancel()
+		}
+	}()
 	l := &list{w: h.s.windows, wait: listWait}
 	defer l.end()
 	m := first
@@ -372,6 +385,16 @@ func (h *handler) putChunked(st putStream) error {
 					break
 				}
 			}
+		}
+		if u.Complete() && first.Stage != "" {
+			if _, err := u.Assembled(); err != nil {
+				return err
+			}
+			if err := h.s.groups.stage(first.Stage, u, cancel); err != nil {
+				return err
+			}
+			staged = true
+			return st.Send(&proto.ChunkPutReply{Dir: proto.FromDir(ferry.Dir{ferry.AttrPath: first.Path}), NeedEnd: true, ZstdOk: h.s.zstd})
 		}
 		if u.Complete() {
 			d, err := u.Commit(h.s.fs)

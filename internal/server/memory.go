@@ -126,6 +126,7 @@ var uploadMethods = map[string]bool{
 	proto.Ferry_Put_FullMethodName:             true,
 	proto.Ferry_PutChunked_FullMethodName:      true,
 	proto.Ferry_PutChunkedBatch_FullMethodName: false,
+	proto.Ferry_Commit_FullMethodName:          true,
 }
 
 // admit is the server's tap: it reserves an upload stream's window before

@@ -134,6 +134,8 @@ type Server struct {
 	// uploads are the resumable uploads in progress.
 	uploads    *uploads
 	ownStaging bool
+	// groups are the staged puts and recent outcomes of Commit.
+	groups *groups
 	// leases are the clients' leases, broken by every change made
 	// through the server.
 	leases *callback.Table
@@ -196,10 +198,11 @@ const (
 	opLink
 	opLease
 	opSpace
+	opCommit
 	opCount
 )
 
-var opNames = [opCount]string{"stat", "get", "put", "move", "remove", "removeall", "wstat", "find", "findget", "watch", "putstatus", "chunklist", "readchunks", "putchunked", "putbatch", "link", "lease", "space"}
+var opNames = [opCount]string{"stat", "get", "put", "move", "remove", "removeall", "wstat", "find", "findget", "watch", "putstatus", "chunklist", "readchunks", "putchunked", "putbatch", "link", "lease", "space", "commit"}
 
 // New returns a server for cfg.
 func New(cfg Config) (*Server, error) {
@@ -238,6 +241,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.uploads = newUploads(s.cfg.StagingDir)
 	s.leases = callback.New(cfg.Lease)
+	s.groups = newGroups()
 	s.stopping, s.stop = context.WithCancel(context.Background())
 	s.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "ferry_call_seconds", Help: "How long calls took, by method (streams: until they ended).",
@@ -852,14 +856,21 @@ func (h *handler) Put(st grpc.ClientStreamingServer[proto.PutMsg, proto.DirReply
 }
 
 func (h *handler) Move(ctx context.Context, r *proto.MoveReq) (*proto.DirReply, error) {
-	h.recall(ctx, true, r.From, r.To)
-	h.promise(ctx, r.From, r.To)
-	d, err := h.s.fs.Move(ctx, r.From, r.To).Wait()
+	d, err := h.move(ctx, r.From, r.To)
+	return proto.Reply(d, false), h.done(opMove, err)
+}
+
+// move renames from to to once the leases over them are recalled, and
+// answers once the promises it broke are dropped: a Move, or a change of
+// a group (Commit).
+func (h *handler) move(ctx context.Context, from, to string) (ferry.Dir, error) {
+	h.recall(ctx, true, from, to)
+	h.promise(ctx, from, to)
+	d, err := h.s.fs.Move(ctx, from, to).Wait()
 	// Only a directory moves what is below it; a file's rename (an
 	// editor's save, git's lock files) breaks just its two names.
 	tree := err == nil && d.IsDir()
-	err = h.changed(ctx, err, callback.Change{Path: r.From, Tree: tree}, callback.Change{Path: r.To, Tree: tree})
-	return proto.Reply(d, false), h.done(opMove, err)
+	return d, h.changed(ctx, err, callback.Change{Path: from, Tree: tree}, callback.Change{Path: to, Tree: tree})
 }
 
 func (h *handler) Link(ctx context.Context, r *proto.MoveReq) (*proto.DirReply, error) {
@@ -870,11 +881,15 @@ func (h *handler) Link(ctx context.Context, r *proto.MoveReq) (*proto.DirReply, 
 }
 
 func (h *handler) Remove(ctx context.Context, r *proto.PathReq) (*proto.Empty, error) {
-	h.recall(ctx, true, r.Path)
-	h.promise(ctx, r.Path)
-	_, err := h.s.fs.Remove(ctx, r.Path).Wait()
-	err = h.changed(ctx, err, callback.Change{Path: r.Path})
-	return &proto.Empty{}, h.done(opRemove, err)
+	return &proto.Empty{}, h.done(opRemove, h.remove(ctx, r.Path))
+}
+
+// remove is Remove's change, also made by Commit.
+func (h *handler) remove(ctx context.Context, p string) error {
+	h.recall(ctx, true, p)
+	h.promise(ctx, p)
+	_, err := h.s.fs.Remove(ctx, p).Wait()
+	return h.changed(ctx, err, callback.Change{Path: p})
 }
 
 func (h *handler) RemoveAll(ctx context.Context, r *proto.PathReq) (*proto.Empty, error) {
@@ -886,10 +901,15 @@ func (h *handler) RemoveAll(ctx context.Context, r *proto.PathReq) (*proto.Empty
 }
 
 func (h *handler) Wstat(ctx context.Context, r *proto.WstatReq) (*proto.DirReply, error) {
-	h.promise(ctx, r.Path)
-	d, err := h.s.fs.Wstat(ctx, r.Path, proto.ToDir(r.Dir)).Wait()
-	err = h.changed(ctx, err, callback.Change{Path: r.Path})
+	d, err := h.wstat(ctx, r.Path, proto.ToDir(r.Dir))
 	return proto.Reply(d, false), h.done(opWstat, err)
+}
+
+// wstat is Wstat's change, also made by Commit.
+func (h *handler) wstat(ctx context.Context, p string, d ferry.Dir) (ferry.Dir, error) {
+	h.promise(ctx, p)
+	got, err := h.s.fs.Wstat(ctx, p, d).Wait()
+	return got, h.changed(ctx, err, callback.Change{Path: p})
 }
 
 func (h *handler) Space(ctx context.Context, r *proto.PathReq) (*proto.SpaceReply, error) {

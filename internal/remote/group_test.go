@@ -1,0 +1,116 @@
+package remote_test
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/remote"
+	"github.com/ferryfs/ferry/internal/servertest"
+)
+
+// TestGroup: the changes of a group, a large file staged by chunks among
+// them, show on the server only once the group commits, all of them and in
+// order; a Commit made again (an answer lost) is answered, not applied
+// again; a group never committed changes nothing.
+func TestGroup(t *testing.T) {
+	s := servertest.StartChunked(t, "")
+	c := s.Client(t, "a")
+	ctx := context.Background()
+	for p, data := range map[string]string{"a": "old", "gone": "x", "m": "move me"} {
+		if err := os.WriteFile(filepath.Join(s.Dir, p), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	big := make([]byte, 300<<10)
+	r := rand.New(rand.NewPCG(1, 2))
+	for i := range big {
+		big[i] = byte(r.Uint32())
+	}
+	before := s.Srv.Calls()
+	g := c.Group()
+	futures := []interface{ Done() <-chan struct{} }{
+		g.Put(ctx, "/dir", ferry.Dir{ferry.AttrType: ferry.TypeDir}, ferry.Whole, nil),
+		g.Put(ctx, "/dir/in", ferry.Dir{}, ferry.Whole, bytes.NewReader([]byte("in"))),
+		g.Put(ctx, "/big", ferry.Dir{}, ferry.Whole, bytes.NewReader(big)),
+		g.Move(ctx, "/m", "/dir/moved"),
+		g.Remove(ctx, "/gone"),
+		g.Wstat(ctx, "/a", ferry.Dir{ferry.AttrMode: "0600"}),
+		g.Put(ctx, "/a", ferry.Dir{}, ferry.Whole, bytes.NewReader([]byte("new"))),
+	}
+	// The large file is staged: its data is on the server, its name not.
+	if n := servertest.CallsSince(s.Srv, before, "putchunked", 1); n != 1 {
+		t.Fatalf("%d chunked puts staged the large file, want 1", n)
+	}
+	exists := func(p string) bool {
+		_, err := os.Lstat(filepath.Join(s.Dir, p))
+		return err == nil
+	}
+	for _, p := range []string{"dir", "big"} {
+		if exists(p) {
+			t.Errorf("%s is on the server before its group committed", p)
+		}
+	}
+	if !exists("gone") || !exists("m") {
+		t.Errorf("a removal or rename showed before its group committed")
+	}
+	for _, f := range futures {
+		select {
+		case <-f.Done():
+			t.Fatal("a change of the group was answered before its Commit")
+		default:
+		}
+	}
+	if err := g.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range futures {
+		<-f.Done()
+	}
+	check := func() {
+		t.Helper()
+		for p, want := range map[string]string{"dir/in": "in", "dir/moved": "move me", "big": string(big), "a": "new"} {
+			if got, err := os.ReadFile(filepath.Join(s.Dir, p)); err != nil || string(got) != want {
+				t.Errorf("%s after the commit: %d bytes, %v; want %d bytes", p, len(got), err, len(want))
+			}
+		}
+		if exists("gone") || exists("m") {
+			t.Error("a removed or renamed file is still there after the commit")
+		}
+		// The mode set in the group is kept by the put after it.
+		if fi, err := os.Stat(filepath.Join(s.Dir, "a")); err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("/a after the commit: %v, %v; want mode 0600", fi.Mode(), err)
+		}
+	}
+	check()
+	moves := s.Srv.Calls()["move"]
+	dirs, err := remote.SendAgain(ctx, g)
+	if err != nil || len(dirs) != len(futures) {
+		t.Fatalf("the same Commit again: %d entries, %v; want %d and no error", len(dirs), err, len(futures))
+	}
+	if n := s.Srv.Calls()["move"]; n != moves {
+		t.Errorf("the Commit made again moved again (%d moves, then %d)", moves, n)
+	}
+	check()
+
+	// A group that never commits leaves nothing, its staged put included.
+	before = s.Srv.Calls()
+	g2 := c.Group()
+	g2.Put(ctx, "/never", ferry.Dir{}, ferry.Whole, bytes.NewReader([]byte("never")))
+	g2.Put(ctx, "/never-big", ferry.Dir{}, ferry.Whole, bytes.NewReader(big[1:]))
+	g2.Remove(ctx, "/a")
+	servertest.CallsSince(s.Srv, before, "putchunked", 1)
+	c.Close()
+	for _, p := range []string{"never", "never-big"} {
+		if exists(p) {
+			t.Errorf("%s, of a group never committed, is on the server", p)
+		}
+	}
+	if !exists("a") {
+		t.Error("a removal of a group never committed was made")
+	}
+}

@@ -1,0 +1,251 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/callback"
+	"github.com/ferryfs/ferry/internal/chunkstore"
+	"github.com/ferryfs/ferry/internal/proto"
+)
+
+// Limits of groups (see Commit): a staged put not committed within
+// stagedFor is dropped, and at most stagedMax wait at once; the outcome of
+// the last groupsKept groups is kept for a Commit sent again.
+const (
+	stagedFor  = 10 * time.Minute
+	stagedMax  = 4096
+	groupsKept = 1024
+)
+
+// groups holds the puts staged for groups of changes not yet committed,
+// and the outcome of the groups committed lately, so that a Commit made
+// again after a broken connection is answered, not applied twice.
+type groups struct {
+	mu     sync.Mutex
+	staged map[string]*stagedPut
+	done   map[string]*groupRun
+	order  []string // done's keys, oldest first.
+}
+
+// stagedPut is a chunked put assembled and waiting for its group's Commit.
+type stagedPut struct {
+	u      *chunkstore.Put
+	cancel context.CancelFunc
+	at     time.Time
+}
+
+// groupRun is a group being applied, then applied: dirs and err are set
+// when done is closed.
+type groupRun struct {
+	done chan struct{}
+	dirs []*proto.Dir
+	err  error
+}
+
+func newGroups() *groups {
+	return &groups{staged: map[string]*stagedPut{}, done: map[string]*groupRun{}}
+}
+
+// stage keeps u for the Commit naming key, dropping a put staged under
+// the same key before (the client sent it again) and those left too long.
+func (g *groups) stage(key string, u *chunkstore.Put, cancel context.CancelFunc) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	now := time.Now()
+	for k, sp := range g.staged {
+		if now.Sub(sp.at) > stagedFor {
+			sp.drop()
+			delete(g.staged, k)
+		}
+	}
+	if old := g.staged[key]; old != nil {
+		old.drop()
+	} else if len(g.staged) >= stagedMax {
+		return ferry.E(proto.BusyOp, key, ferry.KindUnavailable, fmt.Sprintf("the server is busy: %d staged puts wait for their groups", stagedMax))
+	}
+	g.staged[key] = &stagedPut{u: u, cancel: cancel, at: now}
+	return nil
+}
+
+// take returns and forgets the put staged under key.
+func (g *groups) take(key string) *stagedPut {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	sp := g.staged[key]
+	delete(g.staged, key)
+	return sp
+}
+
+func (sp *stagedPut) drop() {
+	sp.u.Abort()
+	sp.cancel()
+}
+
+// begin returns the run of group and whether the caller is to apply it:
+// false if it was applied, or is being applied, by an earlier Commit.
+func (g *groups) begin(group string) (*groupRun, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if r, ok := g.done[group]; ok {
+		return r, false
+	}
+	r := &groupRun{done: make(chan struct{})}
+	g.done[group] = r
+	g.order = append(g.order, group)
+	if len(g.order) > groupsKept {
+		delete(g.done, g.order[0])
+		g.order = g.order[1:]
+	}
+	return r, true
+}
+
+// Commit applies a group of changes once all of them have arrived, in the
+// order sent: a client that dies or loses its connection before the end
+// leaves the tree as it was, and one whose Commit applied but whose answer
+// was lost gets the same answer when it asks again. The changes are made
+// as the single calls make them (recalls, promises and breaks included),
+// with a context of their own: once the end has arrived the group is
+// applied whole even if the client goes. A change that fails stops the
+// group there, and the Commit fails with its error.
+func (h *handler) Commit(st grpc.ClientStreamingServer[proto.CommitMsg, proto.CommitReply]) error {
+	return h.done(opCommit, h.commit(st))
+}
+
+func (h *handler) commit(st grpc.ClientStreamingServer[proto.CommitMsg, proto.CommitReply]) error {
+	const op = "server.Commit"
+	var (
+		group   string
+		changes []*proto.Change
+		inline  int
+		more    bool // The last change's data goes on.
+		zbuf    []byte
+	)
+	for {
+		m, err := st.Recv()
+		if err == io.EOF {
+			return ferry.E(op, "", ferry.KindInvalid, "the group ended before its end: nothing applied")
+		}
+		if err != nil {
+			return err
+		}
+		switch {
+		case m.Group == "" || len(m.Group) > 64:
+			return ferry.E(op, "", ferry.KindInvalid, "a group needs a name of 1 to 64 bytes")
+		case group != "" && m.Group != group:
+			return ferry.E(op, "", ferry.KindInvalid, "one Commit names one group")
+		}
+		group = m.Group
+		for _, c := range m.Changes {
+			data, err := h.putData(&proto.PutMsg{Path: c.Path, Data: c.Data, Zstd: c.Zstd}, &zbuf)
+			if err != nil {
+				return err
+			}
+			inline += len(data)
+			if inline > proto.CommitInline {
+				break
+			}
+			if more {
+				// The data of the put before.
+				last := changes[len(changes)-1]
+				last.Data = append(last.Data, data...)
+			} else {
+				c.Data, c.Zstd = bytes.Clone(data), false
+				changes = append(changes, c)
+			}
+			more = c.More
+		}
+		if inline > proto.CommitInline || len(changes) > proto.CommitChanges {
+			return ferry.E(op, "", ferry.KindInvalid, fmt.Sprintf("a group carries at most %d changes and %d MiB of data", proto.CommitChanges, proto.CommitInline>>20))
+		}
+		if m.End && !more {
+			break
+		}
+		if m.End {
+			return ferry.E(op, "", ferry.KindInvalid, "the group ended in the middle of a put's data")
+		}
+	}
+	run, first := h.s.groups.begin(group)
+	if first {
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(st.Context()), 10*time.Minute)
+		run.dirs, run.err = h.apply(ctx, changes)
+		cancel()
+		close(run.done)
+	} else {
+		select {
+		case <-run.done:
+		case <-st.Context().Done():
+			return st.Context().Err()
+		}
+	}
+	if run.err != nil {
+		return run.err
+	}
+	return st.SendAndClose(&proto.CommitReply{Dirs: run.dirs})
+}
+
+// changeOps are the calls whose counts a change of each kind adds to: the
+// counts are of changes made, alone or in a group.
+var changeOps = map[int32]int{proto.ChangePut: opPut, proto.ChangeRemove: opRemove, proto.ChangeMove: opMove, proto.ChangeWstat: opWstat}
+
+// apply makes changes in order, stopping at the first that fails.
+func (h *handler) apply(ctx context.Context, changes []*proto.Change) ([]*proto.Dir, error) {
+	const op = "server.Commit"
+	dirs := make([]*proto.Dir, 0, len(changes))
+	for i, c := range changes {
+		if _, err := ferry.CleanPath(c.Path); err != nil {
+			return dirs, err
+		}
+		var d ferry.Dir
+		var err error
+		switch c.Kind {
+		case proto.ChangePut:
+			d, err = h.putChange(ctx, c)
+		case proto.ChangeRemove:
+			err = h.remove(ctx, c.Path)
+		case proto.ChangeMove:
+			d, err = h.move(ctx, c.Path, c.To)
+		case proto.ChangeWstat:
+			d, err = h.wstat(ctx, c.Path, proto.ToDir(c.Dir))
+		default:
+			err = ferry.E(op, c.Path, ferry.KindInvalid, fmt.Sprintf("no change of kind %d", c.Kind))
+		}
+		if op, ok := changeOps[c.Kind]; ok {
+			h.s.calls[op].Add(1)
+		}
+		if err != nil {
+			// The changes before it stand: the client hears which one
+			// failed, and that the rest were not made.
+			return dirs, ferry.E(op, c.Path, fmt.Errorf("change %d of %d failed, the %d after it were not made: %w", i+1, len(changes), len(changes)-i-1, err))
+		}
+		dirs = append(dirs, proto.FromDir(d))
+	}
+	return dirs, nil
+}
+
+// putChange makes a put of a group: the staged put it names, or a put of
+// the data it carries.
+func (h *handler) putChange(ctx context.Context, c *proto.Change) (ferry.Dir, error) {
+	const op = "server.Commit"
+	h.promise(ctx, c.Path)
+	var d ferry.Dir
+	var err error
+	if c.Staged != "" {
+		sp := h.s.groups.take(c.Staged)
+		if sp == nil {
+			return nil, ferry.E(op, c.Path, ferry.KindInvalid, "no staged put "+c.Staged+" (it ran out, or the server restarted)")
+		}
+		d, err = sp.u.Commit(h.s.fs)
+		sp.drop() // Only its context is left after a commit.
+	} else {
+		d, err = h.s.fs.Put(ctx, c.Path, proto.ToDir(c.Dir), ferry.Whole, bytes.NewReader(c.Data)).Wait()
+	}
+	return d, h.changed(ctx, err, callback.Change{Path: c.Path})
+}
