@@ -101,6 +101,22 @@
 //     replies. A message for a put that ended is dropped; the
 //     stream's end fails the puts still open. A server without the call
 //     answers Unimplemented and the client makes each put a call.
+//   - Commit applies a group of changes together (a cache's write-back):
+//     CommitMsgs name the group (drawn at random by the client) and carry
+//     its Changes in order (puts with their data, removes, moves, wstats;
+//     a put's data larger than a message goes on in the changes after it,
+//     more), end on the last. The server applies nothing before end has
+//     arrived, then every change in order, as the single calls make them,
+//     whatever becomes of the stream; the first that fails stops the
+//     group and fails the call. A file the client puts by chunks is
+//     staged first by a PutChunked whose first message names a key
+//     (stage): it runs as any chunked put, but is answered once assembled
+//     and put in place only by the Commit whose change names the key
+//     (staged); one not committed within 10 minutes is dropped. The
+//     server keeps the outcome of its last 1024 groups, so a Commit sent
+//     again after a lost answer gets the same answer. A server without
+//     the call answers Unimplemented, and the client makes the changes
+//     one call each, in order.
 //   - A ChunkListReq may set inline_max: a file of at most that many bytes
 //     then comes whole in the first ChunkListReply (inline, data), so a
 //     client can ask for every file by chunks and still pay one round trip
@@ -116,7 +132,7 @@
 //     never set the flags and so get and send plain bytes. Hashes are
 //     always of the uncompressed bytes.
 //
-// An upload (Put, PutChunked) may declare its file's size in the metadata
+// An upload (Put, PutChunked, Commit) may declare its file's size in the metadata
 // key SizeKey, so that the server reserves no more of its memory budget
 // for the stream than the file needs. A server whose budget is taken
 // refuses an upload stream at once with codes.ResourceExhausted and no

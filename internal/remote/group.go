@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"path"
 	"sync"
 	"time"
 
@@ -38,6 +39,8 @@ type group struct {
 	mu        sync.Mutex
 	changes   []*proto.Change
 	committed bool
+	// newDirs are the directories the group makes (see made).
+	newDirs map[string]bool
 	// staging counts the staged puts under way; stageErr is the first
 	// that failed, which fails the group.
 	staging  sync.WaitGroup
@@ -46,6 +49,31 @@ type group struct {
 	done chan struct{} // Closed when dirs and err are set.
 	dirs []ferry.Dir
 	err  error
+}
+
+// made notes that the group puts a directory at p (or may: a rename's
+// target), which the tree below has not until the group commits.
+func (g *group) made(p string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.newDirs == nil {
+		g.newDirs = map[string]bool{}
+	}
+	g.newDirs[p] = true
+}
+
+// inMade reports whether p lies in a directory the group makes.
+func (g *group) inMade(p string) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for d := path.Dir(p); ; d = path.Dir(d) {
+		if g.newDirs[d] {
+			return true
+		}
+		if d == "/" || d == "." {
+			return false
+		}
+	}
 }
 
 // stageKey is the context key of the group a chunked put is staged for
@@ -97,7 +125,12 @@ func (g *group) Put(ctx context.Context, p string, d ferry.Dir, off int64, data 
 	}
 	ch := &proto.Change{Kind: proto.ChangePut, Path: p, Dir: proto.FromDir(d), Data: buf}
 	size := int64(len(buf))
-	if !g.c.chunkable(p, d, size) {
+	if d.IsDir() {
+		g.made(p)
+	}
+	if !g.c.chunkable(p, d, size) || g.inMade(p) {
+		// A file in a directory the group makes cannot be staged
+		// before it: it goes with the group.
 		return g.record(ch)
 	}
 	// Staged now, while the other changes are recorded; Commit waits
@@ -127,6 +160,7 @@ func (g *group) Put(ctx context.Context, p string, d ferry.Dir, off int64, data 
 }
 
 func (g *group) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
+	g.made(to)
 	return g.record(&proto.Change{Kind: proto.ChangeMove, Path: from, To: to})
 }
 

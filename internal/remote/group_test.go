@@ -37,6 +37,8 @@ func TestGroup(t *testing.T) {
 		g.Put(ctx, "/dir", ferry.Dir{ferry.AttrType: ferry.TypeDir}, ferry.Whole, nil),
 		g.Put(ctx, "/dir/in", ferry.Dir{}, ferry.Whole, bytes.NewReader([]byte("in"))),
 		g.Put(ctx, "/big", ferry.Dir{}, ferry.Whole, bytes.NewReader(big)),
+		// In a directory the group makes: it cannot be staged before.
+		g.Put(ctx, "/dir/big", ferry.Dir{}, ferry.Whole, bytes.NewReader(big[7:])),
 		g.Move(ctx, "/m", "/dir/moved"),
 		g.Remove(ctx, "/gone"),
 		g.Wstat(ctx, "/a", ferry.Dir{ferry.AttrMode: "0600"}),
@@ -73,7 +75,7 @@ func TestGroup(t *testing.T) {
 	}
 	check := func() {
 		t.Helper()
-		for p, want := range map[string]string{"dir/in": "in", "dir/moved": "move me", "big": string(big), "a": "new"} {
+		for p, want := range map[string]string{"dir/in": "in", "dir/moved": "move me", "big": string(big), "dir/big": string(big[7:]), "a": "new"} {
 			if got, err := os.ReadFile(filepath.Join(s.Dir, p)); err != nil || string(got) != want {
 				t.Errorf("%s after the commit: %d bytes, %v; want %d bytes", p, len(got), err, len(want))
 			}
