@@ -72,7 +72,7 @@ func killedMount(t *testing.T, round int) {
 	for i := 0; time.Now().Before(killAt); i++ {
 		content := fmt.Sprintf("save %d of round %d", i, round)
 		if err := os.WriteFile(filepath.Join(dir, "tmp"), []byte(content), 0o644); err != nil {
-			t.Fatalf("save %d: %v", i, err)
+			t.Fatalf("save %d: %v\n%s", i, err, stderr.String())
 		}
 		files["tmp"] = content
 		states = append(states, state())

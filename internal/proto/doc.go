@@ -107,8 +107,9 @@
 //     a put's data larger than a message goes on in the changes after it,
 //     more), end on the last. The server applies nothing before end has
 //     arrived, then every change in order, as the single calls make them,
-//     whatever becomes of the stream; the first that fails stops the
-//     group and fails the call. A file the client puts by chunks is
+//     whatever becomes of the stream; a change that fails is reported by
+//     its index (failed) and the others are made, and a removal of what
+//     is not there counts as done. A file the client puts by chunks is
 //     staged first by a PutChunked whose first message names a key
 //     (stage): it runs as any chunked put, but is answered once assembled
 //     and put in place only by the Commit whose change names the key

@@ -2209,10 +2209,12 @@ func (x *Change) GetMore() bool {
 }
 
 // CommitReply holds the result of each change of the group, in order: the
-// entry a put, move or wstat left (none for a remove).
+// entry a put, move or wstat left (none for a remove), and the error of
+// each change that failed, by its index.
 type CommitReply struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Dirs          []*Dir                 `protobuf:"bytes,1,rep,name=dirs,proto3" json:"dirs,omitempty"`
+	Failed        map[int32]*Error       `protobuf:"bytes,2,rep,name=failed,proto3" json:"failed,omitempty" protobuf_key:"varint,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2250,6 +2252,13 @@ func (*CommitReply) Descriptor() ([]byte, []int) {
 func (x *CommitReply) GetDirs() []*Dir {
 	if x != nil {
 		return x.Dirs
+	}
+	return nil
+}
+
+func (x *CommitReply) GetFailed() map[int32]*Error {
+	if x != nil {
+		return x.Failed
 	}
 	return nil
 }
@@ -2420,9 +2429,13 @@ const file_ferry_proto_rawDesc = "" +
 	"\x04data\x18\x05 \x01(\fR\x04data\x12\x12\n" +
 	"\x04zstd\x18\x06 \x01(\bR\x04zstd\x12\x16\n" +
 	"\x06staged\x18\a \x01(\tR\x06staged\x12\x12\n" +
-	"\x04more\x18\b \x01(\bR\x04more\"0\n" +
+	"\x04more\x18\b \x01(\bR\x04more\"\xb7\x01\n" +
 	"\vCommitReply\x12!\n" +
-	"\x04dirs\x18\x01 \x03(\v2\r.ferry.v1.DirR\x04dirs2\xfa\a\n" +
+	"\x04dirs\x18\x01 \x03(\v2\r.ferry.v1.DirR\x04dirs\x129\n" +
+	"\x06failed\x18\x02 \x03(\v2!.ferry.v1.CommitReply.FailedEntryR\x06failed\x1aJ\n" +
+	"\vFailedEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\x05R\x03key\x12%\n" +
+	"\x05value\x18\x02 \x01(\v2\x0f.ferry.v1.ErrorR\x05value:\x028\x012\xfa\a\n" +
 	"\x05Ferry\x12-\n" +
 	"\x04Stat\x12\x11.ferry.v1.PathReq\x1a\x12.ferry.v1.DirReply\x12)\n" +
 	"\x03Get\x12\x10.ferry.v1.GetReq\x1a\x0e.ferry.v1.Data0\x01\x12-\n" +
@@ -2458,7 +2471,7 @@ func file_ferry_proto_rawDescGZIP() []byte {
 	return file_ferry_proto_rawDescData
 }
 
-var file_ferry_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
+var file_ferry_proto_msgTypes = make([]protoimpl.MessageInfo, 33)
 var file_ferry_proto_goTypes = []any{
 	(*Dir)(nil),             // 0: ferry.v1.Dir
 	(*Error)(nil),           // 1: ferry.v1.Error
@@ -2492,6 +2505,7 @@ var file_ferry_proto_goTypes = []any{
 	(*Change)(nil),          // 29: ferry.v1.Change
 	(*CommitReply)(nil),     // 30: ferry.v1.CommitReply
 	nil,                     // 31: ferry.v1.Dir.AttrsEntry
+	nil,                     // 32: ferry.v1.CommitReply.FailedEntry
 }
 var file_ferry_proto_depIdxs = []int32{
 	31, // 0: ferry.v1.Dir.attrs:type_name -> ferry.v1.Dir.AttrsEntry
@@ -2514,49 +2528,51 @@ var file_ferry_proto_depIdxs = []int32{
 	29, // 17: ferry.v1.CommitMsg.changes:type_name -> ferry.v1.Change
 	0,  // 18: ferry.v1.Change.dir:type_name -> ferry.v1.Dir
 	0,  // 19: ferry.v1.CommitReply.dirs:type_name -> ferry.v1.Dir
-	3,  // 20: ferry.v1.Ferry.Stat:input_type -> ferry.v1.PathReq
-	5,  // 21: ferry.v1.Ferry.Get:input_type -> ferry.v1.GetReq
-	7,  // 22: ferry.v1.Ferry.Put:input_type -> ferry.v1.PutMsg
-	10, // 23: ferry.v1.Ferry.Move:input_type -> ferry.v1.MoveReq
-	10, // 24: ferry.v1.Ferry.Link:input_type -> ferry.v1.MoveReq
-	3,  // 25: ferry.v1.Ferry.Remove:input_type -> ferry.v1.PathReq
-	3,  // 26: ferry.v1.Ferry.RemoveAll:input_type -> ferry.v1.PathReq
-	11, // 27: ferry.v1.Ferry.Wstat:input_type -> ferry.v1.WstatReq
-	12, // 28: ferry.v1.Ferry.Find:input_type -> ferry.v1.FindReq
-	12, // 29: ferry.v1.Ferry.FindGet:input_type -> ferry.v1.FindReq
-	3,  // 30: ferry.v1.Ferry.Watch:input_type -> ferry.v1.PathReq
-	16, // 31: ferry.v1.Ferry.Lease:input_type -> ferry.v1.LeaseMsg
-	3,  // 32: ferry.v1.Ferry.Space:input_type -> ferry.v1.PathReq
-	8,  // 33: ferry.v1.Ferry.PutStatus:input_type -> ferry.v1.UploadReq
-	17, // 34: ferry.v1.Ferry.ChunkList:input_type -> ferry.v1.ChunkListReq
-	20, // 35: ferry.v1.Ferry.ReadChunks:input_type -> ferry.v1.ChunkReq
-	22, // 36: ferry.v1.Ferry.PutChunked:input_type -> ferry.v1.ChunkPutMsg
-	24, // 37: ferry.v1.Ferry.PutChunkedBatch:input_type -> ferry.v1.ChunkPutBatch
-	28, // 38: ferry.v1.Ferry.Commit:input_type -> ferry.v1.CommitMsg
-	4,  // 39: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
-	6,  // 40: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
-	4,  // 41: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
-	4,  // 42: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
-	4,  // 43: ferry.v1.Ferry.Link:output_type -> ferry.v1.DirReply
-	2,  // 44: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
-	2,  // 45: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
-	4,  // 46: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
-	13, // 47: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
-	13, // 48: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
-	15, // 49: ferry.v1.Ferry.Watch:output_type -> ferry.v1.WatchEvent
-	15, // 50: ferry.v1.Ferry.Lease:output_type -> ferry.v1.WatchEvent
-	27, // 51: ferry.v1.Ferry.Space:output_type -> ferry.v1.SpaceReply
-	9,  // 52: ferry.v1.Ferry.PutStatus:output_type -> ferry.v1.UploadReply
-	19, // 53: ferry.v1.Ferry.ChunkList:output_type -> ferry.v1.ChunkListReply
-	21, // 54: ferry.v1.Ferry.ReadChunks:output_type -> ferry.v1.ChunkData
-	23, // 55: ferry.v1.Ferry.PutChunked:output_type -> ferry.v1.ChunkPutReply
-	24, // 56: ferry.v1.Ferry.PutChunkedBatch:output_type -> ferry.v1.ChunkPutBatch
-	30, // 57: ferry.v1.Ferry.Commit:output_type -> ferry.v1.CommitReply
-	39, // [39:58] is the sub-list for method output_type
-	20, // [20:39] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	32, // 20: ferry.v1.CommitReply.failed:type_name -> ferry.v1.CommitReply.FailedEntry
+	1,  // 21: ferry.v1.CommitReply.FailedEntry.value:type_name -> ferry.v1.Error
+	3,  // 22: ferry.v1.Ferry.Stat:input_type -> ferry.v1.PathReq
+	5,  // 23: ferry.v1.Ferry.Get:input_type -> ferry.v1.GetReq
+	7,  // 24: ferry.v1.Ferry.Put:input_type -> ferry.v1.PutMsg
+	10, // 25: ferry.v1.Ferry.Move:input_type -> ferry.v1.MoveReq
+	10, // 26: ferry.v1.Ferry.Link:input_type -> ferry.v1.MoveReq
+	3,  // 27: ferry.v1.Ferry.Remove:input_type -> ferry.v1.PathReq
+	3,  // 28: ferry.v1.Ferry.RemoveAll:input_type -> ferry.v1.PathReq
+	11, // 29: ferry.v1.Ferry.Wstat:input_type -> ferry.v1.WstatReq
+	12, // 30: ferry.v1.Ferry.Find:input_type -> ferry.v1.FindReq
+	12, // 31: ferry.v1.Ferry.FindGet:input_type -> ferry.v1.FindReq
+	3,  // 32: ferry.v1.Ferry.Watch:input_type -> ferry.v1.PathReq
+	16, // 33: ferry.v1.Ferry.Lease:input_type -> ferry.v1.LeaseMsg
+	3,  // 34: ferry.v1.Ferry.Space:input_type -> ferry.v1.PathReq
+	8,  // 35: ferry.v1.Ferry.PutStatus:input_type -> ferry.v1.UploadReq
+	17, // 36: ferry.v1.Ferry.ChunkList:input_type -> ferry.v1.ChunkListReq
+	20, // 37: ferry.v1.Ferry.ReadChunks:input_type -> ferry.v1.ChunkReq
+	22, // 38: ferry.v1.Ferry.PutChunked:input_type -> ferry.v1.ChunkPutMsg
+	24, // 39: ferry.v1.Ferry.PutChunkedBatch:input_type -> ferry.v1.ChunkPutBatch
+	28, // 40: ferry.v1.Ferry.Commit:input_type -> ferry.v1.CommitMsg
+	4,  // 41: ferry.v1.Ferry.Stat:output_type -> ferry.v1.DirReply
+	6,  // 42: ferry.v1.Ferry.Get:output_type -> ferry.v1.Data
+	4,  // 43: ferry.v1.Ferry.Put:output_type -> ferry.v1.DirReply
+	4,  // 44: ferry.v1.Ferry.Move:output_type -> ferry.v1.DirReply
+	4,  // 45: ferry.v1.Ferry.Link:output_type -> ferry.v1.DirReply
+	2,  // 46: ferry.v1.Ferry.Remove:output_type -> ferry.v1.Empty
+	2,  // 47: ferry.v1.Ferry.RemoveAll:output_type -> ferry.v1.Empty
+	4,  // 48: ferry.v1.Ferry.Wstat:output_type -> ferry.v1.DirReply
+	13, // 49: ferry.v1.Ferry.Find:output_type -> ferry.v1.FindReply
+	13, // 50: ferry.v1.Ferry.FindGet:output_type -> ferry.v1.FindReply
+	15, // 51: ferry.v1.Ferry.Watch:output_type -> ferry.v1.WatchEvent
+	15, // 52: ferry.v1.Ferry.Lease:output_type -> ferry.v1.WatchEvent
+	27, // 53: ferry.v1.Ferry.Space:output_type -> ferry.v1.SpaceReply
+	9,  // 54: ferry.v1.Ferry.PutStatus:output_type -> ferry.v1.UploadReply
+	19, // 55: ferry.v1.Ferry.ChunkList:output_type -> ferry.v1.ChunkListReply
+	21, // 56: ferry.v1.Ferry.ReadChunks:output_type -> ferry.v1.ChunkData
+	23, // 57: ferry.v1.Ferry.PutChunked:output_type -> ferry.v1.ChunkPutReply
+	24, // 58: ferry.v1.Ferry.PutChunkedBatch:output_type -> ferry.v1.ChunkPutBatch
+	30, // 59: ferry.v1.Ferry.Commit:output_type -> ferry.v1.CommitReply
+	41, // [41:60] is the sub-list for method output_type
+	22, // [22:41] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_ferry_proto_init() }
@@ -2570,7 +2586,7 @@ func file_ferry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_ferry_proto_rawDesc), len(file_ferry_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   32,
+			NumMessages:   33,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

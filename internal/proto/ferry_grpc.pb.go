@@ -77,7 +77,8 @@ type FerryClient interface {
 	PutChunkedBatch(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ChunkPutBatch, ChunkPutBatch], error)
 	// Commit applies a group of changes all together, in the order sent,
 	// once the stream's last message (end) has arrived; a stream that ends
-	// before it applies nothing. Larger files of the group are staged
+	// before it applies nothing. A change that fails is reported and the
+	// others are made. Larger files of the group are staged
 	// before it by PutChunked calls naming it (ChunkPutMsg.stage).
 	Commit(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[CommitMsg, CommitReply], error)
 }
@@ -378,7 +379,8 @@ type FerryServer interface {
 	PutChunkedBatch(grpc.BidiStreamingServer[ChunkPutBatch, ChunkPutBatch]) error
 	// Commit applies a group of changes all together, in the order sent,
 	// once the stream's last message (end) has arrived; a stream that ends
-	// before it applies nothing. Larger files of the group are staged
+	// before it applies nothing. A change that fails is reported and the
+	// others are made. Larger files of the group are staged
 	// before it by PutChunked calls naming it (ChunkPutMsg.stage).
 	Commit(grpc.ClientStreamingServer[CommitMsg, CommitReply]) error
 	mustEmbedUnimplementedFerryServer()

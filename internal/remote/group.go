@@ -46,9 +46,12 @@ type group struct {
 	staging  sync.WaitGroup
 	stageErr error
 
-	done chan struct{} // Closed when dirs and err are set.
+	done chan struct{} // Closed when dirs, failed and err are set.
 	dirs []ferry.Dir
-	err  error
+	// failed holds the errors of the changes that failed, by index;
+	// err fails them all.
+	failed map[int]error
+	err    error
 }
 
 // made notes that the group puts a directory at p (or may: a rename's
@@ -96,6 +99,9 @@ func (g *group) result(i int) (ferry.Dir, error) {
 	<-g.done
 	if g.err != nil {
 		return nil, g.err
+	}
+	if err := g.failed[i]; err != nil {
+		return nil, err
 	}
 	return g.dirs[i], nil
 }
@@ -286,6 +292,13 @@ func (g *group) send(ctx context.Context, opts ...grpc.CallOption) ([]ferry.Dir,
 	for i, d := range r.Dirs {
 		dirs[i] = proto.ToDir(d)
 	}
+	g.failed = map[int]error{}
+	for i, e := range r.Failed {
+		if i < 0 || int(i) >= len(g.changes) {
+			return nil, ferry.E(op, "", ferry.KindInvalid, fmt.Sprintf("the server failed change %d of %d", i, len(g.changes)))
+		}
+		g.failed[int(i)] = proto.ToError(e)
+	}
 	return dirs, nil
 }
 
@@ -294,6 +307,7 @@ func (g *group) send(ctx context.Context, opts ...grpc.CallOption) ([]ferry.Dir,
 // the stage for an ordinary chunked put).
 func (g *group) oneByOne(ctx context.Context) ([]ferry.Dir, error) {
 	dirs := make([]ferry.Dir, len(g.changes))
+	g.failed = map[int]error{}
 	for i, ch := range g.changes {
 		var d ferry.Dir
 		var err error
@@ -312,7 +326,7 @@ func (g *group) oneByOne(ctx context.Context) ([]ferry.Dir, error) {
 			d, err = g.c.Wstat(ctx, ch.Path, proto.ToDir(ch.Dir)).Wait()
 		}
 		if err != nil {
-			return nil, err
+			g.failed[i] = err
 		}
 		dirs[i] = d
 	}

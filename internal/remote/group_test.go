@@ -99,6 +99,25 @@ func TestGroup(t *testing.T) {
 	}
 	check()
 
+	// A change that fails fails alone; removing what is not there is
+	// what was wanted.
+	g3 := c.Group()
+	bad := g3.Move(ctx, "/nope", "/x")
+	after := g3.Put(ctx, "/after", ferry.Dir{}, ferry.Whole, bytes.NewReader([]byte("after")))
+	nothing := g3.Remove(ctx, "/nothing")
+	if err := g3.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bad.Wait(); !ferry.IsKind(err, ferry.KindNotExist) {
+		t.Errorf("moving a missing file in a group: %v, want not found", err)
+	}
+	if _, err := after.Wait(); err != nil || !exists("after") {
+		t.Errorf("a put after a failed change of its group: %v, on the server: %v", err, exists("after"))
+	}
+	if _, err := nothing.Wait(); err != nil {
+		t.Errorf("removing a missing file in a group: %v, want done", err)
+	}
+
 	// A group that never commits leaves nothing, its staged put included.
 	before = s.Srv.Calls()
 	g2 := c.Group()

@@ -42,12 +42,11 @@ type stagedPut struct {
 	at     time.Time
 }
 
-// groupRun is a group being applied, then applied: dirs and err are set
-// when done is closed.
+// groupRun is a group being applied, then applied: reply is set when
+// done is closed.
 type groupRun struct {
-	done chan struct{}
-	dirs []*proto.Dir
-	err  error
+	done  chan struct{}
+	reply *proto.CommitReply
 }
 
 func newGroups() *groups {
@@ -113,8 +112,8 @@ func (g *groups) begin(group string) (*groupRun, bool) {
 // was lost gets the same answer when it asks again. The changes are made
 // as the single calls make them (recalls, promises and breaks included),
 // with a context of their own: once the end has arrived the group is
-// applied whole even if the client goes. A change that fails stops the
-// group there, and the Commit fails with its error.
+// applied whole even if the client goes. A change that fails is reported
+// in the answer (see apply).
 func (h *handler) Commit(st grpc.ClientStreamingServer[proto.CommitMsg, proto.CommitReply]) error {
 	return h.done(opCommit, h.commit(st))
 }
@@ -175,7 +174,7 @@ func (h *handler) commit(st grpc.ClientStreamingServer[proto.CommitMsg, proto.Co
 	run, first := h.s.groups.begin(group)
 	if first {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(st.Context()), 10*time.Minute)
-		run.dirs, run.err = h.apply(ctx, changes)
+		run.reply = h.apply(ctx, changes)
 		cancel()
 		close(run.done)
 	} else {
@@ -185,49 +184,54 @@ func (h *handler) commit(st grpc.ClientStreamingServer[proto.CommitMsg, proto.Co
 			return st.Context().Err()
 		}
 	}
-	if run.err != nil {
-		return run.err
-	}
-	return st.SendAndClose(&proto.CommitReply{Dirs: run.dirs})
+	return st.SendAndClose(run.reply)
 }
 
 // changeOps are the calls whose counts a change of each kind adds to: the
 // counts are of changes made, alone or in a group.
 var changeOps = map[int32]int{proto.ChangePut: opPut, proto.ChangeRemove: opRemove, proto.ChangeMove: opMove, proto.ChangeWstat: opWstat}
 
-// apply makes changes in order, stopping at the first that fails.
-func (h *handler) apply(ctx context.Context, changes []*proto.Change) ([]*proto.Dir, error) {
+// apply makes changes in order. One that fails is reported by its index
+// and the rest are made: each was made by its client without regard to
+// it, as single calls are. A removal of what is not there is no failure:
+// what the client wanted holds (its cache may think a file reached the
+// server that a rename in an earlier group took away).
+func (h *handler) apply(ctx context.Context, changes []*proto.Change) *proto.CommitReply {
 	const op = "server.Commit"
-	dirs := make([]*proto.Dir, 0, len(changes))
+	r := &proto.CommitReply{Dirs: make([]*proto.Dir, len(changes))}
 	for i, c := range changes {
-		if _, err := ferry.CleanPath(c.Path); err != nil {
-			return dirs, err
-		}
 		var d ferry.Dir
 		var err error
-		switch c.Kind {
-		case proto.ChangePut:
-			d, err = h.putChange(ctx, c)
-		case proto.ChangeRemove:
-			err = h.remove(ctx, c.Path)
-		case proto.ChangeMove:
-			d, err = h.move(ctx, c.Path, c.To)
-		case proto.ChangeWstat:
-			d, err = h.wstat(ctx, c.Path, proto.ToDir(c.Dir))
-		default:
-			err = ferry.E(op, c.Path, ferry.KindInvalid, fmt.Sprintf("no change of kind %d", c.Kind))
+		if _, err = ferry.CleanPath(c.Path); err == nil {
+			switch c.Kind {
+			case proto.ChangePut:
+				d, err = h.putChange(ctx, c)
+			case proto.ChangeRemove:
+				if err = h.remove(ctx, c.Path); ferry.IsKind(err, ferry.KindNotExist) {
+					err = nil
+				}
+			case proto.ChangeMove:
+				d, err = h.move(ctx, c.Path, c.To)
+			case proto.ChangeWstat:
+				d, err = h.wstat(ctx, c.Path, proto.ToDir(c.Dir))
+			default:
+				err = ferry.E(op, c.Path, ferry.KindInvalid, fmt.Sprintf("no change of kind %d", c.Kind))
+			}
 		}
 		if op, ok := changeOps[c.Kind]; ok {
 			h.s.calls[op].Add(1)
 		}
 		if err != nil {
-			// The changes before it stand: the client hears which one
-			// failed, and that the rest were not made.
-			return dirs, ferry.E(op, c.Path, fmt.Errorf("change %d of %d failed, the %d after it were not made: %w", i+1, len(changes), len(changes)-i-1, err))
+			h.s.errs.Add(1)
+			if r.Failed == nil {
+				r.Failed = map[int32]*proto.Error{}
+			}
+			r.Failed[int32(i)] = proto.FromError(err)
+			continue
 		}
-		dirs = append(dirs, proto.FromDir(d))
+		r.Dirs[i] = proto.FromDir(d)
 	}
-	return dirs, nil
+	return r
 }
 
 // putChange makes a put of a group: the staged put it names, or a put of
