@@ -201,3 +201,40 @@ func killedRound(t *testing.T, round int, opt cache.Options) bool {
 }
 
 var _ = bytes.NewReader
+
+// TestListingAfterKeptBackRename: a listing fetched while a rename is kept
+// back does not bring back the old name from the server, which still has
+// it: git and editors write a temporary file and rename it into place,
+// then make the temporary name again, and a stale entry there made the
+// kernel open the server's old file instead of creating one.
+func TestListingAfterKeptBackRename(t *testing.T) {
+	s := servertest.Start(t, "")
+	ctx := context.Background()
+	c := open(t, s.ClientVia(t, "a", servertest.DelayProxy(t, s.Addr, 5*time.Millisecond)), cache.Options{WriteBehind: true, LeaseIdle: time.Hour})
+	if _, err := c.Make(ctx, "/d", ferry.Dir{ferry.AttrType: ferry.TypeDir}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := c.Put(ctx, "/d/tmp", ferry.Dir{}, ferry.Whole, strings.NewReader(fmt.Sprint(i))).Wait(); err != nil {
+			t.Fatal(err)
+		}
+		// The server has the temporary file.
+		if err := c.Sync(ctx, "/"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(filepath.Join(s.Dir, "d", "tmp")); err != nil {
+			t.Fatal(err)
+		}
+		// Its rename is kept back, and the listing fetched again.
+		if _, err := c.Move(ctx, "/d/tmp", fmt.Sprintf("/d/f%d", i)).Wait(); err != nil {
+			t.Fatal(err)
+		}
+		c.Drop()
+		if d, err := c.Lookup(ctx, "/d", "tmp"); !ferry.IsKind(err, ferry.KindNotExist) {
+			t.Fatalf("round %d: the renamed temporary file is looked up as %v, %v; want not found", i, d, err)
+		}
+		if _, err := c.Lookup(ctx, "/d", fmt.Sprintf("f%d", i)); err != nil {
+			t.Fatalf("round %d: the rename's target: %v", i, err)
+		}
+	}
+}

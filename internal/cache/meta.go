@@ -574,13 +574,25 @@ func (m *meta) start(dir string, depth, budget, gen int) {
 	f := &fetch{depth: depth}
 	m.fetching[dir] = f
 	m.finds++
-	at, lease, seq := time.Now(), m.lease, m.seq
 	go func() {
 		// The fetch serves every waiter, so no one request's context
 		// may cancel it; it has a deadline of its own.
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		next, err := m.run(ctx, dir, depth, budget, at, lease, seq)
+		// The tree's answer is as new as this cache's own changes
+		// below dir only once those kept back are stored: believed
+		// before, it brings back a name a rename took away (a
+		// temporary file renamed into place, still on the server).
+		// Changes made after the stamp are told apart by their seq.
+		var err error
+		if m.settle != nil {
+			err = m.settle(ctx, dir)
+		}
+		var next []string
+		if err == nil {
+			at, lease, seq := m.stamp()
+			next, err = m.run(ctx, dir, depth, budget, at, lease, seq)
+		}
 		m.mu.Lock()
 		if err == nil && gen < maxGen {
 			for _, d := range next {
