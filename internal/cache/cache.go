@@ -375,6 +375,10 @@ func (c *FS) Status(context.Context) string {
 	fmt.Fprintf(&b, "writeback.pending: %d calls, %d bytes\n", ops, bytes)
 	fmt.Fprintf(&b, "writeback.stored: %d files, %d bytes\n", c.storedFiles.Load(), c.storedBytes.Load())
 	fmt.Fprintf(&b, "writeback.coalesced: %d stores\n", c.coalesced.Load())
+	if c.wback.grouper != nil {
+		fmt.Fprintf(&b, "writeback.groups: %d groups, %d changes\n", c.wback.groups.Load(), c.wback.grouped.Load())
+	}
+	fmt.Fprintf(&b, "writeback.waited: %d changes made at once waited for those kept back\n", c.wback.followed.Load())
 	fmt.Fprintf(&b, "writeback.unsent: %d files, %d bytes\n", c.unsentFiles.Load(), c.unsentBytes.Load())
 	if w := c.leases; w != nil {
 		w.mu.Lock()

@@ -127,6 +127,8 @@ func (w *writeback) runGroup(cut []*wbOp) {
 		}
 	}
 	g.Commit(ctx)
+	w.groups.Add(1)
+	w.grouped.Add(int64(len(cut)))
 	for range cut {
 		<-ended
 	}

@@ -124,6 +124,9 @@ func TestWriteLeaseCloseToOpen(t *testing.T) {
 	if !strings.Contains(status, "leases.write: ") || strings.Contains(status, " 0 recalled") {
 		t.Errorf("the cache's status shows no recalls:\n%s", status)
 	}
+	if !strings.Contains(status, "writeback.groups: ") || strings.Contains(status, "writeback.groups: 0 groups") {
+		t.Errorf("the cache's status counts no group of changes stored:\n%s", status)
+	}
 	if strings.Contains(status, "writeback.stored: 0 files") {
 		t.Errorf("the cache's status counts no file stored in the background:\n%s", status)
 	}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ferryfs/ferry"
@@ -46,11 +47,15 @@ type writeback struct {
 	// shows a state this cache was in.
 	grouper ferry.Grouper
 	// below is what ops are made through one call each.
-	below   changer
-	queue   []*wbOp       // Ops in no group yet, oldest first.
-	kick    chan struct{} // Wakes flush.
-	stop    chan struct{} // Closed by close: flush ends.
-	flusher sync.Once
+	below changer
+	queue []*wbOp       // Ops in no group yet, oldest first.
+	kick  chan struct{} // Wakes flush.
+	// groups and grouped count the groups committed and the ops in
+	// them; followed counts changes made at once that had to wait for
+	// ops kept back (follow).
+	groups, grouped, followed atomic.Int64
+	stop                      chan struct{} // Closed by close: flush ends.
+	flusher                   sync.Once
 }
 
 type wbOp struct {
@@ -321,7 +326,10 @@ func (w *writeback) wait(ctx context.Context, ps ...string) error {
 // without them.
 func (w *writeback) follow(ctx context.Context, ps ...string) error {
 	if w.grouper != nil {
-		return w.wait(ctx, "/")
+		ps = []string{"/"}
+	}
+	if w.busy(ps[0]) || len(ps) > 1 && w.busy(ps[1]) {
+		w.followed.Add(1)
 	}
 	return w.wait(ctx, ps...)
 }

@@ -120,13 +120,10 @@ func (h *handler) Commit(st grpc.ClientStreamingServer[proto.CommitMsg, proto.Co
 
 func (h *handler) commit(st grpc.ClientStreamingServer[proto.CommitMsg, proto.CommitReply]) error {
 	const op = "server.Commit"
-	var (
-		group   string
-		changes []*proto.Change
-		inline  int
-		more    bool // The last change's data goes on.
-		zbuf    []byte
-	)
+	var zbuf []byte
+	gr := &groupReader{unzip: func(c *proto.Change) ([]byte, error) {
+		return h.putData(&proto.PutMsg{Path: c.Path, Data: c.Data, Zstd: c.Zstd}, &zbuf)
+	}}
 	for {
 		m, err := st.Recv()
 		if err == io.EOF {
@@ -135,42 +132,15 @@ func (h *handler) commit(st grpc.ClientStreamingServer[proto.CommitMsg, proto.Co
 		if err != nil {
 			return err
 		}
-		switch {
-		case m.Group == "" || len(m.Group) > 64:
-			return ferry.E(op, "", ferry.KindInvalid, "a group needs a name of 1 to 64 bytes")
-		case group != "" && m.Group != group:
-			return ferry.E(op, "", ferry.KindInvalid, "one Commit names one group")
+		end, err := gr.add(m)
+		if err != nil {
+			return err
 		}
-		group = m.Group
-		for _, c := range m.Changes {
-			data, err := h.putData(&proto.PutMsg{Path: c.Path, Data: c.Data, Zstd: c.Zstd}, &zbuf)
-			if err != nil {
-				return err
-			}
-			inline += len(data)
-			if inline > proto.CommitInline {
-				break
-			}
-			if more {
-				// The data of the put before.
-				last := changes[len(changes)-1]
-				last.Data = append(last.Data, data...)
-			} else {
-				c.Data, c.Zstd = bytes.Clone(data), false
-				changes = append(changes, c)
-			}
-			more = c.More
-		}
-		if inline > proto.CommitInline || len(changes) > proto.CommitChanges {
-			return ferry.E(op, "", ferry.KindInvalid, fmt.Sprintf("a group carries at most %d changes and %d MiB of data", proto.CommitChanges, proto.CommitInline>>20))
-		}
-		if m.End && !more {
+		if end {
 			break
 		}
-		if m.End {
-			return ferry.E(op, "", ferry.KindInvalid, "the group ended in the middle of a put's data")
-		}
 	}
+	group, changes := gr.group, gr.changes
 	run, first := h.s.groups.begin(group)
 	if first {
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(st.Context()), 10*time.Minute)
@@ -185,6 +155,55 @@ func (h *handler) commit(st grpc.ClientStreamingServer[proto.CommitMsg, proto.Co
 		}
 	}
 	return st.SendAndClose(run.reply)
+}
+
+// groupReader puts a group together from the messages of its Commit.
+type groupReader struct {
+	// unzip returns the data of a change, decompressed; the bytes may
+	// be reused by its next call.
+	unzip   func(*proto.Change) ([]byte, error)
+	group   string
+	changes []*proto.Change
+	inline  int
+	more    bool // The last change's data goes on.
+}
+
+// add takes the next message of the group and reports whether it was the
+// last.
+func (gr *groupReader) add(m *proto.CommitMsg) (end bool, err error) {
+	const op = "server.Commit"
+	switch {
+	case m.Group == "" || len(m.Group) > 64:
+		return false, ferry.E(op, "", ferry.KindInvalid, "a group needs a name of 1 to 64 bytes")
+	case gr.group != "" && m.Group != gr.group:
+		return false, ferry.E(op, "", ferry.KindInvalid, "one Commit names one group")
+	}
+	gr.group = m.Group
+	tooBig := ferry.E(op, "", ferry.KindInvalid, fmt.Sprintf("a group carries at most %d changes and %d MiB of data", proto.CommitChanges, proto.CommitInline>>20))
+	for _, c := range m.Changes {
+		data, err := gr.unzip(c)
+		if err != nil {
+			return false, err
+		}
+		if gr.inline += len(data); gr.inline > proto.CommitInline {
+			return false, tooBig
+		}
+		if gr.more {
+			// The data of the put before.
+			last := gr.changes[len(gr.changes)-1]
+			last.Data = append(last.Data, data...)
+		} else {
+			c.Data, c.Zstd = bytes.Clone(data), false
+			if gr.changes = append(gr.changes, c); len(gr.changes) > proto.CommitChanges {
+				return false, tooBig
+			}
+		}
+		gr.more = c.More
+	}
+	if m.End && gr.more {
+		return false, ferry.E(op, "", ferry.KindInvalid, "the group ended in the middle of a put's data")
+	}
+	return m.End, nil
 }
 
 // changeOps are the calls whose counts a change of each kind adds to: the
