@@ -186,6 +186,20 @@ type Event struct {
 	Ack func()
 }
 
+// WriteGrant is the answer to a request for a write lease.
+type WriteGrant int
+
+const (
+	// WriteRefused: no lease was given.
+	WriteRefused WriteGrant = iota
+	// WriteDeep lends the whole subtree.
+	WriteDeep
+	// WriteShallow lends the directory and the files directly in it, not
+	// the directories in it nor what they hold: another client holds a
+	// lease below (the replication paper's shallow control).
+	WriteShallow
+)
+
 // WriteLeaser is a tree whose server can lend its client a subtree to
 // change on its own: while the client holds a write lease over a subtree it
 // may keep its changes there to itself and store them later, in order,
@@ -197,10 +211,11 @@ type Event struct {
 // changes not stored.
 type WriteLeaser interface {
 	// WriteLease asks for a write lease over the subtree at path, held
-	// with the caller's Watch of a path above it, and reports whether it
-	// was given: not while another client holds one above or below path,
-	// nor without such a watch.
-	WriteLease(ctx context.Context, path string) (bool, error)
+	// with the caller's Watch of a path above it, and reports what was
+	// given: nothing while another client holds one at path or a deep one
+	// above it, nor without such a watch; a shallow lease while another
+	// client holds one below it.
+	WriteLease(ctx context.Context, path string) (WriteGrant, error)
 	// ReleaseWrite gives the write lease over path back, once everything
 	// changed under it is stored.
 	ReleaseWrite(ctx context.Context, path string) error

@@ -206,7 +206,7 @@ func New(below ferry.FS, opt Options) *FS {
 	}
 	c.setter, _ = ferry.As[ownerSetter](below)
 	if wl, ok := ferry.As[ferry.WriteLeaser](below); ok && opt.WriteBehind {
-		c.leases = &writeLeases{wl: wl, roots: map[string]time.Time{}, refused: map[string]time.Time{},
+		c.leases = &writeLeases{wl: wl, roots: map[string]time.Time{}, shallow: map[string]bool{}, refused: map[string]time.Time{},
 			asking: map[string]chan struct{}{}, revoked: map[string]bool{}, echoes: map[string]*echoSet{}}
 	}
 	c.meta.data = c.data
@@ -384,8 +384,8 @@ func (c *FS) Status(context.Context) string {
 		w.mu.Lock()
 		held := len(w.roots)
 		w.mu.Unlock()
-		fmt.Fprintf(&b, "leases.write: %d held, %d granted, %d recalled, %d released, %d lost\n",
-			held, w.granted.Load(), w.recalls.Load(), w.released.Load(), w.lost.Load())
+		fmt.Fprintf(&b, "leases.write: %d held, %d granted (%d shallow), %d recalled, %d released, %d lost\n",
+			held, w.granted.Load(), w.shallows.Load(), w.recalls.Load(), w.released.Load(), w.lost.Load())
 	}
 	d := c.data
 	d.mu.Lock()

@@ -33,8 +33,11 @@ type writeLeases struct {
 	// under it.
 	gate sync.RWMutex
 
-	mu      sync.Mutex
-	roots   map[string]time.Time // Held, with their last use.
+	mu    sync.Mutex
+	roots map[string]time.Time // Held, with their last use.
+	// shallow holds the roots lent shallow (ferry.WriteShallow): only
+	// the files directly in them are this cache's to keep back.
+	shallow map[string]bool
 	refused map[string]time.Time
 	// asking holds the roots with a request, a recall or a release in
 	// flight (see mark): a change under one waits for it.
@@ -47,7 +50,7 @@ type writeLeases struct {
 	revoked map[string]bool
 	idler   bool // The idle loop runs.
 
-	granted, recalls, released, lost atomic.Int64
+	granted, shallows, recalls, released, lost atomic.Int64
 }
 
 // markLocked records that a request, recall or release of r is in flight
@@ -63,14 +66,26 @@ func (w *writeLeases) unmarkLocked(r string) {
 	delete(w.asking, r)
 }
 
-// covering returns the held root at or above p, if any. w.mu is held.
-func (w *writeLeases) covering(p string) (string, bool) {
+// covering returns the held root whose lease covers p, a directory if dir,
+// if any: a deep one at or above p, or a shallow one at p or, for a file,
+// its directory. w.mu is held.
+func (w *writeLeases) covering(p string, dir bool) (string, bool) {
 	for r := range w.roots {
-		if ferry.HasPrefix(p, r) {
+		if w.shallow[r] {
+			if p == r || !dir && path.Dir(p) == r {
+				return r, true
+			}
+		} else if ferry.HasPrefix(p, r) {
 			return r, true
 		}
 	}
 	return "", false
+}
+
+// isDir reports whether the cache knows p as a directory.
+func (c *FS) isDir(p string) bool {
+	d := c.meta.last(p)
+	return d != nil && d.IsDir()
 }
 
 // behind reports whether the change of the paths ps may be kept back,
@@ -90,12 +105,16 @@ func (c *FS) behind(ctx context.Context, ps ...string) (queued func(), ok bool) 
 		return nil, false
 	}
 	asked := map[string]bool{}
+	dirs := make([]bool, len(ps))
+	for i, p := range ps {
+		dirs[i] = c.isDir(p)
+	}
 	for {
 		w.gate.RLock()
 		w.mu.Lock()
 		miss := ""
-		for _, p := range ps {
-			r, ok := w.covering(p)
+		for i, p := range ps {
+			r, ok := w.covering(p, dirs[i])
 			if !ok {
 				miss = p
 				break
@@ -128,7 +147,8 @@ func (c *FS) behind(ctx context.Context, ps ...string) (queued func(), ok bool) 
 		w.markLocked(root)
 		delete(w.revoked, root) // A recall before this request is not its.
 		w.mu.Unlock()
-		granted, err := w.wl.WriteLease(ctx, root)
+		grant, err := w.wl.WriteLease(ctx, root)
+		granted := grant != ferry.WriteRefused
 		w.mu.Lock()
 		w.unmarkLocked(root)
 		if w.revoked[root] {
@@ -137,7 +157,11 @@ func (c *FS) behind(ctx context.Context, ps ...string) (queued func(), ok bool) 
 		}
 		if granted {
 			w.roots[root] = time.Now()
+			w.shallow[root] = grant == ferry.WriteShallow
 			w.granted.Add(1)
+			if w.shallow[root] {
+				w.shallows.Add(1)
+			}
 			if !w.idler {
 				w.idler = true
 				go c.idle()
@@ -171,6 +195,8 @@ func (c *FS) take(root string, above bool) []string {
 	for r := range w.roots {
 		if ferry.HasPrefix(r, root) || above && ferry.HasPrefix(root, r) {
 			delete(w.roots, r)
+			delete(w.shallow, r)
+			delete(w.shallow, r)
 			taken = append(taken, r)
 		}
 	}
@@ -235,15 +261,15 @@ type echoSet struct {
 // changes a leased subtree before the lease is recalled. It records p for
 // recheck.
 func (c *FS) echo(p string) bool {
-	return c.leases != nil && c.leases.holds(p, true)
+	return c.leases != nil && c.leases.holds(p, c.isDir(p), true)
 }
 
 // holds reports whether a lease held covers p, and with record notes p
 // as an echo under it.
-func (w *writeLeases) holds(p string, record bool) bool {
+func (w *writeLeases) holds(p string, dir, record bool) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	r, ok := w.covering(p)
+	r, ok := w.covering(p, dir)
 	if !ok || !record {
 		return ok
 	}
@@ -300,7 +326,7 @@ func (w *writeLeases) forgetEchoes(r string) {
 // then knows p as the tree below will have it once the changes kept back
 // are stored, and no other client changes p meanwhile.
 func (c *FS) WriteLeased(p string) bool {
-	return c.leases != nil && c.leases.holds(p, false)
+	return c.leases != nil && c.leases.holds(p, c.isDir(p), false)
 }
 
 // release gives the write lease over r back once what was kept back under

@@ -445,3 +445,67 @@ func TestOwnerBehind(t *testing.T) {
 		})
 	}
 }
+
+// TestShallowLease: a client that writes in a directory where another
+// holds a write lease below gets a shallow lease over it: its new files
+// there are kept back, and the other client still sees each right after
+// its close (the server recalls the shallow lease); a change in the other
+// client's subtree, and a new directory, are not kept back.
+func TestShallowLease(t *testing.T) {
+	s := servertest.Start(t, "")
+	ctx := context.Background()
+	slow := servertest.DelayProxy(t, s.Addr, 10*time.Millisecond)
+	a := open(t, s.ClientVia(t, "a", slow), cache.Options{WriteBehind: true, LeaseIdle: time.Hour})
+	b := open(t, s.ClientVia(t, "b", slow), cache.Options{WriteBehind: true, LeaseIdle: time.Hour})
+	if err := os.MkdirAll(filepath.Join(s.Dir, "d", "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// Each knows the directories, so that a new file's absence is known.
+	for _, c := range []*cache.FS{a, b} {
+		c.Lookup(ctx, "/d/sub", "mine")
+		c.Lookup(ctx, "/d", "b0")
+	}
+	// a takes the deep lease over /d/sub with its first file there.
+	if _, err := a.Put(ctx, "/d/sub/mine", ferry.Dir{}, ferry.Whole, strings.NewReader("a's")).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if !a.WriteLeased("/d/sub/mine") {
+		t.Fatal("a holds no lease over /d/sub")
+	}
+	kept := 0
+	for i := range 5 {
+		name := fmt.Sprintf("/d/b%d", i)
+		f := b.Put(ctx, name, ferry.Dir{}, ferry.Whole, strings.NewReader(name))
+		if done(f) {
+			kept++
+		}
+		if _, err := f.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := readAll(ctx, a, name); err != nil || got != name {
+			t.Errorf("a reads %s right after b's close: %q, %v", name, got, err)
+		}
+	}
+	if kept < 3 {
+		t.Errorf("only %d of b's 5 files beside a's subtree were kept back", kept)
+	}
+	if st := b.Status(ctx); !strings.Contains(st, "shallow)") || strings.Contains(st, "(0 shallow)") {
+		t.Errorf("b's status shows no shallow lease:\n%s", st)
+	}
+	// In a's subtree, and a new directory: not b's to keep back.
+	if b.WriteLeased("/d/sub/theirs") {
+		t.Error("b's shallow lease over /d covers a file in a's /d/sub")
+	}
+	if b.WriteLeased("/d/sub") {
+		t.Error("b's shallow lease over /d covers the directory /d/sub")
+	}
+	if _, err := b.Put(ctx, "/d/sub/theirs", ferry.Dir{}, ferry.Whole, strings.NewReader("b's")).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(s.Dir, "d", "sub", "theirs")); err != nil || string(got) != "b's" {
+		t.Errorf("b's file in a's subtree was not stored at its close: %q, %v", got, err)
+	}
+	if got, err := readAll(ctx, a, "/d/sub/mine"); err != nil || got != "a's" {
+		t.Errorf("a's own file: %q, %v", got, err)
+	}
+}

@@ -85,8 +85,10 @@ type Holder struct {
 	timer   *time.Timer          // Set while a break waits: drops the holder at expiry.
 	dropped bool
 	// writes holds the roots of the holder's write leases, each with the
-	// number of the recall waiting for it, or 0.
-	writes map[string]uint64
+	// number of the recall waiting for it, or 0; shallow those of them
+	// that are shallow (ferry.WriteShallow).
+	writes  map[string]uint64
+	shallow map[string]bool
 
 	wake chan struct{} // Signalled when queue grows or the holder is dropped.
 	gone chan struct{} // Closed when the holder is dropped.
@@ -376,40 +378,54 @@ func (h *Holder) ackLocked(seq uint64) {
 	}
 }
 
-// related reports whether write leases over a and b would overlap.
-func related(a, b string) bool { return ferry.HasPrefix(a, b) || ferry.HasPrefix(b, a) }
-
 // GrantWrite gives the holder's client a write lease over the subtree at p
 // (a clean path), with its lease: it may keep its changes under p to
 // itself until the lease is recalled, released or lost. It is refused
 // while another session holds a write lease over a path above or below p,
 // and while a recall of this one over p waits: the acknowledgement that
 // ends the recall would end the lease given again.
-func (h *Holder) GrantWrite(p string) bool {
+func (h *Holder) GrantWrite(p string) ferry.WriteGrant {
 	t := h.t
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if h.dropped || h.writes[p] != 0 {
-		return false
+		return ferry.WriteRefused
 	}
+	grant := ferry.WriteDeep
 	for g := range t.holders {
 		if g.session == h.session {
 			continue
 		}
 		for w := range g.writes {
-			if related(w, p) {
-				return false
+			switch {
+			case w == p, ferry.HasPrefix(p, w) && !g.shallow[w]:
+				return ferry.WriteRefused
+			case ferry.HasPrefix(w, p):
+				// Below: the paper's downgrade to shallow control.
+				grant = ferry.WriteShallow
 			}
 		}
 	}
 	if h.writes == nil {
-		h.writes = map[string]uint64{}
+		h.writes, h.shallow = map[string]uint64{}, map[string]bool{}
 	}
 	if _, ok := h.writes[p]; !ok {
 		h.writes[p] = 0
 		t.writes++
 	}
-	return true
+	h.shallow[p] = grant == ferry.WriteShallow
+	return grant
+}
+
+// covers reports whether a write lease over w, shallow or deep, covers a
+// call on q. A shallow lease covers w and what is directly in it; the
+// client keeps back only changes of files there (see ferry.WriteShallow),
+// but a call on a directory in it may list or change its entry.
+func leaseCovers(w string, shallow bool, q string) bool {
+	if shallow {
+		return q == w || path.Dir(q) == w
+	}
+	return ferry.HasPrefix(q, w)
 }
 
 // ReleaseWrite ends the holder's write lease over p: its client stored
@@ -458,6 +474,7 @@ func (t *Table) WriteLeased(p string) bool {
 func (h *Holder) deleteWriteLocked(w string) {
 	if _, ok := h.writes[w]; ok {
 		delete(h.writes, w)
+		delete(h.shallow, w)
 		h.t.writes--
 	}
 }
@@ -488,7 +505,7 @@ func (t *Table) Recall(ctx context.Context, session string, tree bool, paths ...
 		for w := range h.writes {
 			hit := false
 			for _, q := range paths {
-				if ferry.HasPrefix(q, w) || tree && ferry.HasPrefix(w, q) {
+				if leaseCovers(w, h.shallow[w], q) || tree && ferry.HasPrefix(w, q) {
 					hit = true
 					break
 				}
@@ -541,7 +558,7 @@ func (h *Holder) Changed(p string) {
 		return
 	}
 	for w := range h.writes {
-		if ferry.HasPrefix(p, w) {
+		if leaseCovers(w, h.shallow[w], p) {
 			h.recallLocked(w, now)
 		}
 	}
@@ -635,7 +652,7 @@ func (h *Holder) dropLocked() {
 	}
 	h.dropped = true
 	h.t.writes -= uint64(len(h.writes))
-	h.writes = nil
+	h.writes, h.shallow = nil, nil
 	delete(h.t.holders, h)
 	if ps := h.t.sessions[h.session]; ps != nil {
 		if ps.holders--; ps.holders <= 0 {

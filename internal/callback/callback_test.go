@@ -2,6 +2,7 @@ package callback
 
 import (
 	"context"
+	"github.com/ferryfs/ferry"
 	"testing"
 	"time"
 )
@@ -255,39 +256,90 @@ func TestPromisesNeedLease(t *testing.T) {
 }
 
 // TestGrantWrite: a write lease is refused while another session holds one
-// above or below the path, and given to the same session over paths it
-// already holds near; it ends with release and with the lease.
+// at the path or a deep one above it, given shallow while another holds
+// one below it (the paper's downgrade), and given to the same session
+// over paths it already holds near; it ends with release and with the
+// lease.
 func TestGrantWrite(t *testing.T) {
 	tb := New(time.Minute)
 	a := tb.Hold("a", "/")
 	b := tb.Hold("b", "/")
+	c := tb.Hold("c", "/")
 	for _, tc := range []struct {
 		h    *Holder
 		path string
-		want bool
+		want ferry.WriteGrant
 	}{
-		{a, "/src", true},
-		{b, "/src/x", false}, // Below a's.
-		{b, "/", false},      // Above a's.
-		{b, "/srcx", true},   // A sibling whose name starts alike.
-		{a, "/src/y", true},  // A's own, below its own.
-		{a, "/srcx/z", false},
+		{a, "/src", ferry.WriteDeep},
+		{b, "/src/x", ferry.WriteRefused}, // Below a's deep lease.
+		{b, "/", ferry.WriteShallow},      // Above a's: its files only.
+		{c, "/", ferry.WriteRefused},      // At b's.
+		{c, "/doc", ferry.WriteDeep},      // Below b's shallow lease.
+		{b, "/srcx", ferry.WriteDeep},     // A sibling whose name starts alike.
+		{a, "/src/y", ferry.WriteDeep},    // A's own, below its own.
+		{a, "/srcx/z", ferry.WriteRefused},
 	} {
 		if got := tc.h.GrantWrite(tc.path); got != tc.want {
 			t.Errorf("%s asks for %s: granted %v, want %v", tc.h.session, tc.path, got, tc.want)
 		}
 	}
-	if n := tb.WriteLeases(); n != 3 {
-		t.Errorf("%d write leases held, want 3", n)
+	if n := tb.WriteLeases(); n != 5 {
+		t.Errorf("%d write leases held, want 5", n)
 	}
 	a.ReleaseWrite("/src")
 	a.ReleaseWrite("/src/y")
-	if !b.GrantWrite("/src/x") {
-		t.Error("a released path is still refused")
+	if got := b.GrantWrite("/src/x"); got != ferry.WriteDeep {
+		t.Errorf("a released path: granted %v, want deep", got)
 	}
 	b.Release()
+	c.Release()
 	if n := tb.WriteLeases(); n != 0 {
 		t.Errorf("%d write leases held after release and the lease's end, want 0", n)
+	}
+}
+
+// TestShallowRecall: a shallow lease is recalled by calls on its directory
+// and on what is directly in it (a walk above it too), not by calls in the
+// directories below it, which others hold.
+func TestShallowRecall(t *testing.T) {
+	tb := New(time.Minute)
+	a := tb.Hold("a", "/")
+	b := tb.Hold("b", "/")
+	if got := a.GrantWrite("/d/sub"); got != ferry.WriteDeep {
+		t.Fatalf("a asks for /d/sub: %v", got)
+	}
+	if got := b.GrantWrite("/d"); got != ferry.WriteShallow {
+		t.Fatalf("b asks for /d: %v, want shallow", got)
+	}
+	for _, tc := range []struct {
+		tree   bool
+		path   string
+		recall bool
+	}{
+		{false, "/d/sub/f", false}, // a's own, below b's.
+		{false, "/d/f", true},
+		{false, "/d", true},
+		{false, "/d/sub", true}, // An entry of /d.
+		{true, "/", true},       // A walk above.
+		{false, "/e/f", false},
+	} {
+		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+		before := tb.Recalls()
+		tb.Recall(ctx, "a", tc.tree, tc.path)
+		cancel()
+		got := tb.Recalls() > before
+		if got != tc.recall {
+			t.Errorf("a's call on %s (tree %v): recalled b's shallow lease %v, want %v", tc.path, tc.tree, got, tc.recall)
+		}
+		if got {
+			// Acknowledged, and taken again, for the next case.
+			for _, brk := range next(t, b) {
+				b.Ack(brk.Seq)
+			}
+			if g := b.GrantWrite("/d"); g != ferry.WriteShallow {
+				t.Fatalf("b asks for /d again: %v", g)
+			}
+		}
 	}
 }
 
@@ -303,7 +355,7 @@ func TestRecall(t *testing.T) {
 	}
 	tb := New(time.Minute)
 	a := tb.Hold("a", "/")
-	if !a.GrantWrite("/w") {
+	if a.GrantWrite("/w") != ferry.WriteDeep {
 		t.Fatal("not granted")
 	}
 	for _, tc := range []struct {
@@ -334,7 +386,7 @@ func TestRecall(t *testing.T) {
 	}
 	// Asked again before the recall is acknowledged: the acknowledgement
 	// would end the lease given again, so it is refused.
-	if a.GrantWrite("/w") {
+	if a.GrantWrite("/w") != ferry.WriteRefused {
 		t.Error("a write lease was given again while its recall waited")
 	}
 	a.Ack(bs[0].Seq)

@@ -937,6 +937,10 @@ type WatchEvent struct {
 	// says whether the write lease was given.
 	WriteReply   uint64 `protobuf:"varint,7,opt,name=write_reply,json=writeReply,proto3" json:"write_reply,omitempty"`
 	WriteGranted bool   `protobuf:"varint,8,opt,name=write_granted,json=writeGranted,proto3" json:"write_granted,omitempty"`
+	// write_shallow, with write_granted, says the lease is shallow: over
+	// the directory and the files directly in it, since another client
+	// holds a lease below (ferry.WriteShallow).
+	WriteShallow bool `protobuf:"varint,10,opt,name=write_shallow,json=writeShallow,proto3" json:"write_shallow,omitempty"`
 	// owners, in a Lease stream's first message, says the server gives files
 	// to other owners when asked (it has the right to): a client under a
 	// write lease may keep owner changes back from the first.
@@ -1027,6 +1031,13 @@ func (x *WatchEvent) GetWriteReply() uint64 {
 func (x *WatchEvent) GetWriteGranted() bool {
 	if x != nil {
 		return x.WriteGranted
+	}
+	return false
+}
+
+func (x *WatchEvent) GetWriteShallow() bool {
+	if x != nil {
+		return x.WriteShallow
 	}
 	return false
 }
@@ -2326,7 +2337,7 @@ const file_ferry_proto_rawDesc = "" +
 	"\x05batch\x18\x04 \x01(\fR\x05batch\x12\x12\n" +
 	"\x04zstd\x18\x05 \x01(\bR\x04zstd\":\n" +
 	"\tFindBatch\x12-\n" +
-	"\aentries\x18\x01 \x03(\v2\x13.ferry.v1.FindReplyR\aentries\"\xf1\x01\n" +
+	"\aentries\x18\x01 \x03(\v2\x13.ferry.v1.FindReplyR\aentries\"\x96\x02\n" +
 	"\n" +
 	"WatchEvent\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
@@ -2337,7 +2348,9 @@ const file_ferry_proto_rawDesc = "" +
 	"\x06recall\x18\x06 \x01(\bR\x06recall\x12\x1f\n" +
 	"\vwrite_reply\x18\a \x01(\x04R\n" +
 	"writeReply\x12#\n" +
-	"\rwrite_granted\x18\b \x01(\bR\fwriteGranted\x12\x16\n" +
+	"\rwrite_granted\x18\b \x01(\bR\fwriteGranted\x12#\n" +
+	"\rwrite_shallow\x18\n" +
+	" \x01(\bR\fwriteShallow\x12\x16\n" +
 	"\x06owners\x18\t \x01(\bR\x06owners\"\xa7\x01\n" +
 	"\bLeaseMsg\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x10\n" +

@@ -186,7 +186,7 @@ func (c *Client) lease(ctx context.Context, p string, send func(ferry.Event) err
 			continue
 		}
 		if m.WriteReply != 0 {
-			ls.reply(m.WriteReply, m.WriteGranted)
+			ls.reply(m.WriteReply, m.WriteGranted, m.WriteShallow)
 			continue
 		}
 		if m.Recall {
@@ -227,18 +227,26 @@ type leaseStream struct {
 // writeReq is a write lease request waiting for its answer.
 type writeReq struct {
 	path    string
-	ch      chan bool
+	ch      chan ferry.WriteGrant
 	revoked bool // Recalled before it was answered.
 }
 
 // reply delivers the server's answer to write lease request n.
-func (ls *leaseStream) reply(n uint64, granted bool) {
+func (ls *leaseStream) reply(n uint64, granted, shallow bool) {
 	ls.mu.Lock()
 	r := ls.replies[n]
 	delete(ls.replies, n)
 	ls.mu.Unlock()
-	if r != nil {
-		r.ch <- granted && !r.revoked
+	if r == nil {
+		return
+	}
+	switch {
+	case !granted || r.revoked:
+		r.ch <- ferry.WriteRefused
+	case shallow:
+		r.ch <- ferry.WriteShallow
+	default:
+		r.ch <- ferry.WriteDeep
 	}
 }
 
@@ -269,17 +277,17 @@ func (c *Client) stream(p string) *leaseStream {
 // of a path at or above p: without one, or from a server without write
 // leases (which never answers the request; it is given up after the
 // client's call bound), no lease is given.
-func (c *Client) WriteLease(ctx context.Context, p string) (bool, error) {
+func (c *Client) WriteLease(ctx context.Context, p string) (ferry.WriteGrant, error) {
 	const op = "remote.WriteLease"
 	p, err := ferry.CleanPath(p)
 	if err != nil {
-		return false, err
+		return ferry.WriteRefused, err
 	}
 	ls := c.stream(p)
 	if ls == nil {
-		return false, nil
+		return ferry.WriteRefused, nil
 	}
-	ch := make(chan bool, 1)
+	ch := make(chan ferry.WriteGrant, 1)
 	ls.mu.Lock()
 	ls.seq++
 	n := ls.seq
@@ -293,21 +301,21 @@ func (c *Client) WriteLease(ctx context.Context, p string) (bool, error) {
 	select {
 	case ls.out <- &proto.LeaseMsg{WriteReq: n, WritePath: p}:
 	case <-ls.ctx.Done():
-		return false, nil
+		return ferry.WriteRefused, nil
 	case <-ctx.Done():
-		return false, ferry.E(op, p, ferry.KindCanceled, ctx.Err())
+		return ferry.WriteRefused, ferry.E(op, p, ferry.KindCanceled, ctx.Err())
 	}
 	bound := time.NewTimer(c.resumeFor)
 	defer bound.Stop()
 	select {
-	case granted := <-ch:
-		return granted, nil
+	case grant := <-ch:
+		return grant, nil
 	case <-ls.ctx.Done():
-		return false, nil
+		return ferry.WriteRefused, nil
 	case <-bound.C:
-		return false, ferry.E(op, p, ferry.KindUnavailable, "no answer from the server")
+		return ferry.WriteRefused, ferry.E(op, p, ferry.KindUnavailable, "no answer from the server")
 	case <-ctx.Done():
-		return false, ferry.E(op, p, ferry.KindCanceled, ctx.Err())
+		return ferry.WriteRefused, ferry.E(op, p, ferry.KindCanceled, ctx.Err())
 	}
 }
 

@@ -127,17 +127,19 @@ func (h *handler) changed(ctx context.Context, err error, cs ...callback.Change)
 // recalls the lease before the answer is sent is answered on the stream
 // before it; the client then takes the lease as refused.
 func (h *handler) grantWrite(ctx context.Context, lease *callback.Holder, root string, m *proto.LeaseMsg, out chan<- *proto.WatchEvent) {
-	granted := false
+	grant := ferry.WriteRefused
 	if p, err := ferry.CleanPath(m.WritePath); err == nil && ferry.HasPrefix(p, root) && h.control(ctx, p) {
-		if granted = lease.GrantWrite(p); granted {
+		if grant = lease.GrantWrite(p); grant != ferry.WriteRefused {
+			// A shallow lease breaks the whole subtree too: simpler,
+			// and the clients below hold their own leases anyway.
 			if err := h.s.leases.Break(ctx, h.session(ctx), callback.Change{Path: p, Tree: true}); err != nil {
 				lease.ReleaseWrite(p)
-				granted = false
+				grant = ferry.WriteRefused
 			}
 		}
 	}
 	select {
-	case out <- &proto.WatchEvent{WriteReply: m.WriteReq, WriteGranted: granted}:
+	case out <- &proto.WatchEvent{WriteReply: m.WriteReq, WriteGranted: grant != ferry.WriteRefused, WriteShallow: grant == ferry.WriteShallow}:
 	case <-ctx.Done():
 	}
 }

@@ -151,11 +151,11 @@ func TestUploadMemoryBounded(t *testing.T) {
 	}()
 	// The lease is held with the watch, once the watch is in place.
 	for start := time.Now(); ; time.Sleep(10 * time.Millisecond) {
-		ok, err := holder.WriteLease(ctx(t), "/d")
+		grant, err := holder.WriteLease(ctx(t), "/d")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if ok {
+		if grant == ferry.WriteDeep {
 			break
 		}
 		if time.Since(start) > 5*time.Second {
