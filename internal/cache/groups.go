@@ -15,6 +15,9 @@ import (
 const (
 	groupBytes = proto.CommitInline / 2
 	groupOps   = proto.CommitChanges / 4
+	// groupRateFloor is the slowest link, in bytes a second, a group's
+	// deadline allows for its data (1 Mbit/s).
+	groupRateFloor = 1_000_000 / 8
 )
 
 // flush sends the queued ops in groups, one group at a time, in the order
@@ -103,7 +106,14 @@ func (op *wbOp) hurried() bool {
 // waits for the group's Commit; the next call starts once it recorded, so
 // that the group holds the changes in the order the ops were made.
 func (w *writeback) runGroup(cut []*wbOp) {
-	ctx, cancel := context.WithTimeout(context.Background(), w.timeout)
+	// The group's deadline is a call's, and as long again as its data
+	// takes at groupRateFloor: a group carries up to groupBytes, which a
+	// slow link takes longer than a call's bound to send.
+	var size int64
+	for _, op := range cut {
+		size += op.size
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), w.timeout+time.Duration(size)*time.Second/groupRateFloor)
 	defer cancel()
 	g := w.grouper.Group()
 	ended := make(chan struct{}, len(cut))
