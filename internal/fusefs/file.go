@@ -188,7 +188,7 @@ func (s snapshot) Snapshot() []byte { return s.b }
 
 // handle is an open file.
 type handle struct {
-	n  *node
+	n  *fileNode
 	wb *wbuf // Set for a descriptor open for writing.
 	// exec is set for the open of a program being executed (execve).
 	exec bool
@@ -215,7 +215,7 @@ var (
 // from the server, keeping the kernel's cached pages only if the file has
 // not changed since the last open.
 func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	n := &f.node
+	n := f
 	trunc := flags&syscall.O_TRUNC != 0
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY || trunc {
 		// A file being executed is not written, as on a local disk. The
@@ -256,7 +256,7 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 const fmodeExec = 0x20
 
 // openRead opens the file for reading only.
-func (n *node) openRead(ctx context.Context) (*handle, uint32, syscall.Errno) {
+func (n *fileNode) openRead(ctx context.Context) (*handle, uint32, syscall.Errno) {
 	if n.hasBuffer() {
 		return &handle{n: n, r: &stream{n: n}}, fuse.FOPEN_KEEP_CACHE, 0
 	}
@@ -301,7 +301,7 @@ func (n *node) openRead(ctx context.Context) (*handle, uint32, syscall.Errno) {
 }
 
 // openWrite returns the node's buffer, making and loading it if needed.
-func (n *node) openWrite(ctx context.Context, trunc bool) (*wbuf, syscall.Errno) {
+func (n *fileNode) openWrite(ctx context.Context, trunc bool) (*wbuf, syscall.Errno) {
 	n.mu.Lock()
 	wb := n.shareLocked(trunc)
 	n.mu.Unlock()
@@ -376,7 +376,7 @@ func (n *node) openWrite(ctx context.Context, trunc bool) (*wbuf, syscall.Errno)
 
 // shareLocked returns the node's buffer, if it has one, for one more
 // descriptor, truncated with trunc. n.mu is held.
-func (n *node) shareLocked(trunc bool) *wbuf {
+func (n *fileNode) shareLocked(trunc bool) *wbuf {
 	if n.wb == nil {
 		return nil
 	}
@@ -392,7 +392,7 @@ func (n *node) shareLocked(trunc bool) *wbuf {
 // Options.WriteBack it is stored in the background instead, where it can.
 // Either way it reports a background store of the file that failed since
 // the last flush.
-func (n *node) flush(ctx context.Context) syscall.Errno {
+func (n *fileNode) flush(ctx context.Context) syscall.Errno {
 	n.mu.Lock()
 	wb := n.wb
 	n.mu.Unlock()
@@ -600,7 +600,7 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 // stream reads a file with one Get from the offset read, and keeps reading
 // ahead of the kernel in the background so the link stays busy.
 type stream struct {
-	n *node
+	n *fileNode
 
 	mu     sync.Mutex
 	ch     chan chunk

@@ -29,8 +29,18 @@ type node struct {
 	s *Server
 
 	mu   sync.Mutex
-	wb   *wbuf     // The write buffer, while the file is open for writing.
 	last ferry.Dir // The last attributes reported, for a node that is gone.
+}
+
+// dirNode is a directory: lookups, listings, and the calls that make,
+// remove and rename the names in it.
+type dirNode struct{ node }
+
+// fileNode is a regular file, which opens. Its fields are guarded by
+// node.mu.
+type fileNode struct {
+	node
+	wb *wbuf // The write buffer, while the file is open for writing.
 	// seen is the mtime and size at the last open, to tell whether the
 	// kernel's cached pages may be kept.
 	seenMtime string
@@ -39,12 +49,31 @@ type node struct {
 	execs int
 }
 
-// dirNode is a directory: lookups, listings, and the calls that make,
-// remove and rename the names in it.
-type dirNode struct{ node }
+// file returns the node as a regular file's, or nil.
+func (n *node) file() *fileNode {
+	f, _ := n.Operations().(*fileNode)
+	return f
+}
 
-// fileNode is a regular file, which opens.
-type fileNode struct{ node }
+// storeBuffer stores a file's write buffer (fileNode.flush); other nodes
+// have none.
+func (n *node) storeBuffer(ctx context.Context) syscall.Errno {
+	if f := n.file(); f != nil {
+		return f.flush(ctx)
+	}
+	return 0
+}
+
+// buffer returns the write buffer of a file's node while it has one.
+func (n *node) buffer() *wbuf {
+	f := n.file()
+	if f == nil {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return f.wb
+}
 
 // linkNode is a symbolic link, which reads.
 type linkNode struct{ node }
@@ -88,7 +117,7 @@ func newNode(s *Server, mode uint32) (fs.InodeEmbedder, *node) {
 		d := &dirNode{node{s: s}}
 		return d, &d.node
 	case syscall.S_IFREG:
-		f := &fileNode{node{s: s}}
+		f := &fileNode{node: node{s: s}}
 		return f, &f.node
 	case syscall.S_IFLNK:
 		l := &linkNode{node{s: s}}
@@ -206,10 +235,7 @@ func fillAttr(d ferry.Dir, out *fuse.Attr) {
 // attrs returns the node's current attributes: those of its write buffer
 // while it has one, else the cache's (or the server's).
 func (n *node) attrs(ctx context.Context) (ferry.Dir, syscall.Errno) {
-	n.mu.Lock()
-	wb := n.wb
-	n.mu.Unlock()
-	if wb != nil {
+	if wb := n.buffer(); wb != nil {
 		d := wb.attrs()
 		n.remember(d)
 		return d, 0
@@ -237,11 +263,8 @@ func (n *node) attrs(ctx context.Context) (ferry.Dir, syscall.Errno) {
 
 // relinked records that n, stored, got another name: d describes it.
 func (n *node) relinked(d ferry.Dir) {
-	n.mu.Lock()
-	wb := n.wb
-	n.last = d
-	n.mu.Unlock()
-	if wb != nil {
+	n.remember(d)
+	if wb := n.buffer(); wb != nil {
 		wb.relinked(d)
 	}
 }
@@ -333,18 +356,12 @@ func (dn *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 	return c, 0
 }
 
-func (n *node) hasBuffer() bool {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return n.wb != nil
-}
+func (n *node) hasBuffer() bool { return n.buffer() != nil }
 
 // namedBuffer reports whether the node has a buffer that a name still
 // leads to: not one whose file was removed, replaced or never stored.
 func (n *node) namedBuffer() bool {
-	n.mu.Lock()
-	wb := n.wb
-	n.mu.Unlock()
+	wb := n.buffer()
 	if wb == nil {
 		return false
 	}
@@ -399,10 +416,7 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 // belong: in the node's buffer while it has one (all of them for a file
 // not yet stored, which takes them with its first Put), and on the server.
 func (n *node) change(ctx context.Context, fh fs.FileHandle, want ferry.Dir, hasSize bool, size int64) syscall.Errno {
-	n.mu.Lock()
-	wb := n.wb
-	n.mu.Unlock()
-	if wb != nil {
+	if wb := n.buffer(); wb != nil {
 		if e := wb.setattr(want, hasSize, size); e != 0 {
 			return e
 		}
@@ -414,7 +428,7 @@ func (n *node) change(ctx context.Context, fh fs.FileHandle, want ferry.Dir, has
 		// truncate(2) by path, unlike ftruncate(2) on a descriptor
 		// open for writing, is done when it returns.
 		if h, ok := fh.(*handle); hasSize && (!ok || h.wb == nil) {
-			if e := n.flush(ctx); e != 0 {
+			if e := n.storeBuffer(ctx); e != 0 {
 				return e
 			}
 		}
@@ -609,12 +623,11 @@ func (dn *dirNode) Create(ctx context.Context, name string, flags uint32, mode u
 		return nil, nil, 0, errno(err)
 	}
 	wb.created, wb.dirty, wb.set, wb.refs, wb.mtime = true, true, set, 1, now
-	op, cn := newNode(n.s, syscall.S_IFREG)
-	cn.wb = wb
-	c := n.NewInode(ctx, op, fs.StableAttr{Mode: syscall.S_IFREG, Ino: n.s.ino(p, true)})
+	f := &fileNode{node: node{s: n.s}, wb: wb}
+	c := n.NewInode(ctx, f, fs.StableAttr{Mode: syscall.S_IFREG, Ino: n.s.ino(p, true)})
 	n.s.cache.Created(d)
 	n.entryOut(c, d, out)
-	return c, &handle{n: cn, wb: wb}, 0, 0
+	return c, &handle{n: f, wb: wb}, 0, 0
 }
 
 // Mknod implements fs.NodeMknoder: empty regular files, FIFOs, sockets and
@@ -746,19 +759,14 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 // unstored reports whether the node is a file created here whose first
 // Put has not happened.
 func (n *node) unstored() bool {
-	n.mu.Lock()
-	wb := n.wb
-	n.mu.Unlock()
+	wb := n.buffer()
 	return wb != nil && wb.isCreated()
 }
 
 // orphan marks the node's buffer as belonging to no path: it is never
 // stored, though open descriptors can go on using it.
 func (n *node) orphan() {
-	n.mu.Lock()
-	wb := n.wb
-	n.mu.Unlock()
-	if wb != nil {
+	if wb := n.buffer(); wb != nil {
 		wb.mu.Lock()
 		wb.unlinked = true
 		wb.mu.Unlock()
@@ -795,7 +803,7 @@ func (dn *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEm
 		// A file not yet stored is stored first, so there is
 		// something to move.
 		if src.unstored() {
-			if e := src.flush(cctx); e != 0 {
+			if e := src.storeBuffer(cctx); e != 0 {
 				return e
 			}
 		}
@@ -807,7 +815,7 @@ func (dn *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEm
 	if dst != nil && dst.unstored() {
 		// The target exists only here: store it, so that the Move
 		// fails or replaces as POSIX says.
-		if e := dst.flush(cctx); e != 0 {
+		if e := dst.storeBuffer(cctx); e != 0 {
 			return e
 		}
 	}
@@ -861,7 +869,7 @@ func (dn *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name strin
 	}
 	// The server must hold the file, and what was written to it, before
 	// it has two names: from then on the buffer is stored in place.
-	if e := tn.flush(ctx); e != 0 {
+	if e := tn.storeBuffer(ctx); e != 0 {
 		return nil, e
 	}
 	p := path.Join(dir, name)
@@ -898,7 +906,7 @@ func (l *linkNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 // waited for.
 func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
 	if h, ok := fh.(*handle); ok && h.wb != nil {
-		if e := n.flush(ctx); e != 0 {
+		if e := h.n.flush(ctx); e != 0 {
 			return e
 		}
 	}
