@@ -41,6 +41,7 @@ type group struct {
 	committed bool
 	// newDirs are the directories the group makes (see made).
 	newDirs map[string]bool
+	stages  int // Puts staged, which number their keys.
 	// staging counts the staged puts under way; stageErr is the first
 	// that failed, which fails the group.
 	staging  sync.WaitGroup
@@ -143,7 +144,8 @@ func (g *group) Put(ctx context.Context, p string, d ferry.Dir, off int64, data 
 	// for it.
 	ch.Data = nil
 	g.mu.Lock()
-	ch.Staged = fmt.Sprintf("%s/%d", g.id, len(g.changes))
+	g.stages++
+	ch.Staged = fmt.Sprintf("%s/%d", g.id, g.stages)
 	g.mu.Unlock()
 	f := g.record(ch)
 	g.staging.Add(1)
