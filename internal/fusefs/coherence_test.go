@@ -131,14 +131,28 @@ func TestNegativeEntries(t *testing.T) {
 	writeFile(t, filepath.Join(dir, "d", "a"), "a")
 	mnt, s := mountFS(t, tree, Options{})
 	nope := filepath.Join(mnt, "d", "nope")
-	for i := range 3 {
-		before := s.kernel.lookups.Load()
-		if _, err := os.Stat(nope); !os.IsNotExist(err) {
-			t.Fatalf("stat %d of a missing name: %v, want no such file", i, err)
+	// As in TestDirCache, something now and then makes the kernel drop
+	// what it holds for d once, early: the check is made up to three
+	// times, and one run in which the kernel answered itself shows it
+	// keeps the answer.
+	var came []string
+	for range 3 {
+		came = came[:0]
+		for i := range 3 {
+			before := s.kernel.lookups.Load()
+			if _, err := os.Stat(nope); !os.IsNotExist(err) {
+				t.Fatalf("stat %d of a missing name: %v, want no such file", i, err)
+			}
+			if n := s.kernel.lookups.Load() - before; i > 0 && n != 0 {
+				came = append(came, fmt.Sprintf("stat %d of a missing name came to the mount %d times", i, n))
+			}
 		}
-		if n := s.kernel.lookups.Load() - before; i > 0 && n != 0 {
-			t.Errorf("stat %d of a missing name came to the mount %d times, want 0 (the kernel keeps the answer)", i, n)
+		if len(came) == 0 {
+			break
 		}
+	}
+	for _, c := range came {
+		t.Errorf("%s, want 0 (the kernel keeps the answer)", c)
 	}
 	writeFile(t, filepath.Join(dir, "d", "nope"), "here")
 	if !waitFor(5*time.Second, func() bool { _, err := os.Stat(nope); return err == nil }) {
