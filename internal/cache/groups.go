@@ -73,6 +73,11 @@ func (w *writeback) flush() {
 			t.Stop()
 			continue
 		}
+		// A change of several ops is queued whole before a cut: the lock
+		// is taken without w.mu, then the queue read again.
+		w.mu.Unlock()
+		w.cutting.Lock()
+		w.mu.Lock()
 		var cut []*wbOp
 		var bytes int64
 		for len(w.queue) > 0 && len(cut) < groupOps && (len(cut) == 0 || bytes+w.queue[0].size <= groupBytes) {
@@ -83,6 +88,10 @@ func (w *writeback) flush() {
 			cut = append(cut, op)
 		}
 		w.mu.Unlock()
+		w.cutting.Unlock()
+		if len(cut) == 0 {
+			continue
+		}
 		w.runGroup(cut)
 	}
 }

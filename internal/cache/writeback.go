@@ -54,8 +54,13 @@ type writeback struct {
 	// them; followed counts changes made at once that had to wait for
 	// ops kept back (follow).
 	groups, grouped, followed atomic.Int64
-	stop                      chan struct{} // Closed by close: flush ends.
-	flusher                   sync.Once
+	// cutting is held for writing while flush cuts a group, and for
+	// reading by a change made of more than one op (a rename of a file
+	// whose store has not started: its removal and the store under the
+	// new name), so that no group holds one without the other.
+	cutting sync.RWMutex
+	stop    chan struct{} // Closed by close: flush ends.
+	flusher sync.Once
 }
 
 type wbOp struct {

@@ -519,6 +519,17 @@ func (c *FS) moveBehind(ctx context.Context, from, to string) (*ferry.Future[fer
 	fromGen := c.nextGen(from)
 	gen := c.nextGen(to)
 	var moved *fileStore
+	// The rename of a file whose store has not started is two ops, the
+	// store's removal and a store under the new name: no group may be
+	// cut between them.
+	hold := c.wback.cutting.RLocker()
+	hold.Lock()
+	held := true
+	defer func() {
+		if held {
+			hold.Unlock()
+		}
+	}()
 	if !base.IsDir() {
 		// A file whose store has not started is stored under its new
 		// name instead (configure's mv conftest.er1 conftest.err).
@@ -550,7 +561,10 @@ func (c *FS) moveBehind(ctx context.Context, from, to string) (*ferry.Future[fer
 			d[ferry.AttrMode] = base[ferry.AttrMode]
 		}
 		f := &fileStore{d: d, buf: moved.buf, gen: gen, creates: toCreates}
-		if !c.queueFile(to, f) {
+		queued := c.queueFile(to, f)
+		hold.Unlock()
+		held = false
+		if !queued {
 			// The budget is full: stored at once, after what it
 			// must follow.
 			if err := c.wback.follow(ctx, to); err != nil {
