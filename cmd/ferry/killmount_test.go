@@ -1,15 +1,12 @@
 package main
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -32,24 +29,8 @@ func killedMount(t *testing.T, round int) {
 	if err := os.Mkdir(filepath.Join(e.dir, "d"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	mnt := t.TempDir()
-	cmd := exec.Command(ferryBin, "mount", "--foreground", e.at("/"), mnt)
-	cmd.Env = e.environ()
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		cmd.Wait()
-		if mounted(t, mnt) {
-			syscall.Unmount(mnt, syscall.MNT_DETACH)
-		}
-	})
-	if !waitFor(20*time.Second, func() bool { return mounted(t, mnt) }) {
-		t.Fatalf("not mounted:\n%s", stderr.String())
-	}
+	m := mountForeground(t, e)
+	mnt, stderr := m.dir, m.stderr
 	// The program's states: each a listing of the directory, name=content.
 	files := map[string]string{}
 	state := func() string {
@@ -93,8 +74,8 @@ func killedMount(t *testing.T, round int) {
 		}
 		time.Sleep(time.Duration(rng.IntN(30)) * time.Millisecond)
 	}
-	cmd.Process.Kill()
-	cmd.Wait()
+	m.cmd.Process.Kill()
+	<-m.exited
 	// What the server took before the kill lands; then its tree is quiet.
 	read := func() string {
 		ents, err := os.ReadDir(filepath.Join(e.dir, "d"))

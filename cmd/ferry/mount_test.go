@@ -57,6 +57,44 @@ func alive(pid int) bool {
 	return ok && !strings.HasPrefix(rest, "Z")
 }
 
+// fgMount is a ferry mount --foreground the test started.
+type fgMount struct {
+	dir    string // The mount point.
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	exited chan struct{} // Closed once the process exited; err is set then.
+	err    error
+}
+
+// mountForeground mounts the root of e's tree with ferry mount
+// --foreground at a new directory, returns once it is mounted, and kills
+// and unmounts it when the test ends if it is still there.
+func mountForeground(t *testing.T, e *env) *fgMount {
+	t.Helper()
+	m := &fgMount{dir: t.TempDir(), stderr: &bytes.Buffer{}, exited: make(chan struct{})}
+	m.cmd = exec.Command(ferryBin, "mount", "--foreground", e.at("/"), m.dir)
+	m.cmd.Env = e.environ()
+	m.cmd.Stderr = m.stderr
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		m.err = m.cmd.Wait()
+		close(m.exited)
+	}()
+	t.Cleanup(func() {
+		m.cmd.Process.Kill()
+		<-m.exited
+		if mounted(t, m.dir) {
+			syscall.Unmount(m.dir, syscall.MNT_DETACH)
+		}
+	})
+	if !waitFor(20*time.Second, func() bool { return mounted(t, m.dir) }) {
+		t.Fatalf("not mounted:\n%s", m.stderr.String())
+	}
+	return m
+}
+
 // mountPoint returns a new empty directory to mount on, unmounted when
 // the test ends if a test's mount is still there.
 func mountPoint(t *testing.T) string {
@@ -226,33 +264,16 @@ func TestMountForegroundSIGTERM(t *testing.T) {
 	needMount(t)
 	e := start(t)
 	writeTree(t, e.dir, map[string]string{"f": "f"})
-	mnt := t.TempDir()
-	cmd := exec.Command(ferryBin, "mount", "--foreground", e.at("/"), mnt)
-	cmd.Env = e.environ()
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		if mounted(t, mnt) {
-			syscall.Unmount(mnt, syscall.MNT_DETACH)
-		}
-	})
-	if !waitFor(20*time.Second, func() bool { return mounted(t, mnt) }) {
-		t.Fatalf("not mounted:\n%s", stderr.String())
-	}
+	m := mountForeground(t, e)
+	mnt := m.dir
 	if b, err := os.ReadFile(filepath.Join(mnt, "f")); err != nil || string(b) != "f" {
 		t.Errorf("read: %q %v", b, err)
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	m.cmd.Process.Signal(syscall.SIGTERM)
 	select {
-	case err := <-done:
-		if err != nil {
-			t.Errorf("ferry mount exited with %v on SIGTERM:\n%s", err, stderr.String())
+	case <-m.exited:
+		if m.err != nil {
+			t.Errorf("ferry mount exited with %v on SIGTERM:\n%s", m.err, m.stderr.String())
 		}
 	case <-time.After(20 * time.Second):
 		t.Fatalf("ferry mount did not exit on SIGTERM")

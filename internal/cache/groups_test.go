@@ -1,7 +1,6 @@
 package cache_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io/fs"
@@ -199,8 +198,6 @@ func killedRound(t *testing.T, round int, opt cache.Options) bool {
 	t.Errorf("cut at %s: the server shows a state the holder never had:\n  %s\nthe holder's states:\n%s", cutAt, got, b.String())
 	return false
 }
-
-var _ = bytes.NewReader
 
 // TestListingAfterKeptBackRename: a listing fetched while a rename is kept
 // back does not bring back the old name from the server, which still has

@@ -3,8 +3,6 @@ package remote
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"path"
@@ -27,9 +25,7 @@ var _ ferry.Grouper = (*Client)(nil)
 // put that sends only the chunks the server lacks. A server that predates
 // Commit gets the changes one call each, in order, at Commit.
 func (c *Client) Group() ferry.Group {
-	var id [16]byte
-	rand.Read(id[:])
-	return &group{c: c, id: hex.EncodeToString(id[:]), done: make(chan struct{})}
+	return &group{c: c, id: randomID(), done: make(chan struct{})}
 }
 
 type group struct {

@@ -19,10 +19,14 @@ import (
 // changes do not break its own lease (proto.SessionHeader).
 type session string
 
-func newSession() session {
+func newSession() session { return session(randomID()) }
+
+// randomID returns 128 random bits in hex: a name no other client draws
+// (a session, a resumable upload, a group of changes).
+func randomID() string {
 	var b [16]byte
 	rand.Read(b[:])
-	return session(hex.EncodeToString(b[:]))
+	return hex.EncodeToString(b[:])
 }
 
 func (s session) GetRequestMetadata(context.Context, ...string) (map[string]string, error) {

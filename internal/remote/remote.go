@@ -13,9 +13,7 @@ package remote
 import (
 	"context"
 	"crypto/ed25519"
-	"crypto/rand"
 	"crypto/x509"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -695,9 +693,7 @@ func (c *Client) waitBusy(ctx context.Context, deadline *time.Time) bool {
 // each break asks the server how much it holds and sends the rest.
 func (c *Client) putResumable(ctx context.Context, p string, d ferry.Dir, rs io.ReadSeeker, start, size int64) (ferry.Dir, error) {
 	const op = "remote.Put"
-	var idb [16]byte
-	rand.Read(idb[:])
-	id := hex.EncodeToString(idb[:])
+	id := randomID()
 	var at int64
 	var deadline time.Time
 	var opts []grpc.CallOption
