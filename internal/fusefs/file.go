@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"path"
 	"sync"
 	"syscall"
 	"time"
@@ -36,6 +37,11 @@ type wbuf struct {
 	// the lowest offset written or truncated to since (contentLocked).
 	snap []byte
 	low  int64
+	// movedParent and movedName are the file's name from a rename until
+	// go-fuse's tree has it, which go-fuse updates only after the
+	// rename's call returns (see fileNode.pathLocked).
+	movedParent *fs.Inode
+	movedName   string
 }
 
 func newWbuf(dir string, base ferry.Dir) (*wbuf, error) {
@@ -396,17 +402,23 @@ func (n *fileNode) flush(ctx context.Context) syscall.Errno {
 	n.mu.Lock()
 	wb := n.wb
 	n.mu.Unlock()
-	p, ok := n.path()
+	if wb == nil {
+		if p, ok := n.path(); ok {
+			return errno(n.s.cache.Failed(p))
+		}
+		return 0
+	}
+	// The path is taken under the buffer's lock, which an unlink or a
+	// rename of the file holds across its call: a store never lands
+	// under a name the file no longer has.
+	wb.mu.Lock()
+	defer wb.mu.Unlock()
+	p, ok := n.pathLocked(wb)
 	if ok {
 		if err := n.s.cache.Failed(p); err != nil {
 			return errno(err)
 		}
 	}
-	if wb == nil {
-		return 0
-	}
-	wb.mu.Lock()
-	defer wb.mu.Unlock()
 	if !wb.dirty || wb.unlinked {
 		return 0
 	}
@@ -487,6 +499,20 @@ func (n *fileNode) flush(ctx context.Context) syscall.Errno {
 	return 0
 }
 
+// pathLocked is the file's path as a store of wb must use it: the name a
+// rename gave it even before go-fuse's tree has it. wb.mu is held.
+func (n *fileNode) pathLocked(wb *wbuf) (string, bool) {
+	if wb.movedParent != nil {
+		name, parent := n.Parent()
+		if parent != wb.movedParent || name != wb.movedName {
+			dir, ok := nodeOf(wb.movedParent).path()
+			return path.Join(dir, wb.movedName), ok
+		}
+		wb.movedParent = nil
+	}
+	return n.path()
+}
+
 // forgetUnstored forgets the file at p, whose store failed, in the cache
 // and the kernel: this mount shows what the server has. It waits up to
 // wait for the kernel to take the notice, which is sent from a goroutine
@@ -561,7 +587,11 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 }
 
 // Release implements fs.FileReleaser: the last descriptor of a buffer
-// stores what is left (a flush failed earlier) and drops it.
+// stores what is left (a flush failed earlier, or a shared mapping wrote
+// after the close) and drops it. An earlier one stores nothing: what the
+// others wrote since its close is theirs to store on their own close (the
+// kernel sends a release late, and a store then could land after an
+// unlink of the file).
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	h.mu.Lock()
 	r := h.r
@@ -577,13 +607,17 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	if h.wb == nil {
 		return 0
 	}
-	e := h.n.flush(ctx)
-	if e != 0 {
-		h.n.s.log.Error("a file's changes are lost: storing failed on last close", "errno", e)
+	h.n.mu.Lock()
+	last := h.wb.refs == 1
+	h.n.mu.Unlock()
+	if last {
+		if e := h.n.flush(ctx); e != 0 {
+			h.n.s.log.Error("a file's changes are lost: storing failed on last close", "errno", e)
+		}
 	}
 	h.n.mu.Lock()
 	h.wb.refs--
-	last := h.wb.refs == 0
+	last = h.wb.refs == 0
 	if last && h.n.wb == h.wb {
 		h.n.wb = nil
 	}

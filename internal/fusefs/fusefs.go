@@ -119,6 +119,10 @@ type Options struct {
 	// (remote.Config.ResumeFor) should not be longer: ferry mount
 	// --timeout sets both.
 	CallTimeout time.Duration
+
+	// beforeNameChange, if set, runs as an unlink or a rename of p is
+	// about to be sent: tests widen races with it.
+	beforeNameChange func(p string)
 }
 
 // Server is a mounted tree.

@@ -723,8 +723,18 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 	if c := n.GetChild(name); c != nil {
 		cn = nodeOf(c)
 	}
-	if cn != nil && cn.unstored() {
-		cn.orphan()
+	// The buffer's lock is held across the removal, so that no store of
+	// it lands after it (see fileNode.flush).
+	wb := cn.lockBuffer()
+	unlock := func() {
+		if wb != nil {
+			wb.mu.Unlock()
+		}
+	}
+	if wb != nil && wb.created && !wb.unlinked {
+		// Never stored: only forgotten.
+		wb.unlinked = true
+		unlock()
 		n.s.cache.Discard(p)
 		n.s.dropIno(p)
 		return 0
@@ -735,9 +745,13 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 	}
 	cctx, cancel := n.s.ctx(ctx)
 	defer cancel()
+	if n.s.opt.beforeNameChange != nil {
+		n.s.opt.beforeNameChange(p)
+	}
 	// With write-back a file's removal may go in the background, after
 	// the calls on it before it (see cache.FS.Remove).
 	if _, err := n.s.cache.Remove(cctx, p).Wait(); err != nil {
+		unlock()
 		return errno(err)
 	}
 	// A file with other names lives on under them: its buffer, if open,
@@ -745,9 +759,12 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 	// a node with a buffer for its attributes, and a descriptor's late
 	// release may keep the buffer past this).
 	n.s.cache.LinkChanged(known)
-	if cn != nil && (known == nil || !known.Linked()) {
-		cn.orphan()
-	} else if cn != nil {
+	orphaned := cn != nil && (known == nil || !known.Linked())
+	if orphaned && wb != nil {
+		wb.unlinked = true
+	}
+	unlock()
+	if cn != nil && !orphaned {
 		d := known.Clone()
 		d.SetInt(ferry.AttrNlink, known.Int(ferry.AttrNlink)-1)
 		cn.relinked(d)
@@ -756,21 +773,24 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 	return 0
 }
 
+// lockBuffer locks the write buffer of n, a file's node, and returns it, or
+// nil if n is nil or has none.
+func (n *node) lockBuffer() *wbuf {
+	if n == nil {
+		return nil
+	}
+	wb := n.buffer()
+	if wb != nil {
+		wb.mu.Lock()
+	}
+	return wb
+}
+
 // unstored reports whether the node is a file created here whose first
 // Put has not happened.
 func (n *node) unstored() bool {
 	wb := n.buffer()
 	return wb != nil && wb.isCreated()
-}
-
-// orphan marks the node's buffer as belonging to no path: it is never
-// stored, though open descriptors can go on using it.
-func (n *node) orphan() {
-	if wb := n.buffer(); wb != nil {
-		wb.mu.Lock()
-		wb.unlinked = true
-		wb.mu.Unlock()
-	}
 }
 
 // Rename implements fs.NodeRenamer with Move. RENAME_NOREPLACE is checked
@@ -832,15 +852,39 @@ func (dn *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEm
 	if dst != nil {
 		replaced = dst.lastAttrs()
 	}
+	// The buffers' locks are held across the Move, so that no store of
+	// either lands under a name it no longer has (see fileNode.flush).
+	// The kernel holds both files' locks across a rename, so two renames
+	// never take these in opposite orders.
+	sw := src.lockBuffer()
+	var dw *wbuf
+	if dst != src {
+		dw = dst.lockBuffer()
+	}
+	unlock := func() {
+		for _, wb := range []*wbuf{sw, dw} {
+			if wb != nil {
+				wb.mu.Unlock()
+			}
+		}
+	}
+	if n.s.opt.beforeNameChange != nil {
+		n.s.opt.beforeNameChange(from)
+	}
 	d, err := n.s.cache.Move(cctx, from, to).Wait()
 	if err != nil {
+		unlock()
 		return errno(err)
 	}
 	// A replaced file with other names lost one.
 	n.s.cache.LinkChanged(replaced)
-	if dst != nil && dst != src {
-		dst.orphan()
+	if dw != nil {
+		dw.unlinked = true
 	}
+	if sw != nil {
+		sw.movedParent, sw.movedName = np.EmbeddedInode(), newName
+	}
+	unlock()
 	n.s.moveIno(from, to)
 	if src != nil {
 		src.remember(d)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -406,4 +407,79 @@ func appendLine(t *testing.T, p string, i int) string {
 		t.Fatal(err)
 	}
 	return line
+}
+
+// TestStoreBesideNameChange: a store of a file begun while an unlink or a
+// rename of it is on its way (a descriptor's late release stores what
+// another descriptor wrote) never brings the old name back, and a renamed
+// file keeps what was stored. The exerciser found the first: a late store
+// landed on the server after the unlink of its file.
+func TestStoreBesideNameChange(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		change func(mnt string) error
+		want   string // The name the content ends under, if any.
+	}{
+		{"unlink", func(mnt string) error { return os.Remove(filepath.Join(mnt, "f")) }, ""},
+		{"rename", func(mnt string) error { return os.Rename(filepath.Join(mnt, "f"), filepath.Join(mnt, "g")) }, "g"},
+	} {
+		for _, wb := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/writeback=%v", tc.name, wb), func(t *testing.T) {
+				dir, tree := localTree(t)
+				// The change is held up just before it is sent, and
+				// the store begins meanwhile.
+				var armed atomic.Bool
+				changing := make(chan struct{})
+				slow := func(string) {
+					if armed.CompareAndSwap(true, false) {
+						close(changing)
+						time.Sleep(200 * time.Millisecond)
+					}
+				}
+				mnt, s := mountFS(t, &slowPuts{FS: tree, delay: 300 * time.Millisecond}, Options{WriteBack: wb, beforeNameChange: slow})
+				if err := os.WriteFile(filepath.Join(mnt, "f"), []byte("old"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				f, err := os.OpenFile(filepath.Join(mnt, "f"), os.O_RDWR, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer f.Close()
+				if _, err := f.WriteString("new content"); err != nil {
+					t.Fatal(err)
+				}
+				c := s.root.GetChild("f")
+				if c == nil || nodeOf(c).file() == nil {
+					t.Fatal("the mount has no node for f")
+				}
+				fn := nodeOf(c).file()
+				armed.Store(true)
+				changed := make(chan error, 1)
+				go func() { changed <- tc.change(mnt) }()
+				<-changing
+				if e := fn.flush(context.Background()); e != 0 {
+					t.Fatalf("store: %v", e)
+				}
+				if err := <-changed; err != nil {
+					t.Fatal(err)
+				}
+				if err := f.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if err := syncDir(mnt); err != nil {
+					t.Fatal(err)
+				}
+				for _, base := range []string{dir, mnt} {
+					if _, err := os.Stat(filepath.Join(base, "f")); !errors.Is(err, os.ErrNotExist) {
+						t.Errorf("%s/f after the %s: %v, want none", base, tc.name, err)
+					}
+					if tc.want != "" {
+						if got := readFile(t, filepath.Join(base, tc.want)); got != "new content" {
+							t.Errorf("%s/%s: %q, want %q", base, tc.want, got, "new content")
+						}
+					}
+				}
+			})
+		}
+	}
 }
