@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"crypto/rand"
 	"fmt"
 	"os"
 	"os/exec"
@@ -381,4 +382,58 @@ func TestMountFstab(t *testing.T) {
 		t.Errorf("a write to the ro fstab mount: %v %s", err, out)
 	}
 	e.run(true, "umount", mnt)
+}
+
+// TestGetBesideMount: a ferry get run beside a mount of the same server
+// uses the mount's chunk cache (pebble locks it for one process) through
+// the socket the mount shares it on: a file the mount has read crosses the
+// wire again only as its chunk list. Once the mount is gone, a get uses
+// the cache itself.
+func TestGetBesideMount(t *testing.T) {
+	needMount(t)
+	e := start(t)
+	data := make([]byte, 2<<20)
+	rand.Read(data)
+	if err := os.WriteFile(filepath.Join(e.dir, "big"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mnt := mountPoint(t)
+	e.run(true, "mount", e.at("/"), mnt)
+	if !mounted(t, mnt) {
+		t.Fatal("ferry mount returned but nothing is mounted")
+	}
+	unmounted := false
+	t.Cleanup(func() {
+		if !unmounted {
+			e.run(true, "umount", mnt)
+		}
+	})
+	// The mount reads the file by chunks, and keeps them.
+	if got, err := os.ReadFile(filepath.Join(mnt, "big")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read through the mount: %d bytes, %v", len(got), err)
+	}
+	wire := regexp.MustCompile(`of files, ([0-9.]+) (B|KiB|MiB) on the wire`)
+	get := func(what string) {
+		t.Helper()
+		dst := t.TempDir()
+		_, errOut := e.run(true, "get", e.at("/big"), dst)
+		if strings.Contains(errOut, "no chunk cache") {
+			t.Errorf("%s: %s", what, errOut)
+		}
+		m := wire.FindStringSubmatch(errOut)
+		if m == nil {
+			t.Fatalf("%s: the get did not say what crossed the wire: %q", what, errOut)
+		}
+		n, _ := strconv.ParseFloat(m[1], 64)
+		if m[2] == "MiB" || m[2] == "KiB" && n > 256 {
+			t.Errorf("%s: %s %s crossed the wire for a file whose chunks the cache holds", what, m[1], m[2])
+		}
+		if got, err := os.ReadFile(filepath.Join(dst, "big")); err != nil || !bytes.Equal(got, data) {
+			t.Errorf("%s: the file got: %d bytes, %v", what, len(got), err)
+		}
+	}
+	get("beside the mount")
+	e.run(true, "umount", mnt)
+	unmounted = true
+	get("after the mount")
 }

@@ -31,8 +31,9 @@ Whole files above ` + fmt.Sprint(remote.DefaultChunkMin>>10) + ` KiB move by con
 the chunks the other side lacks cross the wire. Chunks fetched and sent are
 kept in a cache (--cache, one per server by default, at most --cache-max
 bytes, least recently used dropped first); every cached chunk is hashed
-again before use. A second ferry process using the same cache (a mount and
-a get) goes on without one.`
+again before use. A mount shares its cache with the commands run beside
+it; two other commands using the same cache at once, the second goes on
+without one.`
 	return c
 }
 
@@ -67,13 +68,14 @@ func cacheHome() string {
 }
 
 // openCache opens the chunk cache cmd's flags name for the server at addr,
-// or returns nil if the command has none, it is turned off, or it cannot be
-// opened (pebble locks it, so a second process sharing one gets none): the
-// transfer then works without it, and says so.
+// or returns nil if the command has none or it is turned off. pebble locks
+// a cache for one process: a command that finds it held uses it through
+// the process holding it, if that process shares it (a mount does:
+// shareCache), and goes on without a cache, saying so, if not.
 //
 // made is the directory if this call made it (it did not exist), so that a
 // command that never reached the server can leave nothing behind.
-func openCache(cmd *cobra.Command, addr string) (c *store.Cache, made string) {
+func openCache(cmd *cobra.Command, addr string) (c store.ChunkCache, made string) {
 	if cmd.Flags().Lookup("cache") == nil {
 		return nil, ""
 	}
@@ -98,10 +100,24 @@ func openCache(cmd *cobra.Command, addr string) (c *store.Cache, made string) {
 			_, memtable = mountShares(int64(*m))
 		}
 	}
-	c, err := store.OpenCacheMem(dir, max, memtable)
+	sock := filepath.Join(dir, store.ShareSocket)
+	own, err := store.OpenCacheMem(dir, max, memtable)
 	if err != nil {
+		if s, serr := store.DialShared(cmd.Context(), sock); serr == nil {
+			return s, made
+		}
 		fmt.Fprintf(cmd.ErrOrStderr(), "ferry: no chunk cache (%v); going on without\n", err)
 		return nil, ""
 	}
-	return c, made
+	if _, ok := cmd.Annotations[shareCache]; ok {
+		if err := own.Share(sock); err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "ferry: the chunk cache is not shared with other commands: %v\n", err)
+		}
+	}
+	return own, made
 }
+
+// shareCache, as a key of a command's Annotations, marks a command that
+// serves its chunk cache to the user's other commands while it runs
+// (store.Cache.Share): a mount, which holds its cache for long.
+const shareCache = "ferry-share-cache"

@@ -46,6 +46,9 @@ func mountCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "mount HOST[:PORT]:PATH MOUNTPOINT",
 		Short: "Mount a remote tree on MOUNTPOINT with FUSE",
+		// The mount holds its chunk cache for long: the commands run
+		// beside it use it through the mount.
+		Annotations: map[string]string{shareCache: ""},
 		Long: `Mount the tree at PATH on the server HOST as a file system at MOUNTPOINT, so
 that any program can work in it.
 

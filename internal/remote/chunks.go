@@ -37,13 +37,13 @@ type ChunkStats struct {
 // server during the transfer so that a chunk is no longer there, it fails
 // with KindUnavailable and the caller may retry; w then holds a prefix.
 // Refs, if not nil, is called with the file's chunk list.
-func (c *Client) GetChunked(ctx context.Context, p string, cache *store.Cache, w io.Writer, refs func([]chunk.Ref)) (ferry.Dir, ChunkStats, error) {
+func (c *Client) GetChunked(ctx context.Context, p string, cache store.ChunkCache, w io.Writer, refs func([]chunk.Ref)) (ferry.Dir, ChunkStats, error) {
 	return c.getChunked(ctx, p, cache, w, refs, 0)
 }
 
 // getChunked is GetChunked that asks the server to send a file of at most
 // inlineMax bytes whole with its entry, in one round trip.
-func (c *Client) getChunked(ctx context.Context, p string, cache *store.Cache, w io.Writer, refs func([]chunk.Ref), inlineMax int64) (ferry.Dir, ChunkStats, error) {
+func (c *Client) getChunked(ctx context.Context, p string, cache store.ChunkCache, w io.Writer, refs func([]chunk.Ref), inlineMax int64) (ferry.Dir, ChunkStats, error) {
 	const op = "remote.GetChunked"
 	var stats ChunkStats
 	ctx, cancel := context.WithCancel(ctx)

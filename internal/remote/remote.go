@@ -65,7 +65,7 @@ type Config struct {
 	// a whole file of more than ChunkMin bytes fetches only the chunks the
 	// cache lacks, and Puts add their chunks to it. The Client closes it
 	// in Close only if CloseCache is set.
-	Cache      *store.Cache
+	Cache      store.ChunkCache
 	CloseCache bool
 	// AfterClose, if set, is called at the end of Close with whether a
 	// connection to the server was ever ready: a command can then take
@@ -165,7 +165,7 @@ type Client struct {
 	leaseMu sync.Mutex
 	leases  map[*leaseStream]struct{}
 
-	cache      *store.Cache
+	cache      store.ChunkCache
 	closeCache bool
 	chunkMin   int64
 	noFine     bool     // Config.NoFine.

@@ -44,6 +44,8 @@ type Cache struct {
 	dropped     atomic.Int64
 	writer      sync.WaitGroup
 	closed      bool // Set by Close, under qmu.
+	// unshare stops what Share serves, at Close. Under qmu.
+	unshare []func()
 }
 
 // added is a chunk on its way to the store.
@@ -102,10 +104,22 @@ func OpenCacheMem(dir string, maxBytes, memtable int64) (*Cache, error) {
 	return c, nil
 }
 
-// Close waits for the chunks Add holds to be stored and closes the cache.
+// Close stops sharing the cache, waits for the chunks Add holds to be
+// stored and closes the cache. Closing it again does nothing.
 func (c *Cache) Close() error {
 	c.qmu.Lock()
+	if c.closed {
+		c.qmu.Unlock()
+		return nil
+	}
 	c.closed = true
+	unshare := c.unshare
+	c.unshare = nil
+	c.qmu.Unlock()
+	for _, stop := range unshare {
+		stop()
+	}
+	c.qmu.Lock()
 	if c.adds != nil {
 		close(c.adds)
 	}

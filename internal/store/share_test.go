@@ -1,0 +1,87 @@
+package store
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ferryfs/ferry/internal/chunk"
+)
+
+// TestShare: a process that cannot open a cache another holds uses it
+// through the holder's socket: what either adds, both read; bytes that do
+// not match their hash are not kept; the socket is its owner's alone; and
+// once the holder closes, calls miss at once rather than hang.
+func TestShare(t *testing.T) {
+	dir := t.TempDir()
+	c, err := OpenCache(dir, 64<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sock := filepath.Join(dir, ShareSocket)
+	if err := c.Share(sock); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm()&0o077 != 0 {
+		t.Fatalf("the socket: %v, %v; want one for its owner alone", fi.Mode(), err)
+	}
+	if _, err := OpenCache(dir, 64<<20); err == nil {
+		t.Fatal("a second open of a held cache succeeded; the test needs pebble's lock")
+	}
+	s, err := DialShared(context.Background(), sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+
+	mine, theirs := []byte("added by the holder"), []byte("added through the socket")
+	hm, ht := chunk.Sum(mine), chunk.Sum(theirs)
+	c.Add(hm, mine)
+	s.Add(ht, theirs)
+	bad := chunk.Sum([]byte("something else"))
+	s.Add(bad, []byte("not what the hash says"))
+	for _, cc := range []ChunkCache{c, s} {
+		for h, want := range map[chunk.Hash][]byte{hm: mine, ht: theirs} {
+			if !cc.Has(h) {
+				t.Errorf("%T lacks %s", cc, h)
+			}
+			if got, ok := cc.Get(h); !ok || !bytes.Equal(got, want) {
+				t.Errorf("%T.Get(%s) = %q, %v; want %q", cc, h, got, ok, want)
+			}
+		}
+	}
+	// Add keeps in the background: wait until the holder has written.
+	deadline := time.Now().Add(5 * time.Second)
+	for c.Stats().Chunks < 2 && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if s.Has(bad) {
+		t.Error("bytes that do not match their hash were kept")
+	}
+	if st := s.Stats(); st.Chunks != 2 || st.MaxBytes != 64<<20 {
+		t.Errorf("the stats through the socket: %+v, want 2 chunks of at most 64 MiB", st)
+	}
+
+	c.Close()
+	if _, err := os.Stat(sock); !os.IsNotExist(err) {
+		t.Errorf("the socket outlived the cache: %v", err)
+	}
+	start := time.Now()
+	if s.Has(hm) {
+		t.Error("Has answered true after the holder closed")
+	}
+	if _, ok := s.Get(hm); ok {
+		t.Error("Get answered after the holder closed")
+	}
+	s.Add(hm, mine)
+	if took := time.Since(start); took > sharedTimeout {
+		t.Errorf("calls to a closed holder took %v", took)
+	}
+	if _, err := DialShared(context.Background(), sock); err == nil {
+		t.Error("DialShared succeeded with no one sharing")
+	}
+}
