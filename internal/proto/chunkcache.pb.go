@@ -110,6 +110,96 @@ func (x *CacheHas) GetHas() bool {
 	return false
 }
 
+// CacheKeys names chunks by their hashes, one after another.
+type CacheKeys struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Hashes        []byte                 `protobuf:"bytes,1,opt,name=hashes,proto3" json:"hashes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CacheKeys) Reset() {
+	*x = CacheKeys{}
+	mi := &file_chunkcache_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CacheKeys) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CacheKeys) ProtoMessage() {}
+
+func (x *CacheKeys) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkcache_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CacheKeys.ProtoReflect.Descriptor instead.
+func (*CacheKeys) Descriptor() ([]byte, []int) {
+	return file_chunkcache_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CacheKeys) GetHashes() []byte {
+	if x != nil {
+		return x.Hashes
+	}
+	return nil
+}
+
+// CacheHasMany answers HasMany, one has per hash asked for, in order.
+type CacheHasMany struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Has           []bool                 `protobuf:"varint,1,rep,packed,name=has,proto3" json:"has,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CacheHasMany) Reset() {
+	*x = CacheHasMany{}
+	mi := &file_chunkcache_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CacheHasMany) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CacheHasMany) ProtoMessage() {}
+
+func (x *CacheHasMany) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkcache_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CacheHasMany.ProtoReflect.Descriptor instead.
+func (*CacheHasMany) Descriptor() ([]byte, []int) {
+	return file_chunkcache_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CacheHasMany) GetHas() []bool {
+	if x != nil {
+		return x.Has
+	}
+	return nil
+}
+
 // CacheChunk is a chunk's bytes; found is false, and data empty, for a
 // Get the cache cannot answer.
 type CacheChunk struct {
@@ -123,7 +213,7 @@ type CacheChunk struct {
 
 func (x *CacheChunk) Reset() {
 	*x = CacheChunk{}
-	mi := &file_chunkcache_proto_msgTypes[2]
+	mi := &file_chunkcache_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -135,7 +225,7 @@ func (x *CacheChunk) String() string {
 func (*CacheChunk) ProtoMessage() {}
 
 func (x *CacheChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkcache_proto_msgTypes[2]
+	mi := &file_chunkcache_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -148,7 +238,7 @@ func (x *CacheChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheChunk.ProtoReflect.Descriptor instead.
 func (*CacheChunk) Descriptor() ([]byte, []int) {
-	return file_chunkcache_proto_rawDescGZIP(), []int{2}
+	return file_chunkcache_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CacheChunk) GetHash() []byte {
@@ -180,7 +270,7 @@ type CacheAdded struct {
 
 func (x *CacheAdded) Reset() {
 	*x = CacheAdded{}
-	mi := &file_chunkcache_proto_msgTypes[3]
+	mi := &file_chunkcache_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -192,7 +282,7 @@ func (x *CacheAdded) String() string {
 func (*CacheAdded) ProtoMessage() {}
 
 func (x *CacheAdded) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkcache_proto_msgTypes[3]
+	mi := &file_chunkcache_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -205,7 +295,7 @@ func (x *CacheAdded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheAdded.ProtoReflect.Descriptor instead.
 func (*CacheAdded) Descriptor() ([]byte, []int) {
-	return file_chunkcache_proto_rawDescGZIP(), []int{3}
+	return file_chunkcache_proto_rawDescGZIP(), []int{5}
 }
 
 type CacheStatsReply struct {
@@ -223,7 +313,7 @@ type CacheStatsReply struct {
 
 func (x *CacheStatsReply) Reset() {
 	*x = CacheStatsReply{}
-	mi := &file_chunkcache_proto_msgTypes[4]
+	mi := &file_chunkcache_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -235,7 +325,7 @@ func (x *CacheStatsReply) String() string {
 func (*CacheStatsReply) ProtoMessage() {}
 
 func (x *CacheStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkcache_proto_msgTypes[4]
+	mi := &file_chunkcache_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -248,7 +338,7 @@ func (x *CacheStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheStatsReply.ProtoReflect.Descriptor instead.
 func (*CacheStatsReply) Descriptor() ([]byte, []int) {
-	return file_chunkcache_proto_rawDescGZIP(), []int{4}
+	return file_chunkcache_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CacheStatsReply) GetBytes() int64 {
@@ -308,7 +398,11 @@ const file_chunkcache_proto_rawDesc = "" +
 	"\bCacheKey\x12\x12\n" +
 	"\x04hash\x18\x01 \x01(\fR\x04hash\"\x1c\n" +
 	"\bCacheHas\x12\x10\n" +
-	"\x03has\x18\x01 \x01(\bR\x03has\"J\n" +
+	"\x03has\x18\x01 \x01(\bR\x03has\"#\n" +
+	"\tCacheKeys\x12\x16\n" +
+	"\x06hashes\x18\x01 \x01(\fR\x06hashes\" \n" +
+	"\fCacheHasMany\x12\x10\n" +
+	"\x03has\x18\x01 \x03(\bR\x03has\"J\n" +
 	"\n" +
 	"CacheChunk\x12\x12\n" +
 	"\x04hash\x18\x01 \x01(\fR\x04hash\x12\x12\n" +
@@ -323,10 +417,11 @@ const file_chunkcache_proto_rawDesc = "" +
 	"\x04hits\x18\x04 \x01(\x03R\x04hits\x12\x16\n" +
 	"\x06misses\x18\x05 \x01(\x03R\x06misses\x12\x18\n" +
 	"\acorrupt\x18\x06 \x01(\x03R\acorrupt\x12\x18\n" +
-	"\adropped\x18\a \x01(\x03R\adropped2\xd7\x01\n" +
+	"\adropped\x18\a \x01(\x03R\adropped2\x8f\x02\n" +
 	"\n" +
 	"ChunkCache\x12-\n" +
-	"\x03Has\x12\x12.ferry.v1.CacheKey\x1a\x12.ferry.v1.CacheHas\x12/\n" +
+	"\x03Has\x12\x12.ferry.v1.CacheKey\x1a\x12.ferry.v1.CacheHas\x126\n" +
+	"\aHasMany\x12\x13.ferry.v1.CacheKeys\x1a\x16.ferry.v1.CacheHasMany\x12/\n" +
 	"\x03Get\x12\x12.ferry.v1.CacheKey\x1a\x14.ferry.v1.CacheChunk\x121\n" +
 	"\x03Add\x12\x14.ferry.v1.CacheChunk\x1a\x14.ferry.v1.CacheAdded\x126\n" +
 	"\x05Stats\x12\x12.ferry.v1.CacheKey\x1a\x19.ferry.v1.CacheStatsReplyB)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
@@ -343,25 +438,29 @@ func file_chunkcache_proto_rawDescGZIP() []byte {
 	return file_chunkcache_proto_rawDescData
 }
 
-var file_chunkcache_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
+var file_chunkcache_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_chunkcache_proto_goTypes = []any{
 	(*CacheKey)(nil),        // 0: ferry.v1.CacheKey
 	(*CacheHas)(nil),        // 1: ferry.v1.CacheHas
-	(*CacheChunk)(nil),      // 2: ferry.v1.CacheChunk
-	(*CacheAdded)(nil),      // 3: ferry.v1.CacheAdded
-	(*CacheStatsReply)(nil), // 4: ferry.v1.CacheStatsReply
+	(*CacheKeys)(nil),       // 2: ferry.v1.CacheKeys
+	(*CacheHasMany)(nil),    // 3: ferry.v1.CacheHasMany
+	(*CacheChunk)(nil),      // 4: ferry.v1.CacheChunk
+	(*CacheAdded)(nil),      // 5: ferry.v1.CacheAdded
+	(*CacheStatsReply)(nil), // 6: ferry.v1.CacheStatsReply
 }
 var file_chunkcache_proto_depIdxs = []int32{
 	0, // 0: ferry.v1.ChunkCache.Has:input_type -> ferry.v1.CacheKey
-	0, // 1: ferry.v1.ChunkCache.Get:input_type -> ferry.v1.CacheKey
-	2, // 2: ferry.v1.ChunkCache.Add:input_type -> ferry.v1.CacheChunk
-	0, // 3: ferry.v1.ChunkCache.Stats:input_type -> ferry.v1.CacheKey
-	1, // 4: ferry.v1.ChunkCache.Has:output_type -> ferry.v1.CacheHas
-	2, // 5: ferry.v1.ChunkCache.Get:output_type -> ferry.v1.CacheChunk
-	3, // 6: ferry.v1.ChunkCache.Add:output_type -> ferry.v1.CacheAdded
-	4, // 7: ferry.v1.ChunkCache.Stats:output_type -> ferry.v1.CacheStatsReply
-	4, // [4:8] is the sub-list for method output_type
-	0, // [0:4] is the sub-list for method input_type
+	2, // 1: ferry.v1.ChunkCache.HasMany:input_type -> ferry.v1.CacheKeys
+	0, // 2: ferry.v1.ChunkCache.Get:input_type -> ferry.v1.CacheKey
+	4, // 3: ferry.v1.ChunkCache.Add:input_type -> ferry.v1.CacheChunk
+	0, // 4: ferry.v1.ChunkCache.Stats:input_type -> ferry.v1.CacheKey
+	1, // 5: ferry.v1.ChunkCache.Has:output_type -> ferry.v1.CacheHas
+	3, // 6: ferry.v1.ChunkCache.HasMany:output_type -> ferry.v1.CacheHasMany
+	4, // 7: ferry.v1.ChunkCache.Get:output_type -> ferry.v1.CacheChunk
+	5, // 8: ferry.v1.ChunkCache.Add:output_type -> ferry.v1.CacheAdded
+	6, // 9: ferry.v1.ChunkCache.Stats:output_type -> ferry.v1.CacheStatsReply
+	5, // [5:10] is the sub-list for method output_type
+	0, // [0:5] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
 	0, // [0:0] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
@@ -378,7 +477,7 @@ func file_chunkcache_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkcache_proto_rawDesc), len(file_chunkcache_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   5,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

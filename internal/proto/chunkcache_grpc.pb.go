@@ -19,10 +19,11 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ChunkCache_Has_FullMethodName   = "/ferry.v1.ChunkCache/Has"
-	ChunkCache_Get_FullMethodName   = "/ferry.v1.ChunkCache/Get"
-	ChunkCache_Add_FullMethodName   = "/ferry.v1.ChunkCache/Add"
-	ChunkCache_Stats_FullMethodName = "/ferry.v1.ChunkCache/Stats"
+	ChunkCache_Has_FullMethodName     = "/ferry.v1.ChunkCache/Has"
+	ChunkCache_HasMany_FullMethodName = "/ferry.v1.ChunkCache/HasMany"
+	ChunkCache_Get_FullMethodName     = "/ferry.v1.ChunkCache/Get"
+	ChunkCache_Add_FullMethodName     = "/ferry.v1.ChunkCache/Add"
+	ChunkCache_Stats_FullMethodName   = "/ferry.v1.ChunkCache/Stats"
 )
 
 // ChunkCacheClient is the client API for ChunkCache service.
@@ -34,6 +35,8 @@ const (
 // the cache's directory: a ferry get beside a mount uses the mount's cache.
 type ChunkCacheClient interface {
 	Has(ctx context.Context, in *CacheKey, opts ...grpc.CallOption) (*CacheHas, error)
+	// HasMany is Has for many chunks in one call: a chunk list's.
+	HasMany(ctx context.Context, in *CacheKeys, opts ...grpc.CallOption) (*CacheHasMany, error)
 	Get(ctx context.Context, in *CacheKey, opts ...grpc.CallOption) (*CacheChunk, error)
 	Add(ctx context.Context, in *CacheChunk, opts ...grpc.CallOption) (*CacheAdded, error)
 	Stats(ctx context.Context, in *CacheKey, opts ...grpc.CallOption) (*CacheStatsReply, error)
@@ -51,6 +54,16 @@ func (c *chunkCacheClient) Has(ctx context.Context, in *CacheKey, opts ...grpc.C
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CacheHas)
 	err := c.cc.Invoke(ctx, ChunkCache_Has_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *chunkCacheClient) HasMany(ctx context.Context, in *CacheKeys, opts ...grpc.CallOption) (*CacheHasMany, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CacheHasMany)
+	err := c.cc.Invoke(ctx, ChunkCache_HasMany_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -96,6 +109,8 @@ func (c *chunkCacheClient) Stats(ctx context.Context, in *CacheKey, opts ...grpc
 // the cache's directory: a ferry get beside a mount uses the mount's cache.
 type ChunkCacheServer interface {
 	Has(context.Context, *CacheKey) (*CacheHas, error)
+	// HasMany is Has for many chunks in one call: a chunk list's.
+	HasMany(context.Context, *CacheKeys) (*CacheHasMany, error)
 	Get(context.Context, *CacheKey) (*CacheChunk, error)
 	Add(context.Context, *CacheChunk) (*CacheAdded, error)
 	Stats(context.Context, *CacheKey) (*CacheStatsReply, error)
@@ -111,6 +126,9 @@ type UnimplementedChunkCacheServer struct{}
 
 func (UnimplementedChunkCacheServer) Has(context.Context, *CacheKey) (*CacheHas, error) {
 	return nil, status.Error(codes.Unimplemented, "method Has not implemented")
+}
+func (UnimplementedChunkCacheServer) HasMany(context.Context, *CacheKeys) (*CacheHasMany, error) {
+	return nil, status.Error(codes.Unimplemented, "method HasMany not implemented")
 }
 func (UnimplementedChunkCacheServer) Get(context.Context, *CacheKey) (*CacheChunk, error) {
 	return nil, status.Error(codes.Unimplemented, "method Get not implemented")
@@ -156,6 +174,24 @@ func _ChunkCache_Has_Handler(srv interface{}, ctx context.Context, dec func(inte
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ChunkCacheServer).Has(ctx, req.(*CacheKey))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _ChunkCache_HasMany_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CacheKeys)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(ChunkCacheServer).HasMany(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: ChunkCache_HasMany_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(ChunkCacheServer).HasMany(ctx, req.(*CacheKeys))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -224,6 +260,10 @@ var ChunkCache_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Has",
 			Handler:    _ChunkCache_Has_Handler,
+		},
+		{
+			MethodName: "HasMany",
+			Handler:    _ChunkCache_HasMany_Handler,
 		},
 		{
 			MethodName: "Get",

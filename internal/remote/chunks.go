@@ -137,12 +137,16 @@ func (c *Client) getChunked(ctx context.Context, p string, cache store.ChunkCach
 				return
 			}
 			var items []item
+			var cached []bool
+			if cache != nil {
+				cached = cache.HasMany(hs)
+			}
 			for i, h := range hs {
 				r := chunk.Ref{Hash: h, Off: off, Len: sizes[i]}
 				off += int64(sizes[i])
 				all = append(all, r)
 				it := item{r, -1}
-				if cache == nil || !cache.Has(h) {
+				if cache == nil || !cached[i] {
 					if run >= stripe {
 						cur, run = (cur+1)%len(streams), 0
 					}

@@ -190,6 +190,15 @@ func (c *Cache) Has(h chunk.Hash) bool {
 	return ok || c.stored(h)
 }
 
+// HasMany is Has of each of hs, in order.
+func (c *Cache) HasMany(hs []chunk.Hash) []bool {
+	has := make([]bool, len(hs))
+	for i, h := range hs {
+		has[i] = c.Has(h)
+	}
+	return has
+}
+
 // stored reports whether the store holds the chunk.
 func (c *Cache) stored(h chunk.Hash) bool {
 	_, ok, _ := get(c.db, key('a', h))

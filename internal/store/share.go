@@ -20,6 +20,8 @@ import (
 // Shared one another process holds.
 type ChunkCache interface {
 	Has(h chunk.Hash) bool
+	// HasMany is Has of each of hs, in order.
+	HasMany(hs []chunk.Hash) []bool
 	Get(h chunk.Hash) ([]byte, bool)
 	Add(h chunk.Hash, data []byte)
 	Stats() CacheStats
@@ -92,6 +94,14 @@ func (s *sharer) Has(_ context.Context, k *proto.CacheKey) (*proto.CacheHas, err
 	return &proto.CacheHas{Has: s.c.Has(h)}, nil
 }
 
+func (s *sharer) HasMany(_ context.Context, k *proto.CacheKeys) (*proto.CacheHasMany, error) {
+	hs, err := hashesOf(k.GetHashes())
+	if err != nil {
+		return nil, err
+	}
+	return &proto.CacheHasMany{Has: s.c.HasMany(hs)}, nil
+}
+
 func (s *sharer) Get(_ context.Context, k *proto.CacheKey) (*proto.CacheChunk, error) {
 	h, err := hashOf(k.GetHash())
 	if err != nil {
@@ -125,6 +135,19 @@ func hashOf(b []byte) (chunk.Hash, error) {
 	}
 	copy(h[:], b)
 	return h, nil
+}
+
+// hashesOf reads chunk hashes written one after another.
+func hashesOf(b []byte) ([]chunk.Hash, error) {
+	var h chunk.Hash
+	if len(b)%len(h) != 0 {
+		return nil, ferry.E("store.Shared", "", ferry.KindInvalid, "chunk hashes of the wrong length")
+	}
+	hs := make([]chunk.Hash, len(b)/len(h))
+	for i := range hs {
+		copy(hs[i][:], b[i*len(h):])
+	}
+	return hs, nil
 }
 
 // Shared is a cache another process holds and shares on a unix socket
@@ -176,6 +199,21 @@ func (s *Shared) Has(h chunk.Hash) bool {
 	defer cancel()
 	r, err := s.cc.Has(ctx, &proto.CacheKey{Hash: h[:]})
 	return err == nil && r.GetHas()
+}
+
+// HasMany implements ChunkCache in one call.
+func (s *Shared) HasMany(hs []chunk.Hash) []bool {
+	ctx, cancel := s.call()
+	defer cancel()
+	b := make([]byte, 0, len(hs)*len(chunk.Hash{}))
+	for _, h := range hs {
+		b = append(b, h[:]...)
+	}
+	has := make([]bool, len(hs))
+	if r, err := s.cc.HasMany(ctx, &proto.CacheKeys{Hashes: b}); err == nil && len(r.GetHas()) == len(hs) {
+		copy(has, r.GetHas())
+	}
+	return has
 }
 
 // Get implements ChunkCache. The holder checked the bytes against h.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -54,6 +55,12 @@ func TestShare(t *testing.T) {
 			}
 		}
 	}
+	unknown := chunk.Sum([]byte("never added"))
+	for _, cc := range []ChunkCache{c, s} {
+		if got := cc.HasMany([]chunk.Hash{hm, unknown, ht}); !slices.Equal(got, []bool{true, false, true}) {
+			t.Errorf("%T.HasMany = %v, want [true false true]", cc, got)
+		}
+	}
 	// Add keeps in the background: wait until the holder has written.
 	deadline := time.Now().Add(5 * time.Second)
 	for c.Stats().Chunks < 2 && time.Now().Before(deadline) {
@@ -77,6 +84,9 @@ func TestShare(t *testing.T) {
 	if _, ok := s.Get(hm); ok {
 		t.Error("Get answered after the holder closed")
 	}
+	if got := s.HasMany([]chunk.Hash{hm}); !slices.Equal(got, []bool{false}) {
+		t.Errorf("HasMany after the holder closed: %v", got)
+	}
 	s.Add(hm, mine)
 	if took := time.Since(start); took > sharedTimeout {
 		t.Errorf("calls to a closed holder took %v", took)
@@ -84,4 +94,30 @@ func TestShare(t *testing.T) {
 	if _, err := DialShared(context.Background(), sock); err == nil {
 		t.Error("DialShared succeeded with no one sharing")
 	}
+}
+
+// FuzzHashesOf: the holder's reading of the hashes HasMany sends takes any
+// bytes without panicking, and keeps every hash of a whole number of them.
+func FuzzHashesOf(f *testing.F) {
+	h := chunk.Sum([]byte("x"))
+	f.Add(h[:])
+	f.Add(append(h[:], 1, 2))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		hs, err := hashesOf(b)
+		if len(b)%len(h) != 0 {
+			if err == nil {
+				t.Fatalf("%d bytes read as %d hashes", len(b), len(hs))
+			}
+			return
+		}
+		if err != nil || len(hs)*len(h) != len(b) {
+			t.Fatalf("%d bytes: %d hashes, %v", len(b), len(hs), err)
+		}
+		for i, x := range hs {
+			if !bytes.Equal(x[:], b[i*len(h):(i+1)*len(h)]) {
+				t.Fatalf("hash %d differs from its bytes", i)
+			}
+		}
+	})
 }
