@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -108,7 +109,9 @@ func TestMeasureUnpackSites(t *testing.T) {
 // control only) and of two. For members it also reports the grants
 // member b asked for in each phase. Each cell also reports the bytes that went from b to the other
 // sites and the size of the tree the build leaves. A measurement:
-// FERRY_MEASURE=1 runs it, FERRY_CELLS picks cells.
+// FERRY_MEASURE=1 runs it, FERRY_CELLS picks cells, and FERRY_RESULTS
+// names a file to which each cell appends its figures as a line of JSON
+// (bench/sshbuild_plots.py draws them).
 func TestMeasureSSHBuild(t *testing.T) {
 	tarball := os.Getenv("FERRY_SSH_TARBALL")
 	if os.Getenv("FERRY_MEASURE") == "" || tarball == "" {
@@ -195,6 +198,7 @@ func TestMeasureSSHBuild(t *testing.T) {
 			cpu0, busy0 := ferryCPU(), machineBusy()
 			var phases []string
 			var total time.Duration
+			res := sshResult{Cell: c.name, Seconds: map[string]float64{}, Grants: map[string]int{}}
 			for _, ph := range []struct{ name, script string }{
 				{"unpack", "tar xzf " + tarball},
 				{"configure", "cd openssh-* && ./configure"},
@@ -212,9 +216,11 @@ func TestMeasureSSHBuild(t *testing.T) {
 				}
 				took := time.Since(start)
 				total += took
+				res.Seconds[ph.name] = took.Seconds()
 				phase := fmt.Sprintf("%s %.1fs", ph.name, took.Seconds())
 				if n := grants(); n > granted {
 					phase += fmt.Sprintf(" (%d grants)", n-granted)
+					res.Grants[ph.name] = n - granted
 					granted = n
 				}
 				phases = append(phases, phase)
@@ -232,8 +238,49 @@ func TestMeasureSSHBuild(t *testing.T) {
 			cpu1, busy1 := ferryCPU(), machineBusy()
 			t.Logf("%-36s CPU: mount %.1fs, servers %.1fs; machine busy %.1fs of %.1fs", c.name,
 				cpu1["mount"]-cpu0["mount"], cpu1["serve"]-cpu0["serve"], busy1-busy0, total.Seconds()*float64(runtime.NumCPU()))
+			res.Total, res.Up = total.Seconds(), sent
+			res.MountCPU, res.ServersCPU = cpu1["mount"]-cpu0["mount"], cpu1["serve"]-cpu0["serve"]
+			if f := os.Getenv("FERRY_RESULTS"); f != "" {
+				if err := res.appendTo(f); err != nil {
+					t.Error(err)
+				}
+			}
 		})
 	}
+}
+
+// sshResult is one cell's figures, as FERRY_RESULTS records them.
+type sshResult struct {
+	Cell       string             `json:"cell"`
+	Seconds    map[string]float64 `json:"seconds"` // By phase.
+	Grants     map[string]int     `json:"grants,omitempty"`
+	Total      float64            `json:"total"`
+	Up         int64              `json:"up_bytes"` // From the builder's site to the others.
+	MountCPU   float64            `json:"mount_cpu"`
+	ServersCPU float64            `json:"servers_cpu"`
+	At         string             `json:"at"`
+	Commit     string             `json:"commit"`
+}
+
+// appendTo appends r to the file name as a line of JSON.
+func (r sshResult) appendTo(name string) error {
+	r.At = time.Now().UTC().Format(time.RFC3339)
+	if out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output(); err == nil {
+		r.Commit = strings.TrimSpace(string(out))
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(name, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(append(b, '\n')); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // mb writes a byte count given in decimal as megabytes.
