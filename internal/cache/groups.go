@@ -80,12 +80,25 @@ func (w *writeback) flush() {
 		w.mu.Lock()
 		var cut []*wbOp
 		var bytes int64
-		for len(w.queue) > 0 && len(cut) < groupOps && (len(cut) == 0 || bytes+w.queue[0].size <= groupBytes) {
+		var touched uint64
+		take := func() {
 			op := w.queue[0]
 			w.queue = w.queue[1:]
 			op.started = true
 			bytes += op.size
+			touched = max(touched, op.touched)
 			cut = append(cut, op)
+		}
+		for len(w.queue) > 0 && len(cut) < groupOps && (len(cut) == 0 || bytes+w.queue[0].size <= groupBytes) {
+			take()
+		}
+		// An op of the cut rewritten in place (a file stored again)
+		// after an op left out was issued holds a later state than that
+		// op's: the cut takes the ops up to that rewrite too, beyond its
+		// limits, within what a Commit takes.
+		for len(w.queue) > 0 && w.queue[0].seq <= touched &&
+			len(cut) < proto.CommitChanges/2 && bytes+w.queue[0].size <= proto.CommitInline {
+			take()
 		}
 		w.mu.Unlock()
 		w.cutting.Unlock()

@@ -61,6 +61,9 @@ type writeback struct {
 	cutting sync.RWMutex
 	stop    chan struct{} // Closed by close: flush ends.
 	flusher sync.Once
+	// seq counts the ops issued and rewritten, to order them (see
+	// wbOp.seq).
+	seq uint64
 }
 
 type wbOp struct {
@@ -79,6 +82,11 @@ type wbOp struct {
 	// then starts without aging.
 	hurry     chan struct{}
 	hurryOnce sync.Once
+	// seq is the writeback's count when the op was issued, and touched
+	// when it was last rewritten in place: a group cut before an op
+	// issued after that rewrite would hold a later state of this op
+	// than of that one (see flush).
+	seq, touched uint64
 }
 
 // fileStore is what a wbOp leaves a file as: stored whole, or gone.
@@ -188,6 +196,8 @@ func (w *writeback) issue(op *wbOp, call func(ctx context.Context, t changer, f 
 		return false
 	}
 	deps := w.before(op.paths)
+	w.seq++
+	op.seq, op.touched = w.seq, w.seq
 	op.done, op.hurry = make(chan struct{}), make(chan struct{})
 	aged := time.Now().Add(w.aging)
 	file := op.file != nil
@@ -287,6 +297,8 @@ func (w *writeback) rewrite(p string, change func(old *fileStore) *fileStore) (*
 	old := op.file
 	w.bytes += size - op.size
 	op.size, op.file = size, f
+	w.seq++
+	op.touched = w.seq
 	if f.gone && f.creates {
 		op.hasten() // Nothing is left to do.
 		w.nudge()
