@@ -509,3 +509,36 @@ func TestShallowLease(t *testing.T) {
 		t.Errorf("a's own file: %q, %v", got, err)
 	}
 }
+
+// TestSymlinkBehind: under a write lease a symbolic link is made in the
+// background, in order with the other changes kept back, as a directory
+// is (configure makes and removes links in some of its checks): the call
+// returns before the server has it, the cache shows it at once, and a sync
+// leaves it on the server.
+func TestSymlinkBehind(t *testing.T) {
+	s := servertest.Start(t, "")
+	ctx := context.Background()
+	c := open(t, s.Client(t, "a"), cache.Options{WriteBehind: true})
+	if _, err := c.Make(ctx, "/d", ferry.Dir{ferry.AttrType: ferry.TypeDir}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Sync(ctx, "/"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Make(ctx, "/d/link", ferry.Dir{ferry.AttrType: ferry.TypeSymlink, ferry.AttrTarget: "target"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(filepath.Join(s.Dir, "d/link")); !os.IsNotExist(err) {
+		t.Errorf("the link was on the server as its call returned (%v): it was made at once", err)
+	}
+	d, err := c.Stat(ctx, "/d/link").Wait()
+	if err != nil || d.Type() != ferry.TypeSymlink || d[ferry.AttrTarget] != "target" || d.Size() != 6 {
+		t.Errorf("the cache shows the link as %v, %v", d, err)
+	}
+	if err := c.Sync(ctx, "/"); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.Readlink(filepath.Join(s.Dir, "d/link")); err != nil || got != "target" {
+		t.Errorf("the link on the server after a sync: %q, %v", got, err)
+	}
+}

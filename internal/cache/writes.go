@@ -313,7 +313,7 @@ func (c *FS) Make(ctx context.Context, p string, d ferry.Dir) (ferry.Dir, error)
 	var got ferry.Dir
 	var queued func()
 	behind := false
-	if d.IsDir() {
+	if d.IsDir() || d.Type() == ferry.TypeSymlink {
 		queued, behind = c.behind(ctx, p)
 	}
 	if behind {
@@ -338,8 +338,9 @@ func (c *FS) Make(ctx context.Context, p string, d ferry.Dir) (ferry.Dir, error)
 	return got, nil
 }
 
-// makeBehind makes the directory p with the attributes d in the
-// background and returns what it will be.
+// makeBehind makes the directory or symbolic link p with the attributes d
+// in the background and returns what it will be. configure makes and
+// removes a symbolic link in every run of some of its checks.
 func (c *FS) makeBehind(p string, d ferry.Dir) ferry.Dir {
 	local := d.Clone()
 	local[ferry.AttrPath], local[ferry.AttrName] = p, path.Base(p)
@@ -350,11 +351,21 @@ func (c *FS) makeBehind(p string, d ferry.Dir) ferry.Dir {
 		local.SetInt(ferry.AttrGid, c.opt.Gid)
 	}
 	local.SetMtime(time.Now())
-	local.SetInt(ferry.AttrNlink, 2)
+	if d.IsDir() {
+		local.SetInt(ferry.AttrNlink, 2)
+	} else {
+		// A symbolic link: its size is its target's, and Linux shows
+		// every link with all permissions.
+		local.SetInt(ferry.AttrNlink, 1)
+		local.SetInt(ferry.AttrSize, int64(len(d[ferry.AttrTarget])))
+		if _, ok := local[ferry.AttrMode]; !ok {
+			local[ferry.AttrMode] = "0777"
+		}
+	}
 	c.wback.start(p, 0, func(ctx context.Context, t changer) error {
 		got, _, err := c.store(ctx, t, p, d, ferry.Whole, nil)
 		if err != nil {
-			c.log.Error("making a directory in the background failed", "path", p, "err", err)
+			c.log.Error("making a directory or link in the background failed", "path", p, "err", err)
 			c.meta.forget(p)
 			// Not from here: an fsync waiting for this call may hold
 			// the directory's lock that the kernel needs to take the

@@ -6,9 +6,11 @@ import (
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ferryfs/ferry/internal/servertest"
 	"github.com/ferryfs/ferry/internal/testenv"
 )
 
@@ -279,5 +281,47 @@ func TestLinkedTree(t *testing.T) {
 	}
 	if got := c.stats.Load(); got >= n {
 		t.Errorf("listing and stating %d linked files made %d Stats, want fewer than one each", n, got)
+	}
+}
+
+// TestRenameNoReplace: renameat2 with RENAME_NOREPLACE fails with EEXIST
+// onto a name that exists and renames onto one that does not, on a mount
+// that asks the server and on one under a write lease, which answers from
+// its cache without a call (config.status moves each file it makes with
+// it, 120 ms a time 120 ms from the server before).
+func TestRenameNoReplace(t *testing.T) {
+	for _, wb := range []bool{false, true} {
+		t.Run(fmt.Sprintf("writeback=%v", wb), func(t *testing.T) {
+			srv := servertest.Start(t, "")
+			mnt, s := mountFS(t, srv.Client(t, "a"), Options{TTL: time.Hour, WriteBack: wb})
+			if !waitFor(5*time.Second, s.cache.Leased) {
+				t.Fatal("the mount got no watch")
+			}
+			for _, name := range []string{"a", "b"} {
+				if err := os.WriteFile(filepath.Join(mnt, name), []byte(name), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			before := srv.Srv.Calls()
+			err := unix.Renameat2(unix.AT_FDCWD, filepath.Join(mnt, "a"), unix.AT_FDCWD, filepath.Join(mnt, "b"), unix.RENAME_NOREPLACE)
+			if err != unix.EEXIST {
+				t.Errorf("renameat2 onto b with RENAME_NOREPLACE: %v, want EEXIST", err)
+			}
+			if err := unix.Renameat2(unix.AT_FDCWD, filepath.Join(mnt, "a"), unix.AT_FDCWD, filepath.Join(mnt, "c"), unix.RENAME_NOREPLACE); err != nil {
+				t.Errorf("renameat2 onto c with RENAME_NOREPLACE: %v", err)
+			}
+			if err := syncDir(mnt); err != nil {
+				t.Fatal(err)
+			}
+			for name, want := range map[string]string{"a": "", "b": "b", "c": "a"} {
+				got, err := os.ReadFile(filepath.Join(srv.Dir, name))
+				if want == "" && !os.IsNotExist(err) || want != "" && string(got) != want {
+					t.Errorf("%s on the server: %q, %v; want %q", name, got, err, want)
+				}
+			}
+			if n := servertest.CallsSince(srv.Srv, before, "stat", 0); wb && n > 0 {
+				t.Errorf("under a write lease the checks made %d Stat calls, want none", n)
+			}
+		})
 	}
 }

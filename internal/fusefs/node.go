@@ -794,7 +794,8 @@ func (n *node) unstored() bool {
 }
 
 // Rename implements fs.NodeRenamer with Move. RENAME_NOREPLACE is checked
-// with a Stat first, which is not atomic against other clients;
+// first, in the cache under a write lease and with a Stat otherwise, which
+// is not atomic against other clients;
 // RENAME_EXCHANGE is not supported.
 func (dn *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	n := &dn.node
@@ -840,7 +841,16 @@ func (dn *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEm
 		}
 	}
 	if flags&renameNoReplace != 0 {
-		if _, err := n.s.cache.Fresh(cctx, to); err == nil {
+		// Under a write lease no other client changes the target's
+		// name, so the cache's answer is the tree's; otherwise the
+		// server is asked.
+		var err error
+		if n.s.cache.WriteLeased(to) {
+			_, err = n.s.cache.Lookup(cctx, ndir, newName)
+		} else {
+			_, err = n.s.cache.Fresh(cctx, to)
+		}
+		if err == nil {
 			return syscall.EEXIST
 		} else if !ferry.IsKind(err, ferry.KindNotExist) {
 			return errno(err)
