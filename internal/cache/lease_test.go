@@ -349,15 +349,8 @@ func TestKeptBackLog(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			s := servertest.Start(t, "")
+			s, c := behindWithDir(t)
 			ctx := context.Background()
-			c := open(t, s.Client(t, "a"), cache.Options{WriteBehind: true})
-			if _, err := c.Make(ctx, "/d", ferry.Dir{ferry.AttrType: ferry.TypeDir}); err != nil {
-				t.Fatal(err)
-			}
-			if err := c.Sync(ctx, "/"); err != nil {
-				t.Fatal(err)
-			}
 			before := s.Srv.Calls()
 			if err := tc.burst(ctx, c); err != nil {
 				t.Fatal(err)
@@ -516,15 +509,8 @@ func TestShallowLease(t *testing.T) {
 // returns before the server has it, the cache shows it at once, and a sync
 // leaves it on the server.
 func TestSymlinkBehind(t *testing.T) {
-	s := servertest.Start(t, "")
+	s, c := behindWithDir(t)
 	ctx := context.Background()
-	c := open(t, s.Client(t, "a"), cache.Options{WriteBehind: true})
-	if _, err := c.Make(ctx, "/d", ferry.Dir{ferry.AttrType: ferry.TypeDir}); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Sync(ctx, "/"); err != nil {
-		t.Fatal(err)
-	}
 	if _, err := c.Make(ctx, "/d/link", ferry.Dir{ferry.AttrType: ferry.TypeSymlink, ferry.AttrTarget: "target"}); err != nil {
 		t.Fatal(err)
 	}
@@ -541,4 +527,20 @@ func TestSymlinkBehind(t *testing.T) {
 	if got, err := os.Readlink(filepath.Join(s.Dir, "d/link")); err != nil || got != "target" {
 		t.Errorf("the link on the server after a sync: %q, %v", got, err)
 	}
+}
+
+// behindWithDir starts a server and a write-behind cache over it, and
+// makes /d through the cache, stored.
+func behindWithDir(t *testing.T) (*servertest.Server, *cache.FS) {
+	t.Helper()
+	s := servertest.Start(t, "")
+	c := open(t, s.Client(t, "a"), cache.Options{WriteBehind: true})
+	ctx := context.Background()
+	if _, err := c.Make(ctx, "/d", ferry.Dir{ferry.AttrType: ferry.TypeDir}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Sync(ctx, "/"); err != nil {
+		t.Fatal(err)
+	}
+	return s, c
 }
