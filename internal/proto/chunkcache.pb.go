@@ -417,12 +417,13 @@ const file_chunkcache_proto_rawDesc = "" +
 	"\x04hits\x18\x04 \x01(\x03R\x04hits\x12\x16\n" +
 	"\x06misses\x18\x05 \x01(\x03R\x06misses\x12\x18\n" +
 	"\acorrupt\x18\x06 \x01(\x03R\acorrupt\x12\x18\n" +
-	"\adropped\x18\a \x01(\x03R\adropped2\x8f\x02\n" +
+	"\adropped\x18\a \x01(\x03R\adropped2\xc7\x02\n" +
 	"\n" +
 	"ChunkCache\x12-\n" +
 	"\x03Has\x12\x12.ferry.v1.CacheKey\x1a\x12.ferry.v1.CacheHas\x126\n" +
 	"\aHasMany\x12\x13.ferry.v1.CacheKeys\x1a\x16.ferry.v1.CacheHasMany\x12/\n" +
-	"\x03Get\x12\x12.ferry.v1.CacheKey\x1a\x14.ferry.v1.CacheChunk\x121\n" +
+	"\x03Get\x12\x12.ferry.v1.CacheKey\x1a\x14.ferry.v1.CacheChunk\x126\n" +
+	"\aGetMany\x12\x13.ferry.v1.CacheKeys\x1a\x14.ferry.v1.CacheChunk0\x01\x121\n" +
 	"\x03Add\x12\x14.ferry.v1.CacheChunk\x1a\x14.ferry.v1.CacheAdded\x126\n" +
 	"\x05Stats\x12\x12.ferry.v1.CacheKey\x1a\x19.ferry.v1.CacheStatsReplyB)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
 
@@ -452,15 +453,17 @@ var file_chunkcache_proto_depIdxs = []int32{
 	0, // 0: ferry.v1.ChunkCache.Has:input_type -> ferry.v1.CacheKey
 	2, // 1: ferry.v1.ChunkCache.HasMany:input_type -> ferry.v1.CacheKeys
 	0, // 2: ferry.v1.ChunkCache.Get:input_type -> ferry.v1.CacheKey
-	4, // 3: ferry.v1.ChunkCache.Add:input_type -> ferry.v1.CacheChunk
-	0, // 4: ferry.v1.ChunkCache.Stats:input_type -> ferry.v1.CacheKey
-	1, // 5: ferry.v1.ChunkCache.Has:output_type -> ferry.v1.CacheHas
-	3, // 6: ferry.v1.ChunkCache.HasMany:output_type -> ferry.v1.CacheHasMany
-	4, // 7: ferry.v1.ChunkCache.Get:output_type -> ferry.v1.CacheChunk
-	5, // 8: ferry.v1.ChunkCache.Add:output_type -> ferry.v1.CacheAdded
-	6, // 9: ferry.v1.ChunkCache.Stats:output_type -> ferry.v1.CacheStatsReply
-	5, // [5:10] is the sub-list for method output_type
-	0, // [0:5] is the sub-list for method input_type
+	2, // 3: ferry.v1.ChunkCache.GetMany:input_type -> ferry.v1.CacheKeys
+	4, // 4: ferry.v1.ChunkCache.Add:input_type -> ferry.v1.CacheChunk
+	0, // 5: ferry.v1.ChunkCache.Stats:input_type -> ferry.v1.CacheKey
+	1, // 6: ferry.v1.ChunkCache.Has:output_type -> ferry.v1.CacheHas
+	3, // 7: ferry.v1.ChunkCache.HasMany:output_type -> ferry.v1.CacheHasMany
+	4, // 8: ferry.v1.ChunkCache.Get:output_type -> ferry.v1.CacheChunk
+	4, // 9: ferry.v1.ChunkCache.GetMany:output_type -> ferry.v1.CacheChunk
+	5, // 10: ferry.v1.ChunkCache.Add:output_type -> ferry.v1.CacheAdded
+	6, // 11: ferry.v1.ChunkCache.Stats:output_type -> ferry.v1.CacheStatsReply
+	6, // [6:12] is the sub-list for method output_type
+	0, // [0:6] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
 	0, // [0:0] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name

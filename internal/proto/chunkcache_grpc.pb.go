@@ -22,6 +22,7 @@ const (
 	ChunkCache_Has_FullMethodName     = "/ferry.v1.ChunkCache/Has"
 	ChunkCache_HasMany_FullMethodName = "/ferry.v1.ChunkCache/HasMany"
 	ChunkCache_Get_FullMethodName     = "/ferry.v1.ChunkCache/Get"
+	ChunkCache_GetMany_FullMethodName = "/ferry.v1.ChunkCache/GetMany"
 	ChunkCache_Add_FullMethodName     = "/ferry.v1.ChunkCache/Add"
 	ChunkCache_Stats_FullMethodName   = "/ferry.v1.ChunkCache/Stats"
 )
@@ -38,6 +39,8 @@ type ChunkCacheClient interface {
 	// HasMany is Has for many chunks in one call: a chunk list's.
 	HasMany(ctx context.Context, in *CacheKeys, opts ...grpc.CallOption) (*CacheHasMany, error)
 	Get(ctx context.Context, in *CacheKey, opts ...grpc.CallOption) (*CacheChunk, error)
+	// GetMany is Get for many chunks, streamed in the order asked for.
+	GetMany(ctx context.Context, in *CacheKeys, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CacheChunk], error)
 	Add(ctx context.Context, in *CacheChunk, opts ...grpc.CallOption) (*CacheAdded, error)
 	Stats(ctx context.Context, in *CacheKey, opts ...grpc.CallOption) (*CacheStatsReply, error)
 }
@@ -80,6 +83,25 @@ func (c *chunkCacheClient) Get(ctx context.Context, in *CacheKey, opts ...grpc.C
 	return out, nil
 }
 
+func (c *chunkCacheClient) GetMany(ctx context.Context, in *CacheKeys, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CacheChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &ChunkCache_ServiceDesc.Streams[0], ChunkCache_GetMany_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[CacheKeys, CacheChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ChunkCache_GetManyClient = grpc.ServerStreamingClient[CacheChunk]
+
 func (c *chunkCacheClient) Add(ctx context.Context, in *CacheChunk, opts ...grpc.CallOption) (*CacheAdded, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CacheAdded)
@@ -112,6 +134,8 @@ type ChunkCacheServer interface {
 	// HasMany is Has for many chunks in one call: a chunk list's.
 	HasMany(context.Context, *CacheKeys) (*CacheHasMany, error)
 	Get(context.Context, *CacheKey) (*CacheChunk, error)
+	// GetMany is Get for many chunks, streamed in the order asked for.
+	GetMany(*CacheKeys, grpc.ServerStreamingServer[CacheChunk]) error
 	Add(context.Context, *CacheChunk) (*CacheAdded, error)
 	Stats(context.Context, *CacheKey) (*CacheStatsReply, error)
 	mustEmbedUnimplementedChunkCacheServer()
@@ -132,6 +156,9 @@ func (UnimplementedChunkCacheServer) HasMany(context.Context, *CacheKeys) (*Cach
 }
 func (UnimplementedChunkCacheServer) Get(context.Context, *CacheKey) (*CacheChunk, error) {
 	return nil, status.Error(codes.Unimplemented, "method Get not implemented")
+}
+func (UnimplementedChunkCacheServer) GetMany(*CacheKeys, grpc.ServerStreamingServer[CacheChunk]) error {
+	return status.Error(codes.Unimplemented, "method GetMany not implemented")
 }
 func (UnimplementedChunkCacheServer) Add(context.Context, *CacheChunk) (*CacheAdded, error) {
 	return nil, status.Error(codes.Unimplemented, "method Add not implemented")
@@ -214,6 +241,17 @@ func _ChunkCache_Get_Handler(srv interface{}, ctx context.Context, dec func(inte
 	return interceptor(ctx, in, info, handler)
 }
 
+func _ChunkCache_GetMany_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(CacheKeys)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ChunkCacheServer).GetMany(m, &grpc.GenericServerStream[CacheKeys, CacheChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type ChunkCache_GetManyServer = grpc.ServerStreamingServer[CacheChunk]
+
 func _ChunkCache_Add_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CacheChunk)
 	if err := dec(in); err != nil {
@@ -278,6 +316,12 @@ var ChunkCache_ServiceDesc = grpc.ServiceDesc{
 			Handler:    _ChunkCache_Stats_Handler,
 		},
 	},
-	Streams:  []grpc.StreamDesc{},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "GetMany",
+			Handler:       _ChunkCache_GetMany_Handler,
+			ServerStreams: true,
+		},
+	},
 	Metadata: "chunkcache.proto",
 }

@@ -104,6 +104,9 @@ func (c *Client) getChunked(ctx context.Context, p string, cache store.ChunkCach
 	type item struct {
 		ref    chunk.Ref
 		stream int
+		// cached reads the cache's chunks of the item's list message in
+		// order, for an item from the cache.
+		cached func() ([]byte, bool)
 	}
 	queue := make(chan item, 1<<16)
 	listErr := make(chan error, 1)
@@ -138,6 +141,7 @@ func (c *Client) getChunked(ctx context.Context, p string, cache store.ChunkCach
 			}
 			var items []item
 			var cached []bool
+			var hits []chunk.Hash
 			if cache != nil {
 				cached = cache.HasMany(hs)
 			}
@@ -145,8 +149,10 @@ func (c *Client) getChunked(ctx context.Context, p string, cache store.ChunkCach
 				r := chunk.Ref{Hash: h, Off: off, Len: sizes[i]}
 				off += int64(sizes[i])
 				all = append(all, r)
-				it := item{r, -1}
-				if cache == nil || !cached[i] {
+				it := item{ref: r, stream: -1}
+				if cache != nil && cached[i] {
+					hits = append(hits, h)
+				} else {
 					if run >= stripe {
 						cur, run = (cur+1)%len(streams), 0
 					}
@@ -155,6 +161,14 @@ func (c *Client) getChunked(ctx context.Context, p string, cache store.ChunkCach
 					run += int64(sizes[i])
 				}
 				items = append(items, it)
+			}
+			if len(hits) > 0 {
+				next := cache.GetMany(ctx, hits)
+				for i := range items {
+					if items[i].stream < 0 {
+						items[i].cached = next
+					}
+				}
 			}
 			if sendAll() != nil {
 				break // The assembler's Recv says why.
@@ -220,7 +234,7 @@ func (c *Client) getChunked(ctx context.Context, p string, cache store.ChunkCach
 			}
 		} else {
 			var ok bool
-			if data, ok = cache.Get(it.ref.Hash); !ok || len(data) != it.ref.Len {
+			if data, ok = it.cached(); !ok || len(data) != it.ref.Len {
 				return nil, stats, ferry.E(op, p, ferry.KindUnavailable, "a cached chunk vanished during the transfer")
 			}
 		}

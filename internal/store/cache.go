@@ -2,6 +2,7 @@ package store
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"sync"
 	"sync/atomic"
@@ -188,6 +189,18 @@ func (c *Cache) Has(h chunk.Hash) bool {
 	_, ok := c.queued[h]
 	c.qmu.Unlock()
 	return ok || c.stored(h)
+}
+
+// GetMany returns what Gets hs one after another.
+func (c *Cache) GetMany(ctx context.Context, hs []chunk.Hash) func() ([]byte, bool) {
+	i := 0
+	return func() ([]byte, bool) {
+		if i >= len(hs) || ctx.Err() != nil {
+			return nil, false
+		}
+		i++
+		return c.Get(hs[i-1])
+	}
 }
 
 // HasMany is Has of each of hs, in order.

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"net"
@@ -23,6 +24,10 @@ type ChunkCache interface {
 	// HasMany is Has of each of hs, in order.
 	HasMany(hs []chunk.Hash) []bool
 	Get(h chunk.Hash) ([]byte, bool)
+	// GetMany returns what reads the chunks hs, one a call, in order:
+	// as Get, but a Shared cache streams them in one call. It ends (a
+	// miss) when ctx does.
+	GetMany(ctx context.Context, hs []chunk.Hash) func() ([]byte, bool)
 	Add(h chunk.Hash, data []byte)
 	Stats() CacheStats
 	Close() error
@@ -109,6 +114,20 @@ func (s *sharer) Get(_ context.Context, k *proto.CacheKey) (*proto.CacheChunk, e
 	}
 	data, ok := s.c.Get(h)
 	return &proto.CacheChunk{Hash: h[:], Data: data, Found: ok}, nil
+}
+
+func (s *sharer) GetMany(k *proto.CacheKeys, st grpc.ServerStreamingServer[proto.CacheChunk]) error {
+	hs, err := hashesOf(k.GetHashes())
+	if err != nil {
+		return err
+	}
+	for _, h := range hs {
+		data, ok := s.c.Get(h)
+		if err := st.Send(&proto.CacheChunk{Hash: h[:], Data: data, Found: ok}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (s *sharer) Add(_ context.Context, m *proto.CacheChunk) (*proto.CacheAdded, error) {
@@ -201,16 +220,21 @@ func (s *Shared) Has(h chunk.Hash) bool {
 	return err == nil && r.GetHas()
 }
 
-// HasMany implements ChunkCache in one call.
-func (s *Shared) HasMany(hs []chunk.Hash) []bool {
-	ctx, cancel := s.call()
-	defer cancel()
+// packHashes writes hs one after another, as hashesOf reads them.
+func packHashes(hs []chunk.Hash) []byte {
 	b := make([]byte, 0, len(hs)*len(chunk.Hash{}))
 	for _, h := range hs {
 		b = append(b, h[:]...)
 	}
+	return b
+}
+
+// HasMany implements ChunkCache in one call.
+func (s *Shared) HasMany(hs []chunk.Hash) []bool {
+	ctx, cancel := s.call()
+	defer cancel()
 	has := make([]bool, len(hs))
-	if r, err := s.cc.HasMany(ctx, &proto.CacheKeys{Hashes: b}); err == nil && len(r.GetHas()) == len(hs) {
+	if r, err := s.cc.HasMany(ctx, &proto.CacheKeys{Hashes: packHashes(hs)}); err == nil && len(r.GetHas()) == len(hs) {
 		copy(has, r.GetHas())
 	}
 	return has
@@ -225,6 +249,42 @@ func (s *Shared) Get(h chunk.Hash) ([]byte, bool) {
 		return nil, false
 	}
 	return r.GetData(), true
+}
+
+// GetMany implements ChunkCache with one stream, opened at the first read,
+// so that a transfer holds one stream's window of chunks at a time. The
+// stream ends with its last chunk, a miss, the caller's ctx, Close, or its
+// deadline, which allows 10 ms a chunk beyond a call's.
+func (s *Shared) GetMany(ctx context.Context, hs []chunk.Hash) func() ([]byte, bool) {
+	var st grpc.ServerStreamingClient[proto.CacheChunk]
+	end := func() {}
+	got, failed := 0, false
+	return func() ([]byte, bool) {
+		if failed || got == len(hs) {
+			return nil, false
+		}
+		if st == nil {
+			sctx, cancel := context.WithTimeout(ctx, sharedTimeout+time.Duration(len(hs))*10*time.Millisecond)
+			stop := context.AfterFunc(s.ctx, cancel)
+			end = func() { stop(); cancel() }
+			var err error
+			if st, err = s.cc.GetMany(sctx, &proto.CacheKeys{Hashes: packHashes(hs)}); err != nil {
+				end()
+				failed = true
+				return nil, false
+			}
+		}
+		m, err := st.Recv()
+		if err != nil || !m.GetFound() || !bytes.Equal(m.GetHash(), hs[got][:]) {
+			end()
+			failed = true
+			return nil, false
+		}
+		if got++; got == len(hs) {
+			end()
+		}
+		return m.GetData(), true
+	}
 }
 
 // Add implements ChunkCache. It waits for the holder to take the chunk,

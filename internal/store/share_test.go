@@ -55,7 +55,27 @@ func TestShare(t *testing.T) {
 			}
 		}
 	}
+	for _, cc := range []ChunkCache{c, s} {
+		next := cc.GetMany(context.Background(), []chunk.Hash{ht, hm})
+		for i, want := range [][]byte{theirs, mine} {
+			if got, ok := next(); !ok || !bytes.Equal(got, want) {
+				t.Errorf("%T.GetMany, chunk %d: %q, %v; want %q", cc, i, got, ok, want)
+			}
+		}
+		if _, ok := next(); ok {
+			t.Errorf("%T.GetMany read past the chunks asked for", cc)
+		}
+	}
 	unknown := chunk.Sum([]byte("never added"))
+	for _, cc := range []ChunkCache{c, s} {
+		next := cc.GetMany(context.Background(), []chunk.Hash{hm, unknown})
+		if _, ok := next(); !ok {
+			t.Errorf("%T.GetMany missed a chunk it holds", cc)
+		}
+		if _, ok := next(); ok {
+			t.Errorf("%T.GetMany answered for a chunk it lacks", cc)
+		}
+	}
 	for _, cc := range []ChunkCache{c, s} {
 		if got := cc.HasMany([]chunk.Hash{hm, unknown, ht}); !slices.Equal(got, []bool{true, false, true}) {
 			t.Errorf("%T.HasMany = %v, want [true false true]", cc, got)
@@ -83,6 +103,9 @@ func TestShare(t *testing.T) {
 	}
 	if _, ok := s.Get(hm); ok {
 		t.Error("Get answered after the holder closed")
+	}
+	if _, ok := s.GetMany(context.Background(), []chunk.Hash{hm})(); ok {
+		t.Error("GetMany answered after the holder closed")
 	}
 	if got := s.HasMany([]chunk.Hash{hm}); !slices.Equal(got, []bool{false}) {
 		t.Errorf("HasMany after the holder closed: %v", got)
