@@ -196,7 +196,6 @@ func (c *FS) take(root string, above bool) []string {
 		if ferry.HasPrefix(r, root) || above && ferry.HasPrefix(root, r) {
 			delete(w.roots, r)
 			delete(w.shallow, r)
-			delete(w.shallow, r)
 			taken = append(taken, r)
 		}
 	}

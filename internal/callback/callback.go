@@ -381,9 +381,10 @@ func (h *Holder) ackLocked(seq uint64) {
 // GrantWrite gives the holder's client a write lease over the subtree at p
 // (a clean path), with its lease: it may keep its changes under p to
 // itself until the lease is recalled, released or lost. It is refused
-// while another session holds a write lease over a path above or below p,
+// while another session holds a write lease over p or a deep one above it,
 // and while a recall of this one over p waits: the acknowledgement that
-// ends the recall would end the lease given again.
+// ends the recall would end the lease given again. It is shallow while
+// another session holds one below p.
 func (h *Holder) GrantWrite(p string) ferry.WriteGrant {
 	t := h.t
 	t.mu.Lock()
@@ -417,10 +418,11 @@ func (h *Holder) GrantWrite(p string) ferry.WriteGrant {
 	return grant
 }
 
-// covers reports whether a write lease over w, shallow or deep, covers a
-// call on q. A shallow lease covers w and what is directly in it; the
-// client keeps back only changes of files there (see ferry.WriteShallow),
-// but a call on a directory in it may list or change its entry.
+// leaseCovers reports whether a write lease over w, shallow or deep,
+// covers a call on q. A shallow lease covers w and what is directly in
+// it; the client keeps back only changes of files there (see
+// ferry.WriteShallow), but a call on a directory in it may list or change
+// its entry.
 func leaseCovers(w string, shallow bool, q string) bool {
 	if shallow {
 		return q == w || path.Dir(q) == w

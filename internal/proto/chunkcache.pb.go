@@ -21,95 +21,6 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
-// CacheKey names a chunk by its hash (empty for Stats).
-type CacheKey struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Hash          []byte                 `protobuf:"bytes,1,opt,name=hash,proto3" json:"hash,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *CacheKey) Reset() {
-	*x = CacheKey{}
-	mi := &file_chunkcache_proto_msgTypes[0]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CacheKey) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CacheKey) ProtoMessage() {}
-
-func (x *CacheKey) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkcache_proto_msgTypes[0]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CacheKey.ProtoReflect.Descriptor instead.
-func (*CacheKey) Descriptor() ([]byte, []int) {
-	return file_chunkcache_proto_rawDescGZIP(), []int{0}
-}
-
-func (x *CacheKey) GetHash() []byte {
-	if x != nil {
-		return x.Hash
-	}
-	return nil
-}
-
-type CacheHas struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Has           bool                   `protobuf:"varint,1,opt,name=has,proto3" json:"has,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
-}
-
-func (x *CacheHas) Reset() {
-	*x = CacheHas{}
-	mi := &file_chunkcache_proto_msgTypes[1]
-	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-	ms.StoreMessageInfo(mi)
-}
-
-func (x *CacheHas) String() string {
-	return protoimpl.X.MessageStringOf(x)
-}
-
-func (*CacheHas) ProtoMessage() {}
-
-func (x *CacheHas) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkcache_proto_msgTypes[1]
-	if x != nil {
-		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
-		if ms.LoadMessageInfo() == nil {
-			ms.StoreMessageInfo(mi)
-		}
-		return ms
-	}
-	return mi.MessageOf(x)
-}
-
-// Deprecated: Use CacheHas.ProtoReflect.Descriptor instead.
-func (*CacheHas) Descriptor() ([]byte, []int) {
-	return file_chunkcache_proto_rawDescGZIP(), []int{1}
-}
-
-func (x *CacheHas) GetHas() bool {
-	if x != nil {
-		return x.Has
-	}
-	return false
-}
-
 // CacheKeys names chunks by their hashes, one after another.
 type CacheKeys struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -120,7 +31,7 @@ type CacheKeys struct {
 
 func (x *CacheKeys) Reset() {
 	*x = CacheKeys{}
-	mi := &file_chunkcache_proto_msgTypes[2]
+	mi := &file_chunkcache_proto_msgTypes[0]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -132,7 +43,7 @@ func (x *CacheKeys) String() string {
 func (*CacheKeys) ProtoMessage() {}
 
 func (x *CacheKeys) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkcache_proto_msgTypes[2]
+	mi := &file_chunkcache_proto_msgTypes[0]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -145,7 +56,7 @@ func (x *CacheKeys) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheKeys.ProtoReflect.Descriptor instead.
 func (*CacheKeys) Descriptor() ([]byte, []int) {
-	return file_chunkcache_proto_rawDescGZIP(), []int{2}
+	return file_chunkcache_proto_rawDescGZIP(), []int{0}
 }
 
 func (x *CacheKeys) GetHashes() []byte {
@@ -165,7 +76,7 @@ type CacheHasMany struct {
 
 func (x *CacheHasMany) Reset() {
 	*x = CacheHasMany{}
-	mi := &file_chunkcache_proto_msgTypes[3]
+	mi := &file_chunkcache_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -177,7 +88,7 @@ func (x *CacheHasMany) String() string {
 func (*CacheHasMany) ProtoMessage() {}
 
 func (x *CacheHasMany) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkcache_proto_msgTypes[3]
+	mi := &file_chunkcache_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -190,7 +101,7 @@ func (x *CacheHasMany) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheHasMany.ProtoReflect.Descriptor instead.
 func (*CacheHasMany) Descriptor() ([]byte, []int) {
-	return file_chunkcache_proto_rawDescGZIP(), []int{3}
+	return file_chunkcache_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *CacheHasMany) GetHas() []bool {
@@ -201,7 +112,7 @@ func (x *CacheHasMany) GetHas() []bool {
 }
 
 // CacheChunk is a chunk's bytes; found is false, and data empty, for a
-// Get the cache cannot answer.
+// chunk the cache lacks.
 type CacheChunk struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Hash          []byte                 `protobuf:"bytes,1,opt,name=hash,proto3" json:"hash,omitempty"`
@@ -213,7 +124,7 @@ type CacheChunk struct {
 
 func (x *CacheChunk) Reset() {
 	*x = CacheChunk{}
-	mi := &file_chunkcache_proto_msgTypes[4]
+	mi := &file_chunkcache_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -225,7 +136,7 @@ func (x *CacheChunk) String() string {
 func (*CacheChunk) ProtoMessage() {}
 
 func (x *CacheChunk) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkcache_proto_msgTypes[4]
+	mi := &file_chunkcache_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -238,7 +149,7 @@ func (x *CacheChunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheChunk.ProtoReflect.Descriptor instead.
 func (*CacheChunk) Descriptor() ([]byte, []int) {
-	return file_chunkcache_proto_rawDescGZIP(), []int{4}
+	return file_chunkcache_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *CacheChunk) GetHash() []byte {
@@ -270,7 +181,7 @@ type CacheAdded struct {
 
 func (x *CacheAdded) Reset() {
 	*x = CacheAdded{}
-	mi := &file_chunkcache_proto_msgTypes[5]
+	mi := &file_chunkcache_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -282,7 +193,7 @@ func (x *CacheAdded) String() string {
 func (*CacheAdded) ProtoMessage() {}
 
 func (x *CacheAdded) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkcache_proto_msgTypes[5]
+	mi := &file_chunkcache_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -295,7 +206,43 @@ func (x *CacheAdded) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheAdded.ProtoReflect.Descriptor instead.
 func (*CacheAdded) Descriptor() ([]byte, []int) {
-	return file_chunkcache_proto_rawDescGZIP(), []int{5}
+	return file_chunkcache_proto_rawDescGZIP(), []int{3}
+}
+
+type CacheStatsReq struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CacheStatsReq) Reset() {
+	*x = CacheStatsReq{}
+	mi := &file_chunkcache_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CacheStatsReq) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CacheStatsReq) ProtoMessage() {}
+
+func (x *CacheStatsReq) ProtoReflect() protoreflect.Message {
+	mi := &file_chunkcache_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CacheStatsReq.ProtoReflect.Descriptor instead.
+func (*CacheStatsReq) Descriptor() ([]byte, []int) {
+	return file_chunkcache_proto_rawDescGZIP(), []int{4}
 }
 
 type CacheStatsReply struct {
@@ -313,7 +260,7 @@ type CacheStatsReply struct {
 
 func (x *CacheStatsReply) Reset() {
 	*x = CacheStatsReply{}
-	mi := &file_chunkcache_proto_msgTypes[6]
+	mi := &file_chunkcache_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -325,7 +272,7 @@ func (x *CacheStatsReply) String() string {
 func (*CacheStatsReply) ProtoMessage() {}
 
 func (x *CacheStatsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_chunkcache_proto_msgTypes[6]
+	mi := &file_chunkcache_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -338,7 +285,7 @@ func (x *CacheStatsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CacheStatsReply.ProtoReflect.Descriptor instead.
 func (*CacheStatsReply) Descriptor() ([]byte, []int) {
-	return file_chunkcache_proto_rawDescGZIP(), []int{6}
+	return file_chunkcache_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CacheStatsReply) GetBytes() int64 {
@@ -394,11 +341,7 @@ var File_chunkcache_proto protoreflect.FileDescriptor
 
 const file_chunkcache_proto_rawDesc = "" +
 	"\n" +
-	"\x10chunkcache.proto\x12\bferry.v1\"\x1e\n" +
-	"\bCacheKey\x12\x12\n" +
-	"\x04hash\x18\x01 \x01(\fR\x04hash\"\x1c\n" +
-	"\bCacheHas\x12\x10\n" +
-	"\x03has\x18\x01 \x01(\bR\x03has\"#\n" +
+	"\x10chunkcache.proto\x12\bferry.v1\"#\n" +
 	"\tCacheKeys\x12\x16\n" +
 	"\x06hashes\x18\x01 \x01(\fR\x06hashes\" \n" +
 	"\fCacheHasMany\x12\x10\n" +
@@ -409,7 +352,8 @@ const file_chunkcache_proto_rawDesc = "" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x14\n" +
 	"\x05found\x18\x03 \x01(\bR\x05found\"\f\n" +
 	"\n" +
-	"CacheAdded\"\xbc\x01\n" +
+	"CacheAdded\"\x0f\n" +
+	"\rCacheStatsReq\"\xbc\x01\n" +
 	"\x0fCacheStatsReply\x12\x14\n" +
 	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\x12\x16\n" +
 	"\x06chunks\x18\x02 \x01(\x03R\x06chunks\x12\x1b\n" +
@@ -417,15 +361,13 @@ const file_chunkcache_proto_rawDesc = "" +
 	"\x04hits\x18\x04 \x01(\x03R\x04hits\x12\x16\n" +
 	"\x06misses\x18\x05 \x01(\x03R\x06misses\x12\x18\n" +
 	"\acorrupt\x18\x06 \x01(\x03R\acorrupt\x12\x18\n" +
-	"\adropped\x18\a \x01(\x03R\adropped2\xc7\x02\n" +
+	"\adropped\x18\a \x01(\x03R\adropped2\xec\x01\n" +
 	"\n" +
-	"ChunkCache\x12-\n" +
-	"\x03Has\x12\x12.ferry.v1.CacheKey\x1a\x12.ferry.v1.CacheHas\x126\n" +
-	"\aHasMany\x12\x13.ferry.v1.CacheKeys\x1a\x16.ferry.v1.CacheHasMany\x12/\n" +
-	"\x03Get\x12\x12.ferry.v1.CacheKey\x1a\x14.ferry.v1.CacheChunk\x126\n" +
+	"ChunkCache\x126\n" +
+	"\aHasMany\x12\x13.ferry.v1.CacheKeys\x1a\x16.ferry.v1.CacheHasMany\x126\n" +
 	"\aGetMany\x12\x13.ferry.v1.CacheKeys\x1a\x14.ferry.v1.CacheChunk0\x01\x121\n" +
-	"\x03Add\x12\x14.ferry.v1.CacheChunk\x1a\x14.ferry.v1.CacheAdded\x126\n" +
-	"\x05Stats\x12\x12.ferry.v1.CacheKey\x1a\x19.ferry.v1.CacheStatsReplyB)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
+	"\x03Add\x12\x14.ferry.v1.CacheChunk\x1a\x14.ferry.v1.CacheAdded\x12;\n" +
+	"\x05Stats\x12\x17.ferry.v1.CacheStatsReq\x1a\x19.ferry.v1.CacheStatsReplyB)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
 
 var (
 	file_chunkcache_proto_rawDescOnce sync.Once
@@ -439,31 +381,26 @@ func file_chunkcache_proto_rawDescGZIP() []byte {
 	return file_chunkcache_proto_rawDescData
 }
 
-var file_chunkcache_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
+var file_chunkcache_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
 var file_chunkcache_proto_goTypes = []any{
-	(*CacheKey)(nil),        // 0: ferry.v1.CacheKey
-	(*CacheHas)(nil),        // 1: ferry.v1.CacheHas
-	(*CacheKeys)(nil),       // 2: ferry.v1.CacheKeys
-	(*CacheHasMany)(nil),    // 3: ferry.v1.CacheHasMany
-	(*CacheChunk)(nil),      // 4: ferry.v1.CacheChunk
-	(*CacheAdded)(nil),      // 5: ferry.v1.CacheAdded
-	(*CacheStatsReply)(nil), // 6: ferry.v1.CacheStatsReply
+	(*CacheKeys)(nil),       // 0: ferry.v1.CacheKeys
+	(*CacheHasMany)(nil),    // 1: ferry.v1.CacheHasMany
+	(*CacheChunk)(nil),      // 2: ferry.v1.CacheChunk
+	(*CacheAdded)(nil),      // 3: ferry.v1.CacheAdded
+	(*CacheStatsReq)(nil),   // 4: ferry.v1.CacheStatsReq
+	(*CacheStatsReply)(nil), // 5: ferry.v1.CacheStatsReply
 }
 var file_chunkcache_proto_depIdxs = []int32{
-	0, // 0: ferry.v1.ChunkCache.Has:input_type -> ferry.v1.CacheKey
-	2, // 1: ferry.v1.ChunkCache.HasMany:input_type -> ferry.v1.CacheKeys
-	0, // 2: ferry.v1.ChunkCache.Get:input_type -> ferry.v1.CacheKey
-	2, // 3: ferry.v1.ChunkCache.GetMany:input_type -> ferry.v1.CacheKeys
-	4, // 4: ferry.v1.ChunkCache.Add:input_type -> ferry.v1.CacheChunk
-	0, // 5: ferry.v1.ChunkCache.Stats:input_type -> ferry.v1.CacheKey
-	1, // 6: ferry.v1.ChunkCache.Has:output_type -> ferry.v1.CacheHas
-	3, // 7: ferry.v1.ChunkCache.HasMany:output_type -> ferry.v1.CacheHasMany
-	4, // 8: ferry.v1.ChunkCache.Get:output_type -> ferry.v1.CacheChunk
-	4, // 9: ferry.v1.ChunkCache.GetMany:output_type -> ferry.v1.CacheChunk
-	5, // 10: ferry.v1.ChunkCache.Add:output_type -> ferry.v1.CacheAdded
-	6, // 11: ferry.v1.ChunkCache.Stats:output_type -> ferry.v1.CacheStatsReply
-	6, // [6:12] is the sub-list for method output_type
-	0, // [0:6] is the sub-list for method input_type
+	0, // 0: ferry.v1.ChunkCache.HasMany:input_type -> ferry.v1.CacheKeys
+	0, // 1: ferry.v1.ChunkCache.GetMany:input_type -> ferry.v1.CacheKeys
+	2, // 2: ferry.v1.ChunkCache.Add:input_type -> ferry.v1.CacheChunk
+	4, // 3: ferry.v1.ChunkCache.Stats:input_type -> ferry.v1.CacheStatsReq
+	1, // 4: ferry.v1.ChunkCache.HasMany:output_type -> ferry.v1.CacheHasMany
+	2, // 5: ferry.v1.ChunkCache.GetMany:output_type -> ferry.v1.CacheChunk
+	3, // 6: ferry.v1.ChunkCache.Add:output_type -> ferry.v1.CacheAdded
+	5, // 7: ferry.v1.ChunkCache.Stats:output_type -> ferry.v1.CacheStatsReply
+	4, // [4:8] is the sub-list for method output_type
+	0, // [0:4] is the sub-list for method input_type
 	0, // [0:0] is the sub-list for extension type_name
 	0, // [0:0] is the sub-list for extension extendee
 	0, // [0:0] is the sub-list for field type_name
@@ -480,7 +417,7 @@ func file_chunkcache_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_chunkcache_proto_rawDesc), len(file_chunkcache_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   7,
+			NumMessages:   6,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,9 +19,7 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	ChunkCache_Has_FullMethodName     = "/ferry.v1.ChunkCache/Has"
 	ChunkCache_HasMany_FullMethodName = "/ferry.v1.ChunkCache/HasMany"
-	ChunkCache_Get_FullMethodName     = "/ferry.v1.ChunkCache/Get"
 	ChunkCache_GetMany_FullMethodName = "/ferry.v1.ChunkCache/GetMany"
 	ChunkCache_Add_FullMethodName     = "/ferry.v1.ChunkCache/Add"
 	ChunkCache_Stats_FullMethodName   = "/ferry.v1.ChunkCache/Stats"
@@ -35,14 +33,14 @@ const (
 // it) served to the same user's other ferry processes on a unix socket in
 // the cache's directory: a ferry get beside a mount uses the mount's cache.
 type ChunkCacheClient interface {
-	Has(ctx context.Context, in *CacheKey, opts ...grpc.CallOption) (*CacheHas, error)
-	// HasMany is Has for many chunks in one call: a chunk list's.
+	// HasMany reports whether the cache holds each of many chunks, in one
+	// call: a chunk list's.
 	HasMany(ctx context.Context, in *CacheKeys, opts ...grpc.CallOption) (*CacheHasMany, error)
-	Get(ctx context.Context, in *CacheKey, opts ...grpc.CallOption) (*CacheChunk, error)
-	// GetMany is Get for many chunks, streamed in the order asked for.
+	// GetMany streams many chunks in the order asked for; a chunk the
+	// cache lacks comes with found false.
 	GetMany(ctx context.Context, in *CacheKeys, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CacheChunk], error)
 	Add(ctx context.Context, in *CacheChunk, opts ...grpc.CallOption) (*CacheAdded, error)
-	Stats(ctx context.Context, in *CacheKey, opts ...grpc.CallOption) (*CacheStatsReply, error)
+	Stats(ctx context.Context, in *CacheStatsReq, opts ...grpc.CallOption) (*CacheStatsReply, error)
 }
 
 type chunkCacheClient struct {
@@ -53,30 +51,10 @@ func NewChunkCacheClient(cc grpc.ClientConnInterface) ChunkCacheClient {
 	return &chunkCacheClient{cc}
 }
 
-func (c *chunkCacheClient) Has(ctx context.Context, in *CacheKey, opts ...grpc.CallOption) (*CacheHas, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(CacheHas)
-	err := c.cc.Invoke(ctx, ChunkCache_Has_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
 func (c *chunkCacheClient) HasMany(ctx context.Context, in *CacheKeys, opts ...grpc.CallOption) (*CacheHasMany, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CacheHasMany)
 	err := c.cc.Invoke(ctx, ChunkCache_HasMany_FullMethodName, in, out, cOpts...)
-	if err != nil {
-		return nil, err
-	}
-	return out, nil
-}
-
-func (c *chunkCacheClient) Get(ctx context.Context, in *CacheKey, opts ...grpc.CallOption) (*CacheChunk, error) {
-	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
-	out := new(CacheChunk)
-	err := c.cc.Invoke(ctx, ChunkCache_Get_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -112,7 +90,7 @@ func (c *chunkCacheClient) Add(ctx context.Context, in *CacheChunk, opts ...grpc
 	return out, nil
 }
 
-func (c *chunkCacheClient) Stats(ctx context.Context, in *CacheKey, opts ...grpc.CallOption) (*CacheStatsReply, error) {
+func (c *chunkCacheClient) Stats(ctx context.Context, in *CacheStatsReq, opts ...grpc.CallOption) (*CacheStatsReply, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CacheStatsReply)
 	err := c.cc.Invoke(ctx, ChunkCache_Stats_FullMethodName, in, out, cOpts...)
@@ -130,14 +108,14 @@ func (c *chunkCacheClient) Stats(ctx context.Context, in *CacheKey, opts ...grpc
 // it) served to the same user's other ferry processes on a unix socket in
 // the cache's directory: a ferry get beside a mount uses the mount's cache.
 type ChunkCacheServer interface {
-	Has(context.Context, *CacheKey) (*CacheHas, error)
-	// HasMany is Has for many chunks in one call: a chunk list's.
+	// HasMany reports whether the cache holds each of many chunks, in one
+	// call: a chunk list's.
 	HasMany(context.Context, *CacheKeys) (*CacheHasMany, error)
-	Get(context.Context, *CacheKey) (*CacheChunk, error)
-	// GetMany is Get for many chunks, streamed in the order asked for.
+	// GetMany streams many chunks in the order asked for; a chunk the
+	// cache lacks comes with found false.
 	GetMany(*CacheKeys, grpc.ServerStreamingServer[CacheChunk]) error
 	Add(context.Context, *CacheChunk) (*CacheAdded, error)
-	Stats(context.Context, *CacheKey) (*CacheStatsReply, error)
+	Stats(context.Context, *CacheStatsReq) (*CacheStatsReply, error)
 	mustEmbedUnimplementedChunkCacheServer()
 }
 
@@ -148,14 +126,8 @@ type ChunkCacheServer interface {
 // pointer dereference when methods are called.
 type UnimplementedChunkCacheServer struct{}
 
-func (UnimplementedChunkCacheServer) Has(context.Context, *CacheKey) (*CacheHas, error) {
-	return nil, status.Error(codes.Unimplemented, "method Has not implemented")
-}
 func (UnimplementedChunkCacheServer) HasMany(context.Context, *CacheKeys) (*CacheHasMany, error) {
 	return nil, status.Error(codes.Unimplemented, "method HasMany not implemented")
-}
-func (UnimplementedChunkCacheServer) Get(context.Context, *CacheKey) (*CacheChunk, error) {
-	return nil, status.Error(codes.Unimplemented, "method Get not implemented")
 }
 func (UnimplementedChunkCacheServer) GetMany(*CacheKeys, grpc.ServerStreamingServer[CacheChunk]) error {
 	return status.Error(codes.Unimplemented, "method GetMany not implemented")
@@ -163,7 +135,7 @@ func (UnimplementedChunkCacheServer) GetMany(*CacheKeys, grpc.ServerStreamingSer
 func (UnimplementedChunkCacheServer) Add(context.Context, *CacheChunk) (*CacheAdded, error) {
 	return nil, status.Error(codes.Unimplemented, "method Add not implemented")
 }
-func (UnimplementedChunkCacheServer) Stats(context.Context, *CacheKey) (*CacheStatsReply, error) {
+func (UnimplementedChunkCacheServer) Stats(context.Context, *CacheStatsReq) (*CacheStatsReply, error) {
 	return nil, status.Error(codes.Unimplemented, "method Stats not implemented")
 }
 func (UnimplementedChunkCacheServer) mustEmbedUnimplementedChunkCacheServer() {}
@@ -187,24 +159,6 @@ func RegisterChunkCacheServer(s grpc.ServiceRegistrar, srv ChunkCacheServer) {
 	s.RegisterService(&ChunkCache_ServiceDesc, srv)
 }
 
-func _ChunkCache_Has_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(CacheKey)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(ChunkCacheServer).Has(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: ChunkCache_Has_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(ChunkCacheServer).Has(ctx, req.(*CacheKey))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
 func _ChunkCache_HasMany_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CacheKeys)
 	if err := dec(in); err != nil {
@@ -219,24 +173,6 @@ func _ChunkCache_HasMany_Handler(srv interface{}, ctx context.Context, dec func(
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(ChunkCacheServer).HasMany(ctx, req.(*CacheKeys))
-	}
-	return interceptor(ctx, in, info, handler)
-}
-
-func _ChunkCache_Get_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(CacheKey)
-	if err := dec(in); err != nil {
-		return nil, err
-	}
-	if interceptor == nil {
-		return srv.(ChunkCacheServer).Get(ctx, in)
-	}
-	info := &grpc.UnaryServerInfo{
-		Server:     srv,
-		FullMethod: ChunkCache_Get_FullMethodName,
-	}
-	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(ChunkCacheServer).Get(ctx, req.(*CacheKey))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -271,7 +207,7 @@ func _ChunkCache_Add_Handler(srv interface{}, ctx context.Context, dec func(inte
 }
 
 func _ChunkCache_Stats_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
-	in := new(CacheKey)
+	in := new(CacheStatsReq)
 	if err := dec(in); err != nil {
 		return nil, err
 	}
@@ -283,7 +219,7 @@ func _ChunkCache_Stats_Handler(srv interface{}, ctx context.Context, dec func(in
 		FullMethod: ChunkCache_Stats_FullMethodName,
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
-		return srv.(ChunkCacheServer).Stats(ctx, req.(*CacheKey))
+		return srv.(ChunkCacheServer).Stats(ctx, req.(*CacheStatsReq))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -296,16 +232,8 @@ var ChunkCache_ServiceDesc = grpc.ServiceDesc{
 	HandlerType: (*ChunkCacheServer)(nil),
 	Methods: []grpc.MethodDesc{
 		{
-			MethodName: "Has",
-			Handler:    _ChunkCache_Has_Handler,
-		},
-		{
 			MethodName: "HasMany",
 			Handler:    _ChunkCache_HasMany_Handler,
-		},
-		{
-			MethodName: "Get",
-			Handler:    _ChunkCache_Get_Handler,
 		},
 		{
 			MethodName: "Add",

@@ -32,3 +32,30 @@ func FuzzUnpackRefs(f *testing.F) {
 		UnpackHashes(hashes)
 	})
 }
+
+// FuzzUnpackHashes: any bytes decode without panicking; a whole number of
+// hashes, up to MaxRefs, decodes to exactly those hashes, and anything else
+// is refused.
+func FuzzUnpackHashes(f *testing.F) {
+	h := chunk.Sum([]byte("x"))
+	f.Add(h[:])
+	f.Add(append(h[:], 1, 2))
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		hs, err := UnpackHashes(b)
+		if len(b)%chunk.HashSize != 0 || len(b)/chunk.HashSize > MaxRefs {
+			if err == nil {
+				t.Fatalf("%d bytes read as %d hashes", len(b), len(hs))
+			}
+			return
+		}
+		if err != nil || len(hs)*chunk.HashSize != len(b) {
+			t.Fatalf("%d bytes: %d hashes, %v", len(b), len(hs), err)
+		}
+		for i, x := range hs {
+			if !bytes.Equal(x[:], b[i*chunk.HashSize:(i+1)*chunk.HashSize]) {
+				t.Fatalf("hash %d differs from its bytes", i)
+			}
+		}
+	})
+}

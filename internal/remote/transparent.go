@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -163,17 +164,34 @@ func (c *Client) knownChunks(src *io.SectionReader, size int64) func(chunk.Hash)
 	if c.cache == nil || c.cache.Stats().Chunks == 0 {
 		return nil
 	}
-	var cached int64
+	var refs []chunk.Ref
 	err := chunk.Refs(io.NewSectionReader(src, 0, size), chunk.Default, func(r chunk.Ref, _ []byte) error {
-		if c.cache.Has(r.Hash) {
-			cached += int64(r.Len)
-		}
+		refs = append(refs, r)
 		return nil
 	})
-	if err != nil || cached*2 < size {
+	if err != nil {
 		return nil
 	}
-	return c.cache.Has
+	// Asked a chunk list at a time: a cache shared by a mount answers
+	// each question over its socket.
+	known := map[chunk.Hash]bool{}
+	var cached int64
+	for batch := range slices.Chunk(refs, proto.MaxRefs) {
+		hs := make([]chunk.Hash, len(batch))
+		for i, r := range batch {
+			hs[i] = r.Hash
+		}
+		for i, ok := range c.cache.HasMany(hs) {
+			if ok {
+				known[hs[i]] = true
+				cached += int64(batch[i].Len)
+			}
+		}
+	}
+	if cached*2 < size {
+		return nil
+	}
+	return func(h chunk.Hash) bool { return known[h] }
 }
 
 // getByChunks is a Get of the whole file at p through the cache: a file

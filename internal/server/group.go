@@ -179,14 +179,16 @@ func (gr *groupReader) add(m *proto.CommitMsg) (end bool, err error) {
 		return false, ferry.E(op, "", ferry.KindInvalid, "one Commit names one group")
 	}
 	gr.group = m.Group
-	tooBig := ferry.E(op, "", ferry.KindInvalid, fmt.Sprintf("a group carries at most %d changes and %d MiB of data", proto.CommitChanges, proto.CommitInline>>20))
+	tooBig := func() error {
+		return ferry.E(op, "", ferry.KindInvalid, fmt.Sprintf("a group carries at most %d changes and %d MiB of data", proto.CommitChanges, proto.CommitInline>>20))
+	}
 	for _, c := range m.Changes {
 		data, err := gr.unzip(c)
 		if err != nil {
 			return false, err
 		}
 		if gr.inline += len(data); gr.inline > proto.CommitInline {
-			return false, tooBig
+			return false, tooBig()
 		}
 		if gr.more {
 			// The data of the put before.
@@ -195,7 +197,7 @@ func (gr *groupReader) add(m *proto.CommitMsg) (end bool, err error) {
 		} else {
 			c.Data, c.Zstd = bytes.Clone(data), false
 			if gr.changes = append(gr.changes, c); len(gr.changes) > proto.CommitChanges {
-				return false, tooBig
+				return false, tooBig()
 			}
 		}
 		gr.more = c.More

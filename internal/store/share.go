@@ -20,13 +20,11 @@ import (
 // ChunkCache is what a client keeps chunks in: a Cache it opened, or a
 // Shared one another process holds.
 type ChunkCache interface {
-	Has(h chunk.Hash) bool
-	// HasMany is Has of each of hs, in order.
+	// HasMany reports whether the cache holds each of hs, in order.
 	HasMany(hs []chunk.Hash) []bool
-	Get(h chunk.Hash) ([]byte, bool)
-	// GetMany returns what reads the chunks hs, one a call, in order:
-	// as Get, but a Shared cache streams them in one call. It ends (a
-	// miss) when ctx does.
+	// GetMany returns what reads the chunks hs, one a call, in order,
+	// each checked against its hash; a chunk missing ends it, and so
+	// does ctx. A Shared cache streams them in one call.
 	GetMany(ctx context.Context, hs []chunk.Hash) func() ([]byte, bool)
 	Add(h chunk.Hash, data []byte)
 	Stats() CacheStats
@@ -91,33 +89,16 @@ type sharer struct {
 	c *Cache
 }
 
-func (s *sharer) Has(_ context.Context, k *proto.CacheKey) (*proto.CacheHas, error) {
-	h, err := hashOf(k.GetHash())
-	if err != nil {
-		return nil, err
-	}
-	return &proto.CacheHas{Has: s.c.Has(h)}, nil
-}
-
 func (s *sharer) HasMany(_ context.Context, k *proto.CacheKeys) (*proto.CacheHasMany, error) {
-	hs, err := hashesOf(k.GetHashes())
+	hs, err := proto.UnpackHashes(k.GetHashes())
 	if err != nil {
 		return nil, err
 	}
 	return &proto.CacheHasMany{Has: s.c.HasMany(hs)}, nil
 }
 
-func (s *sharer) Get(_ context.Context, k *proto.CacheKey) (*proto.CacheChunk, error) {
-	h, err := hashOf(k.GetHash())
-	if err != nil {
-		return nil, err
-	}
-	data, ok := s.c.Get(h)
-	return &proto.CacheChunk{Hash: h[:], Data: data, Found: ok}, nil
-}
-
 func (s *sharer) GetMany(k *proto.CacheKeys, st grpc.ServerStreamingServer[proto.CacheChunk]) error {
-	hs, err := hashesOf(k.GetHashes())
+	hs, err := proto.UnpackHashes(k.GetHashes())
 	if err != nil {
 		return err
 	}
@@ -131,42 +112,19 @@ func (s *sharer) GetMany(k *proto.CacheKeys, st grpc.ServerStreamingServer[proto
 }
 
 func (s *sharer) Add(_ context.Context, m *proto.CacheChunk) (*proto.CacheAdded, error) {
-	h, err := hashOf(m.GetHash())
+	h, err := chunk.FromBytes(m.GetHash())
 	if err != nil {
-		return nil, err
+		return nil, ferry.E("store.Shared", "", ferry.KindInvalid, err)
 	}
 	// Add keeps only bytes that hash to h (Cache.Put checks).
 	s.c.Add(h, m.GetData())
 	return &proto.CacheAdded{}, nil
 }
 
-func (s *sharer) Stats(context.Context, *proto.CacheKey) (*proto.CacheStatsReply, error) {
+func (s *sharer) Stats(context.Context, *proto.CacheStatsReq) (*proto.CacheStatsReply, error) {
 	st := s.c.Stats()
 	return &proto.CacheStatsReply{Bytes: st.Bytes, Chunks: st.Chunks, MaxBytes: st.MaxBytes,
 		Hits: st.Hits, Misses: st.Misses, Corrupt: st.Corrupt, Dropped: st.Dropped}, nil
-}
-
-// hashOf reads a chunk hash from the wire.
-func hashOf(b []byte) (chunk.Hash, error) {
-	var h chunk.Hash
-	if len(b) != len(h) {
-		return h, ferry.E("store.Shared", "", ferry.KindInvalid, "a chunk hash of the wrong length")
-	}
-	copy(h[:], b)
-	return h, nil
-}
-
-// hashesOf reads chunk hashes written one after another.
-func hashesOf(b []byte) ([]chunk.Hash, error) {
-	var h chunk.Hash
-	if len(b)%len(h) != 0 {
-		return nil, ferry.E("store.Shared", "", ferry.KindInvalid, "chunk hashes of the wrong length")
-	}
-	hs := make([]chunk.Hash, len(b)/len(h))
-	for i := range hs {
-		copy(hs[i][:], b[i*len(h):])
-	}
-	return hs, nil
 }
 
 // Shared is a cache another process holds and shares on a unix socket
@@ -201,7 +159,7 @@ func DialShared(ctx context.Context, sock string) (*Shared, error) {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	cctx, cancel := context.WithTimeout(ctx, sharedTimeout)
 	defer cancel()
-	if _, err := s.cc.Stats(cctx, &proto.CacheKey{}, grpc.WaitForReady(true)); err != nil {
+	if _, err := s.cc.Stats(cctx, &proto.CacheStatsReq{}, grpc.WaitForReady(true)); err != nil {
 		s.Close()
 		return nil, ferry.E(op, sock, ferry.KindIO, err)
 	}
@@ -212,15 +170,8 @@ func (s *Shared) call() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(s.ctx, sharedTimeout)
 }
 
-// Has implements ChunkCache.
-func (s *Shared) Has(h chunk.Hash) bool {
-	ctx, cancel := s.call()
-	defer cancel()
-	r, err := s.cc.Has(ctx, &proto.CacheKey{Hash: h[:]})
-	return err == nil && r.GetHas()
-}
-
-// packHashes writes hs one after another, as hashesOf reads them.
+// packHashes writes hs one after another, as proto.UnpackHashes reads
+// them.
 func packHashes(hs []chunk.Hash) []byte {
 	b := make([]byte, 0, len(hs)*len(chunk.Hash{}))
 	for _, h := range hs {
@@ -238,17 +189,6 @@ func (s *Shared) HasMany(hs []chunk.Hash) []bool {
 		copy(has, r.GetHas())
 	}
 	return has
-}
-
-// Get implements ChunkCache. The holder checked the bytes against h.
-func (s *Shared) Get(h chunk.Hash) ([]byte, bool) {
-	ctx, cancel := s.call()
-	defer cancel()
-	r, err := s.cc.Get(ctx, &proto.CacheKey{Hash: h[:]})
-	if err != nil || !r.GetFound() {
-		return nil, false
-	}
-	return r.GetData(), true
 }
 
 // GetMany implements ChunkCache with one stream, opened at the first read,
@@ -300,7 +240,7 @@ func (s *Shared) Add(h chunk.Hash, data []byte) {
 func (s *Shared) Stats() CacheStats {
 	ctx, cancel := s.call()
 	defer cancel()
-	r, err := s.cc.Stats(ctx, &proto.CacheKey{})
+	r, err := s.cc.Stats(ctx, &proto.CacheStatsReq{})
 	if err != nil {
 		return CacheStats{}
 	}

@@ -47,11 +47,11 @@ func TestShare(t *testing.T) {
 	s.Add(bad, []byte("not what the hash says"))
 	for _, cc := range []ChunkCache{c, s} {
 		for h, want := range map[chunk.Hash][]byte{hm: mine, ht: theirs} {
-			if !cc.Has(h) {
+			if !cc.HasMany([]chunk.Hash{h})[0] {
 				t.Errorf("%T lacks %s", cc, h)
 			}
-			if got, ok := cc.Get(h); !ok || !bytes.Equal(got, want) {
-				t.Errorf("%T.Get(%s) = %q, %v; want %q", cc, h, got, ok, want)
+			if got, ok := cc.GetMany(context.Background(), []chunk.Hash{h})(); !ok || !bytes.Equal(got, want) {
+				t.Errorf("%T.GetMany(%s) = %q, %v; want %q", cc, h, got, ok, want)
 			}
 		}
 	}
@@ -86,7 +86,7 @@ func TestShare(t *testing.T) {
 	for c.Stats().Chunks < 2 && time.Now().Before(deadline) {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if s.Has(bad) {
+	if s.HasMany([]chunk.Hash{bad})[0] {
 		t.Error("bytes that do not match their hash were kept")
 	}
 	if st := s.Stats(); st.Chunks != 2 || st.MaxBytes != 64<<20 {
@@ -98,12 +98,6 @@ func TestShare(t *testing.T) {
 		t.Errorf("the socket outlived the cache: %v", err)
 	}
 	start := time.Now()
-	if s.Has(hm) {
-		t.Error("Has answered true after the holder closed")
-	}
-	if _, ok := s.Get(hm); ok {
-		t.Error("Get answered after the holder closed")
-	}
 	if _, ok := s.GetMany(context.Background(), []chunk.Hash{hm})(); ok {
 		t.Error("GetMany answered after the holder closed")
 	}
@@ -117,30 +111,4 @@ func TestShare(t *testing.T) {
 	if _, err := DialShared(context.Background(), sock); err == nil {
 		t.Error("DialShared succeeded with no one sharing")
 	}
-}
-
-// FuzzHashesOf: the holder's reading of the hashes HasMany sends takes any
-// bytes without panicking, and keeps every hash of a whole number of them.
-func FuzzHashesOf(f *testing.F) {
-	h := chunk.Sum([]byte("x"))
-	f.Add(h[:])
-	f.Add(append(h[:], 1, 2))
-	f.Add([]byte{})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		hs, err := hashesOf(b)
-		if len(b)%len(h) != 0 {
-			if err == nil {
-				t.Fatalf("%d bytes read as %d hashes", len(b), len(hs))
-			}
-			return
-		}
-		if err != nil || len(hs)*len(h) != len(b) {
-			t.Fatalf("%d bytes: %d hashes, %v", len(b), len(hs), err)
-		}
-		for i, x := range hs {
-			if !bytes.Equal(x[:], b[i*len(h):(i+1)*len(h)]) {
-				t.Fatalf("hash %d differs from its bytes", i)
-			}
-		}
-	})
 }
