@@ -50,5 +50,7 @@ func HasPrefix(p, dir string) bool {
 	if dir == "/" || p == dir {
 		return true
 	}
-	return strings.HasPrefix(p, dir+"/")
+	// Without building dir+"/": the caches call this for every entry
+	// they hold when a tree is dropped.
+	return len(p) > len(dir) && p[len(dir)] == '/' && p[:len(dir)] == dir
 }

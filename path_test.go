@@ -73,3 +73,25 @@ func TestErrorKinds(t *testing.T) {
 		t.Errorf("Error() = %q, want %q", got, want)
 	}
 }
+
+func TestHasPrefix(t *testing.T) {
+	for _, c := range []struct {
+		p, dir string
+		want   bool
+	}{
+		{"/a/b", "/a", true},
+		{"/a", "/a", true},
+		{"/a", "/", true},
+		{"/", "/", true},
+		{"/ab", "/a", false},
+		{"/a", "/a/b", false},
+		{"/", "/a", false},
+		{"/b/a", "/a", false},
+		{"/a/b/c", "/a/b", true},
+		{"/a/bc", "/a/b", false},
+	} {
+		if got := HasPrefix(c.p, c.dir); got != c.want {
+			t.Errorf("HasPrefix(%q, %q) = %v, want %v", c.p, c.dir, got, c.want)
+		}
+	}
+}

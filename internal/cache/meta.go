@@ -43,6 +43,7 @@ type meta struct {
 	fetching map[string]*fetch
 	pending  map[string]ferry.Dir // Files created here but not yet on the server.
 	own      map[string]time.Time // Paths this mount changed, and when.
+	ownPrune int                  // Sweep own when it holds more.
 	inflight map[string]int       // Paths this mount's calls are changing (expect).
 	lease    uint64               // The current watch's number; 0 while there is none.
 	leases   uint64               // How many leases there have been.
@@ -132,6 +133,7 @@ func newMeta(fsys ferry.FS, depth, budget, most int, ttl time.Duration) *meta {
 		fetching: map[string]*fetch{},
 		pending:  map[string]ferry.Dir{},
 		own:      map[string]time.Time{},
+		ownPrune: ownPruneMin,
 		inflight: map[string]int{},
 		inval:    map[string]uint64{},
 		kids:     map[string]map[string]uint64{},
@@ -969,14 +971,20 @@ func (m *meta) expect(ps ...string) (done func()) {
 func (m *meta) markOwn(p string) {
 	now := time.Now()
 	m.own[p] = now
-	if len(m.own) > 4096 {
+	if len(m.own) > m.ownPrune {
 		for q, t := range m.own {
 			if now.Sub(t) > ownWindow {
 				delete(m.own, q)
 			}
 		}
+		// The next sweep waits until the paths have doubled, so that a
+		// burst of changes (an rm -rf) does not sweep at each one.
+		m.ownPrune = max(ownPruneMin, 2*len(m.own))
 	}
 }
+
+// ownPruneMin is how many paths meta.own holds before old ones are swept.
+const ownPruneMin = 4096
 
 // worthChecking reports whether an event for p should be checked with a
 // Stat before the cache is dropped: p was changed by this mount a moment

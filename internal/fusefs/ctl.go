@@ -210,7 +210,7 @@ func (h *ctlHandle) run(ctx context.Context, lines string) syscall.Errno {
 func (n *node) ctlLookup(ctx context.Context, out *fuse.EntryOut) *fs.Inode {
 	s := n.s
 	s.ctlOnce.Do(func() {
-		s.ctlInode = n.NewPersistentInode(ctx, &ctlNode{s: s}, fs.StableAttr{Mode: syscall.S_IFREG, Ino: s.ino("\x00"+ctlName, false)})
+		s.ctlInode = n.NewPersistentInode(ctx, &ctlNode{s: s}, fs.StableAttr{Mode: syscall.S_IFREG, Ino: s.inos.number("\x00"+ctlName, false)})
 	})
 	ctlAttr(&out.Attr)
 	out.Ino = s.ctlInode.StableAttr().Ino

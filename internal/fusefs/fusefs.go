@@ -145,12 +145,8 @@ type Server struct {
 	// server that is not run by root can serve them.
 	rootUid, rootGid int64
 
-	// inos numbers the paths the kernel has seen, so that a path keeps
-	// its inode number when the kernel forgets and looks it up again (git
-	// compares them) and takes it along when renamed here.
-	inoMu   sync.Mutex
-	inos    map[string]uint64
-	nextIno uint64
+	// inos numbers the paths the kernel has seen (inos.go).
+	inos *inoTable
 
 	// negs holds the paths the kernel was told do not exist, for as long
 	// as the lease lasts: a drop of a whole tree has to name each (the
@@ -219,7 +215,7 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 		opt: opt, log: opt.Log,
 		done:    make(chan struct{}),
 		rootUid: d.Int(ferry.AttrUid), rootGid: d.Int(ferry.AttrGid),
-		inos: map[string]uint64{}, nextIno: 2,
+		inos: newInoTable(3),
 		negs: map[string]struct{}{},
 	}
 	co := opt.Cache
@@ -370,19 +366,6 @@ func (s *Server) timeouts() (ttl, negative time.Duration) {
 	return s.opt.TTL, 0
 }
 
-// ino returns the inode number of the path p, giving it one if it has
-// none or if fresh is set (its type changed).
-func (s *Server) ino(p string, fresh bool) uint64 {
-	s.inoMu.Lock()
-	defer s.inoMu.Unlock()
-	if n, ok := s.inos[p]; ok && !fresh {
-		return n
-	}
-	s.nextIno++
-	s.inos[p] = s.nextIno
-	return s.nextIno
-}
-
 // inoKey returns the key of d's inode number: its path, or for a file
 // with several names the server's inode number, which all names share.
 func inoKey(d ferry.Dir) string {
@@ -396,37 +379,7 @@ func inoKey(d ferry.Dir) string {
 // the node the kernel knows for it.
 func (s *Server) shareIno(d ferry.Dir, ino uint64) {
 	if k := inoKey(d); k != d.Path() {
-		s.inoMu.Lock()
-		s.inos[k] = ino
-		s.inoMu.Unlock()
-	}
-}
-
-// moveIno moves the numbers of from and all below it to to.
-func (s *Server) moveIno(from, to string) {
-	s.inoMu.Lock()
-	defer s.inoMu.Unlock()
-	s.dropInoLocked(to)
-	for p, n := range s.inos {
-		if ferry.HasPrefix(p, from) {
-			delete(s.inos, p)
-			s.inos[to+p[len(from):]] = n
-		}
-	}
-}
-
-// dropIno forgets the number of p: it was removed here.
-func (s *Server) dropIno(p string) {
-	s.inoMu.Lock()
-	defer s.inoMu.Unlock()
-	s.dropInoLocked(p)
-}
-
-func (s *Server) dropInoLocked(p string) {
-	for q := range s.inos {
-		if ferry.HasPrefix(q, p) {
-			delete(s.inos, q)
-		}
+		s.inos.set(k, ino)
 	}
 }
 

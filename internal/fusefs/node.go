@@ -293,7 +293,7 @@ func (n *node) child(ctx context.Context, name string, d ferry.Dir) *fs.Inode {
 	// of a file with several share its number, so the kernel sees one
 	// inode (go-fuse returns the node it knows under that number).
 	key := inoKey(d)
-	ino := n.s.ino(key, c != nil && key == d.Path())
+	ino := n.s.inos.number(key, c != nil && key == d.Path())
 	op, _ := newNode(n.s, typeBits(d))
 	return n.NewInode(ctx, op, fs.StableAttr{Mode: typeBits(d), Ino: ino})
 }
@@ -624,7 +624,7 @@ func (dn *dirNode) Create(ctx context.Context, name string, flags uint32, mode u
 	}
 	wb.created, wb.dirty, wb.set, wb.refs, wb.mtime = true, true, set, 1, now
 	f := &fileNode{node: node{s: n.s}, wb: wb}
-	c := n.NewInode(ctx, f, fs.StableAttr{Mode: syscall.S_IFREG, Ino: n.s.ino(p, true)})
+	c := n.NewInode(ctx, f, fs.StableAttr{Mode: syscall.S_IFREG, Ino: n.s.inos.number(p, true)})
 	n.s.cache.Created(d)
 	n.entryOut(c, d, out)
 	return c, &handle{n: f, wb: wb}, 0, 0
@@ -736,7 +736,7 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 		wb.unlinked = true
 		unlock()
 		n.s.cache.Discard(p)
-		n.s.dropIno(p)
+		n.s.inos.drop(p)
 		return 0
 	}
 	known := n.s.cache.Known(p)
@@ -769,7 +769,7 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 		d.SetInt(ferry.AttrNlink, known.Int(ferry.AttrNlink)-1)
 		cn.relinked(d)
 	}
-	n.s.dropIno(p)
+	n.s.inos.drop(p)
 	return 0
 }
 
@@ -895,7 +895,7 @@ func (dn *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEm
 		sw.movedParent, sw.movedName = np.EmbeddedInode(), newName
 	}
 	unlock()
-	n.s.moveIno(from, to)
+	n.s.inos.move(from, to)
 	if src != nil {
 		src.remember(d)
 	}
