@@ -249,9 +249,10 @@ func (c *FS) recall(root string, ack func()) {
 // dropped.
 const echoesMax = 64
 
-// echoSet holds the paths of the events taken for echoes under one lease.
+// echoSet holds the paths of the events taken for echoes under one lease,
+// each with whether it was a tree's (Lost).
 type echoSet struct {
-	paths map[string]struct{}
+	paths map[string]bool
 	over  bool // More than echoesMax: not all are held.
 }
 
@@ -263,6 +264,26 @@ func (c *FS) echo(p string) bool {
 	return c.leases != nil && c.leases.holds(p, c.isDir(p), true)
 }
 
+// echoTree is echo for an event that puts the whole subtree p in doubt (a
+// directory removed or renamed on the server's disk, which the server
+// reports as Lost): it is an echo if a deep lease this cache holds covers
+// p. Such an echo of a removal kept back can come after this cache made a
+// directory of the same name again, whose listing it must not drop.
+func (c *FS) echoTree(p string) bool {
+	if c.leases == nil {
+		return false
+	}
+	w := c.leases
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	r, ok := w.covering(p, true)
+	if !ok || w.shallow[r] {
+		return false
+	}
+	w.recordLocked(r, p, true)
+	return true
+}
+
 // holds reports whether a lease held covers p, and with record notes p
 // as an echo under it.
 func (w *writeLeases) holds(p string, dir, record bool) bool {
@@ -272,17 +293,23 @@ func (w *writeLeases) holds(p string, dir, record bool) bool {
 	if !ok || !record {
 		return ok
 	}
+	w.recordLocked(r, p, false)
+	return true
+}
+
+// recordLocked notes p, with tree if a tree's, as an echo under the lease
+// at r. w.mu is held.
+func (w *writeLeases) recordLocked(r, p string, tree bool) {
 	set := w.echoes[r]
 	if set == nil {
-		set = &echoSet{paths: map[string]struct{}{}}
+		set = &echoSet{paths: map[string]bool{}}
 		w.echoes[r] = set
 	}
 	if len(set.paths) < echoesMax {
-		set.paths[p] = struct{}{}
+		set.paths[p] = set.paths[p] || tree
 	} else {
 		set.over = true
 	}
-	return true
 }
 
 // recheck checks the events taken for echoes under root, once its lease is
@@ -291,12 +318,16 @@ func (w *writeLeases) holds(p string, dir, record bool) bool {
 func (c *FS) recheck(root string) {
 	w := c.leases
 	w.mu.Lock()
-	var ps []string
+	var ps, trees []string
 	over := false
 	for r, set := range w.echoes {
 		if ferry.HasPrefix(r, root) {
-			for p := range set.paths {
-				ps = append(ps, p)
+			for p, tree := range set.paths {
+				if tree {
+					trees = append(trees, p)
+				} else {
+					ps = append(ps, p)
+				}
 			}
 			over = over || set.over
 			delete(w.echoes, r)
@@ -304,8 +335,13 @@ func (c *FS) recheck(root string) {
 	}
 	w.mu.Unlock()
 	if over {
-		c.meta.invalidateAll(root)
-		c.emit(ferry.Event{Path: root, Lost: true})
+		trees = []string{root}
+	}
+	for _, p := range trees {
+		c.meta.invalidateAll(p)
+		c.emit(ferry.Event{Path: p, Lost: true})
+	}
+	if over {
 		return
 	}
 	for _, p := range ps {

@@ -3,8 +3,10 @@ package cache_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/cache"
+	"github.com/ferryfs/ferry/internal/local"
 	"github.com/ferryfs/ferry/internal/server"
 	"github.com/ferryfs/ferry/internal/servertest"
 	"github.com/ferryfs/ferry/internal/testenv"
@@ -543,4 +546,233 @@ func behindWithDir(t *testing.T) (*servertest.Server, *cache.FS) {
 		t.Fatal(err)
 	}
 	return s, c
+}
+
+// TestTreeEchoKeepsListing: under a deep write lease, the server's report
+// of a directory this cache removed (Lost, as the directory's own watch
+// ends) is an echo: the cache still answers for the name from its listing
+// of the parent, where it would otherwise doubt it and ask the server.
+// configure makes and removes the same directories again and again. A
+// directory removed on the server's own disk under the lease is still
+// dropped: the server recalls the lease.
+func TestTreeEchoKeepsListing(t *testing.T) {
+	s, c, events := leasedDirs(t, "/d", "/d/x", "/d/z")
+	ctx := context.Background()
+	asked := func() string { return statusLine(c, "meta.finds") + ", " + statusLine(c, "meta.stats") }
+	if _, err := c.List(ctx, "/d"); err != nil {
+		t.Fatal(err)
+	}
+	before := asked()
+	if _, err := c.Remove(ctx, "/d/x").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Sync(ctx, "/"); err != nil {
+		t.Fatal(err)
+	}
+	// The server reports the removal from the same disk events as this
+	// watch: once this one has seen the directory lost, the cache's has
+	// been sent it.
+	waitLost(t, events, "/d/x")
+	time.Sleep(200 * time.Millisecond)
+	if _, err := c.Lookup(ctx, "/d", "x"); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("lookup of the removed /d/x: %v, want not found", err)
+	}
+	if after := asked(); after != before {
+		t.Errorf("the removal's own echo made the cache ask the server: %s before, %s after\n%s", before, after, c.Status(ctx))
+	}
+
+	// The server takes a disk event on a path it served a call on in the
+	// last 2 s for that call's echo (callback.servedFor).
+	time.Sleep(2100 * time.Millisecond)
+	if err := os.Remove(filepath.Join(s.Dir, "d", "z")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := c.Lookup(ctx, "/d", "z")
+		if errors.Is(err, fs.ErrNotExist) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/d/z removed on the server's disk is still there for the cache: %v\n%s", err, c.Status(ctx))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := c.Status(ctx); !strings.Contains(st, " 1 recalled") {
+		t.Errorf("the removal on the server's disk did not recall the lease:\n%s", st)
+	}
+}
+
+// leasedDirs starts a server and a write-behind cache over it that keeps
+// its write leases while idle, makes the directories ps through the cache,
+// stored, and returns with a watch of the server's disk.
+func leasedDirs(t *testing.T, ps ...string) (*servertest.Server, *cache.FS, *ferry.Stream[ferry.Event]) {
+	t.Helper()
+	s := servertest.Start(t, "")
+	ctx := context.Background()
+	c := open(t, s.Client(t, "a"), cache.Options{WriteBehind: true, LeaseIdle: time.Hour})
+	for _, p := range ps {
+		if _, err := c.Make(ctx, p, ferry.Dir{ferry.AttrType: ferry.TypeDir}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Sync(ctx, "/"); err != nil {
+		t.Fatal(err)
+	}
+	disk, err := local.New(s.Dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithCancel(ctx)
+	events := disk.Watch(wctx, "/")
+	t.Cleanup(func() {
+		cancel()
+		events.Close()
+	})
+	return s, c, events
+}
+
+// statusLine returns the line of c's status that starts with key.
+func statusLine(c *cache.FS, key string) string {
+	for l := range strings.Lines(c.Status(context.Background())) {
+		if strings.HasPrefix(l, key+": ") {
+			return strings.TrimSuffix(l, "\n")
+		}
+	}
+	return ""
+}
+
+// waitLost waits until events reports the subtree p lost.
+func waitLost(t *testing.T, events *ferry.Stream[ferry.Event], p string) {
+	t.Helper()
+	got := make(chan struct{})
+	go func() {
+		defer close(got)
+		for ev := range events.All() {
+			if ev.Lost && ev.Path == p {
+				return
+			}
+		}
+	}()
+	select {
+	case <-got:
+	case <-time.After(10 * time.Second):
+		t.Fatalf("no Lost event for %s on the server's disk", p)
+	}
+}
+
+// TestOwnRenameKeepsLease: the holder's own rename of a directory with
+// files in it leaves its lease in place (the server's disk reports an
+// event for each entry of the directory renamed into place, and those
+// are the rename's), while an empty directory renamed on the server's
+// own disk, which the disk reports only as its subtree lost, recalls it.
+func TestOwnRenameKeepsLease(t *testing.T) {
+	s, c, events := leasedDirs(t, "/d", "/d/x", "/d/e")
+	ctx := context.Background()
+	for i := range 3 {
+		if _, err := c.Put(ctx, fmt.Sprintf("/d/x/f%d", i), ferry.Dir{}, ferry.Whole, strings.NewReader("x")).Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Sync(ctx, "/"); err != nil {
+		t.Fatal(err)
+	}
+	leases := func() string { return statusLine(c, "leases.write") }
+	if _, err := c.Move(ctx, "/d/x", "/d/y").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Sync(ctx, "/"); err != nil {
+		t.Fatal(err)
+	}
+	waitLost(t, events, "/d/y")
+	time.Sleep(300 * time.Millisecond)
+	if st := leases(); !strings.Contains(st, " 0 recalled") {
+		t.Errorf("the holder's own rename of a directory recalled its lease: %s", st)
+	}
+
+	time.Sleep(2100 * time.Millisecond) // past callback.servedFor
+	if err := os.Rename(filepath.Join(s.Dir, "d", "e"), filepath.Join(s.Dir, "d", "e2")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for strings.Contains(leases(), " 0 recalled") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if st := leases(); strings.Contains(st, " 0 recalled") {
+		t.Errorf("an empty directory renamed on the server's disk under the lease: %s, want it recalled", st)
+	}
+	// The recall's recheck drops what the cache held there.
+	for {
+		_, err := c.Lookup(ctx, "/d", "e2")
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("lookup of /d/e2, renamed on the server's disk: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRmdirBehind: under a write lease, the removal of a directory the
+// cache knows to be empty returns at once and runs in the background, in
+// order with the changes around it (configure makes and removes the same
+// directories again and again); a directory not known empty still asks
+// the server, which refuses a full one.
+func TestRmdirBehind(t *testing.T) {
+	s, c := behindWithDir(t)
+	ctx := context.Background()
+	for _, p := range []string{"/d/x", "/d/full"} {
+		if _, err := c.Make(ctx, p, ferry.Dir{ferry.AttrType: ferry.TypeDir}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := c.Put(ctx, "/d/full/f", ferry.Dir{}, ferry.Whole, strings.NewReader("f")).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Sync(ctx, "/"); err != nil {
+		t.Fatal(err)
+	}
+	f := c.Remove(ctx, "/d/x")
+	if !done(f) {
+		t.Error("the rmdir of an empty directory waited for the server")
+	}
+	if _, err := f.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Lookup(ctx, "/d", "x"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("lookup of /d/x after its rmdir: %v, want not found", err)
+	}
+	// Made again at once, and removed and made once more: the server
+	// must end with the directory, as the calls left it.
+	if _, err := c.Make(ctx, "/d/x", ferry.Dir{ferry.AttrType: ferry.TypeDir}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Remove(ctx, "/d/x").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Make(ctx, "/d/x", ferry.Dir{ferry.AttrType: ferry.TypeDir}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Remove(ctx, "/d/full").Wait(); !errors.Is(err, syscall.ENOTEMPTY) && !strings.Contains(fmt.Sprint(err), "not empty") {
+		t.Errorf("rmdir of a full directory: %v, want it refused as not empty", err)
+	}
+	if err := c.Sync(ctx, "/"); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(filepath.Join(s.Dir, "d", "x")); err != nil || !fi.IsDir() {
+		t.Errorf("/d/x on the server after make, rmdir, make, rmdir, make: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(s.Dir, "d", "full", "f")); err != nil {
+		t.Errorf("the full directory's file: %v", err)
+	}
+	if _, err := c.Remove(ctx, "/d/x").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Sync(ctx, "/"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(s.Dir, "d", "x")); !os.IsNotExist(err) {
+		t.Errorf("/d/x on the server after its last rmdir and a sync: %v", err)
+	}
 }

@@ -939,6 +939,15 @@ func (m *meta) created(dir string) {
 	m.dirs[dir] = &listing{names: map[string]struct{}{}, at: time.Now(), lease: m.lease}
 }
 
+// emptyDir reports whether the cache holds a trusted listing of the
+// directory p that is empty, with no name in doubt.
+func (m *meta) emptyDir(p string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	l := m.listed(p)
+	return l != nil && len(l.names) == 0 && len(l.doubt) == 0
+}
+
 // ownWindow is how long after this mount changed a path an event for it
 // is taken to be the echo of that change, and checked before it is acted on.
 const ownWindow = 10 * time.Second

@@ -177,6 +177,9 @@ func (c *FS) run() {
 				c.broken(p, ev.Lost, ev.Ack)
 				continue
 			}
+			if ev.Lost && p != root && c.echoTree(p) {
+				continue
+			}
 			if ev.Lost {
 				if p == root {
 					c.meta.dropAll()

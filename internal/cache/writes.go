@@ -380,10 +380,19 @@ func (c *FS) makeBehind(p string, d ferry.Dir) ferry.Dir {
 }
 
 // Remove implements ferry.Tree. With Options.WriteBehind a file with one
-// name is removed in the background, after the calls on it before it;
-// rmdir must hear from the tree whether the directory was empty.
+// name is removed in the background, after the calls on it before it; so
+// is a directory under a write lease that the cache knows to be empty
+// (no other client adds to it while the lease lasts). Any other rmdir
+// must hear from the tree whether the directory was empty.
 func (c *FS) Remove(ctx context.Context, p string) *ferry.Future[struct{}] {
 	dir := path.Dir(p)
+	if d := c.meta.known(p); d != nil && d.IsDir() && c.leases != nil && c.meta.emptyDir(p) {
+		if queued, ok := c.behind(ctx, p); ok {
+			defer queued()
+			c.removeDirBehind(p)
+			return ferry.Resolved(struct{}{}, nil)
+		}
+	}
 	if d := c.meta.known(p); d != nil && !d.IsDir() && !d.Linked() {
 		if queued, ok := c.behind(ctx, p); ok {
 			defer queued()
@@ -417,6 +426,24 @@ func (c *FS) Remove(ctx context.Context, p string) *ferry.Future[struct{}] {
 		c.meta.touch(dir, nlink, nil)
 		return struct{}{}, nil
 	})
+}
+
+// removeDirBehind removes the empty directory p in the background. If the
+// tree refuses, the directory is still there: the cache forgets what it
+// thought and says so above.
+func (c *FS) removeDirBehind(p string) {
+	c.wback.start(p, 0, func(ctx context.Context, t changer) error {
+		_, err := t.Remove(ctx, p).Wait()
+		if err != nil {
+			c.log.Error("removing a directory in the background failed", "path", p, "err", err)
+			c.meta.invalidateAll(p)
+			// Not from here, as in makeBehind.
+			go c.emit(ferry.Event{Path: p})
+		}
+		return err
+	})
+	c.meta.forget(p)
+	c.meta.touch(path.Dir(p), -1, nil) // Its "..".
 }
 
 // RemoveAll implements ferry.Tree.

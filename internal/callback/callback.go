@@ -54,6 +54,10 @@ type Table struct {
 	// when: a watch event for one of them is likely that call's, not a
 	// change made directly on the disk (see Changed).
 	served map[string]time.Time
+	// servedTrees is served for calls that changed a whole subtree (a
+	// directory renamed or removed with what it held): an event below
+	// one is that call's too.
+	servedTrees map[string]time.Time
 	// waited and waitTime count the changes that waited for breaks and
 	// the time they waited.
 	waited   uint64
@@ -542,6 +546,40 @@ func (t *Table) touchedLocked(ps []string) {
 	}
 }
 
+// ChangingTrees records, as touchedLocked does, that a call is about to
+// change the whole subtrees ps: the disk reports a directory renamed into
+// place with an event for each entry below it.
+func (t *Table) ChangingTrees(ps ...string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.writes == 0 {
+		return
+	}
+	now := t.now()
+	if t.servedTrees == nil || len(t.servedTrees) > 1<<14 {
+		t.servedTrees = map[string]time.Time{}
+	}
+	for _, p := range ps {
+		t.servedTrees[p] = now
+	}
+}
+
+// servedLocked reports whether a call touched p, or changed a subtree that
+// holds it, in the last servedFor. t.mu is held.
+func (t *Table) servedLocked(p string, now time.Time) bool {
+	if at, ok := t.served[p]; ok && now.Sub(at) < servedFor {
+		return true
+	}
+	for q := p; ; q = path.Dir(q) {
+		if at, ok := t.servedTrees[q]; ok && now.Sub(at) < servedFor {
+			return true
+		}
+		if q == "/" || q == "." {
+			return false
+		}
+	}
+}
+
 // Changed takes note of a change at p that the holder's watch reported:
 // one no call of the server made lately was made directly on the
 // server's disk, and recalls the holder's write lease over p, without
@@ -556,7 +594,7 @@ func (h *Holder) Changed(p string) {
 		return
 	}
 	now := t.now()
-	if at, ok := t.served[p]; ok && now.Sub(at) < servedFor {
+	if t.servedLocked(p, now) {
 		return
 	}
 	for w := range h.writes {

@@ -254,10 +254,11 @@ func (h *handler) Lease(st grpc.BidiStreamingServer[proto.LeaseMsg, proto.WatchE
 	defer events.Close()
 	go func() {
 		for e := range events.All() {
-			if !e.Lost {
-				if p, err := ferry.CleanPath(e.Path); err == nil {
-					lease.Changed(p)
-				}
+			// A subtree lost below the watch's root is a directory
+			// removed or moved on the disk: a change there, like any
+			// other. The root's own is the watch's start or a gap.
+			if p, err := ferry.CleanPath(e.Path); err == nil && (!e.Lost || p != root) {
+				lease.Changed(p)
 			}
 			select {
 			case out <- &proto.WatchEvent{Path: e.Path, Lost: e.Lost}:

@@ -866,6 +866,7 @@ func (h *handler) Move(ctx context.Context, r *proto.MoveReq) (*proto.DirReply, 
 func (h *handler) move(ctx context.Context, from, to string) (ferry.Dir, error) {
 	h.recall(ctx, true, from, to)
 	h.promise(ctx, from, to)
+	h.s.leases.ChangingTrees(cleanPaths([]string{from, to})...)
 	d, err := h.s.fs.Move(ctx, from, to).Wait()
 	// Only a directory moves what is below it; a file's rename (an
 	// editor's save, git's lock files) breaks just its two names.
@@ -895,6 +896,7 @@ func (h *handler) remove(ctx context.Context, p string) error {
 func (h *handler) RemoveAll(ctx context.Context, r *proto.PathReq) (*proto.Empty, error) {
 	h.recall(ctx, true, r.Path)
 	h.promise(ctx, r.Path)
+	h.s.leases.ChangingTrees(cleanPaths([]string{r.Path})...)
 	_, err := h.s.fs.RemoveAll(ctx, r.Path).Wait()
 	err = h.changed(ctx, err, callback.Change{Path: r.Path, Tree: true})
 	return &proto.Empty{}, h.done(opRemoveAll, err)
