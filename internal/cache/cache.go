@@ -351,6 +351,11 @@ func (c *FS) Unstored(p string) {
 // the file when the cache did not tells it so.
 func (c *FS) LinkChanged(d ferry.Dir) { c.meta.dropLinked(d) }
 
+// OtherName returns a name other than not that the cache knows the file d
+// with several names by, or "": where a front end that holds the file
+// open stores it once not is removed.
+func (c *FS) OtherName(d ferry.Dir, not string) string { return c.meta.otherName(d, not) }
+
 // Drop forgets everything cached, here and (through Watch) above.
 func (c *FS) Drop() {
 	c.meta.dropAll()

@@ -254,6 +254,22 @@ func (m *meta) dropLinked(d ferry.Dir) {
 	}
 }
 
+// otherName returns a name other than not that the cache knows the linked
+// file d by, or "".
+func (m *meta) otherName(d ferry.Dir, not string) string {
+	if d == nil || !d.Linked() {
+		return ""
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for q := range m.links[d[ferry.AttrIno]] {
+		if q != not {
+			return q
+		}
+	}
+	return ""
+}
+
 // dropAllLinked drops every cached file with several names: a name the
 // cache knew nothing about was removed or replaced, and it may have been
 // one of theirs.

@@ -42,6 +42,10 @@ type wbuf struct {
 	// rename's call returns (see fileNode.pathLocked).
 	movedParent *fs.Inode
 	movedName   string
+	// alias is another name of a file with several, taken when the name
+	// removed was the one a store would use, until go-fuse's tree shows
+	// the file under a name other than removed (fileNode.pathLocked).
+	alias, removed string
 }
 
 func newWbuf(dir string, base ferry.Dir) (*wbuf, error) {
@@ -413,6 +417,11 @@ func (n *fileNode) flush(ctx context.Context) syscall.Errno {
 	// under a name the file no longer has.
 	wb.mu.Lock()
 	defer wb.mu.Unlock()
+	return n.flushLocked(ctx, wb)
+}
+
+// flushLocked is flush with wb, the node's buffer, locked.
+func (n *fileNode) flushLocked(ctx context.Context, wb *wbuf) syscall.Errno {
 	p, ok := n.pathLocked(wb)
 	if ok {
 		if err := n.s.cache.Failed(p); err != nil {
@@ -423,8 +432,12 @@ func (n *fileNode) flush(ctx context.Context) syscall.Errno {
 		return 0
 	}
 	if !ok {
+		// The file lives on under names this mount does not know (its
+		// name here was removed, the others never looked up): what was
+		// written cannot be stored, and the close says so.
 		wb.unlinked = true
-		return 0
+		n.s.log.Error("a file's changes are lost: it has no name here to store them under")
+		return syscall.EIO
 	}
 	d := ferry.Dir{ferry.AttrType: ferry.TypeFile}
 	for k, v := range wb.set {
@@ -510,7 +523,14 @@ func (n *fileNode) pathLocked(wb *wbuf) (string, bool) {
 		}
 		wb.movedParent = nil
 	}
-	return n.path()
+	p, ok := n.path()
+	if wb.alias != "" {
+		if !ok || p == wb.removed {
+			return wb.alias, true
+		}
+		wb.alias = ""
+	}
+	return p, ok
 }
 
 // forgetUnstored forgets the file at p, whose store failed, in the cache

@@ -325,3 +325,70 @@ func TestRenameNoReplace(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteAfterUnlinkOfOneName: a file with two names, open for writing
+// under one, keeps what is written after that name is removed, as on a
+// local disk: it is stored under the other name. Where the mount knows
+// no other name (its directory was never listed), what was written
+// before the removal is stored then, and the close of what came after
+// fails rather than losing it silently.
+func TestWriteAfterUnlinkOfOneName(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		other       string // The second name, on the server.
+		budget      int    // cache.Options.PrefetchBudget.
+		want        string // The file at other afterwards.
+		wantCloseOK bool
+	}{
+		{"other name known", "x/B", 0, "old\npre\npost\n", true},
+		{"other name unknown", "y/z/w/B", 2, "old\npre\n", false},
+	} {
+		for _, wb := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/writeback=%v", c.name, wb), func(t *testing.T) {
+				srv := servertest.Start(t, "")
+				for _, d := range []string{"x", "y/z/w"} { // Walked after x/A.
+					if err := os.MkdirAll(filepath.Join(srv.Dir, d), 0o755); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := os.WriteFile(filepath.Join(srv.Dir, "x", "A"), []byte("old\n"), 0o644); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Link(filepath.Join(srv.Dir, "x", "A"), filepath.Join(srv.Dir, c.other)); err != nil {
+					t.Fatal(err)
+				}
+				opt := Options{TTL: time.Hour, WriteBack: wb}
+				opt.Cache.PrefetchBudget = c.budget
+				mnt, s := mountFS(t, srv.Client(t, "a"), opt)
+				if !waitFor(5*time.Second, s.cache.Leased) {
+					t.Fatal("the mount got no watch")
+				}
+				f, err := os.OpenFile(filepath.Join(mnt, "x", "A"), os.O_WRONLY|os.O_APPEND, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.WriteString("pre\n"); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Remove(filepath.Join(mnt, "x", "A")); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.WriteString("post\n"); err != nil {
+					t.Fatal(err)
+				}
+				if err := f.Close(); (err == nil) != c.wantCloseOK {
+					t.Errorf("close after the removal: %v, want success %v", err, c.wantCloseOK)
+				}
+				if err := syncDir(mnt); err != nil {
+					t.Fatal(err)
+				}
+				if got, err := os.ReadFile(filepath.Join(srv.Dir, c.other)); err != nil || string(got) != c.want {
+					t.Errorf("%s on the server: %q, %v; want %q", c.other, got, err, c.want)
+				}
+				if _, err := os.Stat(filepath.Join(srv.Dir, "x", "A")); !os.IsNotExist(err) {
+					t.Errorf("x/A on the server after its removal: %v", err)
+				}
+			})
+		}
+	}
+}

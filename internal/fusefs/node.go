@@ -745,6 +745,18 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 	}
 	cctx, cancel := n.s.ctx(ctx)
 	defer cancel()
+	// An open file with other names is stored under one of them once
+	// this one is gone; if the cache knows none, what it holds is stored
+	// now, under this one.
+	alias := ""
+	if wb != nil && !wb.unlinked && known.Linked() {
+		if alias = n.s.cache.OtherName(known, p); alias == "" && wb.dirty {
+			if e := cn.file().flushLocked(ctx, wb); e != 0 {
+				unlock()
+				return e
+			}
+		}
+	}
 	if n.s.opt.beforeNameChange != nil {
 		n.s.opt.beforeNameChange(p)
 	}
@@ -762,6 +774,8 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 	orphaned := cn != nil && (known == nil || !known.Linked())
 	if orphaned && wb != nil {
 		wb.unlinked = true
+	} else if alias != "" {
+		wb.alias, wb.removed = alias, p
 	}
 	unlock()
 	if cn != nil && !orphaned {
