@@ -90,7 +90,10 @@ contents, of which at most 16 MiB ahead of the program, and the Go heap
 is collected sooner as the whole nears it; the stream stops 5 s after
 the program stops reading.
 Bigger files move by chunks through the chunk cache on disk (--cache,
---cache-max).
+--cache-max). With --read-only, once the watch is in place the kernel opens
+and closes files without asking the mount, so a warm grep -r runs at the
+speed of the local disk; another client's change still reaches the reader
+before that client's call returns.
 
 By default (--writeback), close returns at once: the file is copied into memory
 and stored in the background, and so are new directories, removals,
@@ -203,7 +206,7 @@ Limitations:
 	}
 	c.Flags().BoolVarP(&foreground, "foreground", "f", false, "stay in the foreground and log to stderr")
 	c.Flags().BoolVar(&allowOther, "allow-other", os.Geteuid() == 0, "let other users use the mount (default when run by root)")
-	c.Flags().BoolVar(&readOnly, "read-only", false, "mount read-only: every change fails with EROFS")
+	c.Flags().BoolVar(&readOnly, "read-only", false, "mount read-only: every change fails with EROFS, and opens ask the mount nothing")
 	c.Flags().StringSliceVarP(&options, "options", "o", nil, "mount options, as mount(8) takes them: ro, rw, allow_other, default_permissions, uid=N and gid=N (show every file as owned by N, as sshfs does)")
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	c.Flags().StringVar(&logFile, "log", "", "log file of the background process (default $FERRY_HOME/mount-PATH.log for the mount point PATH)")

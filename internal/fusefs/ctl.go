@@ -85,12 +85,26 @@ func (s *Server) Command(ctx context.Context, args []string) error {
 type ctlNode struct {
 	fs.Inode
 	s *Server
+
+	// When the kernel opens files by itself (kernelFS) and so reads the
+	// control file through its page cache, the text is made at a Getattr
+	// (which every read asks for first) and kept for ctlFresh, so that a
+	// reader's several reads see one text; its size is the text's and
+	// its mtime when it was made, which drops the pages of the last.
+	mu   sync.Mutex
+	text []byte
+	at   time.Time
 }
+
+// ctlFresh is how long the control file's text made for the kernel's page
+// cache is kept.
+const ctlFresh = 200 * time.Millisecond
 
 var (
 	_ fs.NodeGetattrer = (*ctlNode)(nil)
 	_ fs.NodeSetattrer = (*ctlNode)(nil)
 	_ fs.NodeOpener    = (*ctlNode)(nil)
+	_ fs.NodeReader    = (*ctlNode)(nil)
 )
 
 // ctlAttr fills the control file's attributes.
@@ -105,8 +119,43 @@ func ctlAttr(out *fuse.Attr) {
 // Getattr implements fs.NodeGetattrer. The size is 0: the text is made at
 // each open and read with direct I/O, as /proc's files are.
 func (c *ctlNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	ctlAttr(&out.Attr)
+	if c.s.kernel.noOpen.Load() {
+		out.SetTimeout(time.Nanosecond) // 0 would take the mount's default.
+	}
+	return c.attr(ctx, &out.Attr)
+}
+
+// attr fills the control file's attributes; when the kernel reads it
+// through its page cache, with a text made for it (see ctlNode).
+func (c *ctlNode) attr(ctx context.Context, out *fuse.Attr) syscall.Errno {
+	ctlAttr(out)
+	if !c.s.kernel.noOpen.Load() {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if time.Since(c.at) > ctlFresh {
+		text, e := c.s.ctlText(ctx)
+		if e != 0 {
+			return e
+		}
+		c.text, c.at = text, time.Now()
+	}
+	out.Size = uint64(len(c.text))
+	out.Mtime, out.Mtimensec = uint64(c.at.Unix()), uint32(c.at.Nanosecond())
 	return 0
+}
+
+// Read implements fs.NodeReader: through the descriptor's handle, or for a
+// read the kernel makes with none, from the text made at its Getattr.
+func (c *ctlNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if r, ok := f.(fs.FileReader); ok {
+		return r.Read(ctx, dest, off)
+	}
+	c.mu.Lock()
+	text := c.text
+	c.mu.Unlock()
+	return readAt(text, dest, off), 0
 }
 
 // Setattr implements fs.NodeSetattrer: a truncation (echo CMD > Ctl) is
@@ -141,20 +190,34 @@ func (h *ctlHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Read
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if !h.made {
-		cctx, cancel := h.s.ctx(ctx)
-		r := h.s.ctl.Get(cctx, ferry.CtlPath, 0, -1)
-		text, err := io.ReadAll(r)
-		r.Close()
-		cancel()
-		if err != nil {
-			return nil, errno(err)
+		text, e := h.s.ctlText(ctx)
+		if e != 0 {
+			return nil, e
 		}
 		h.text, h.made = text, true
 	}
-	if off >= int64(len(h.text)) {
-		return fuse.ReadResultData(nil), 0
+	return readAt(h.text, dest, off), 0
+}
+
+// ctlText returns the control file's text: the state of every layer.
+func (s *Server) ctlText(ctx context.Context) ([]byte, syscall.Errno) {
+	cctx, cancel := s.ctx(ctx)
+	defer cancel()
+	r := s.ctl.Get(cctx, ferry.CtlPath, 0, -1)
+	text, err := io.ReadAll(r)
+	r.Close()
+	if err != nil {
+		return nil, errno(err)
 	}
-	return fuse.ReadResultData(h.text[off:min(off+int64(len(dest)), int64(len(h.text)))]), 0
+	return text, 0
+}
+
+// readAt returns what a read of len(dest) bytes at off finds in b.
+func readAt(b, dest []byte, off int64) fuse.ReadResult {
+	if off >= int64(len(b)) {
+		return fuse.ReadResultData(nil)
+	}
+	return fuse.ReadResultData(b[off:min(off+int64(len(dest)), int64(len(b)))])
 }
 
 // maxCommands bounds an unfinished line, as ctl bounds a Put.
@@ -212,7 +275,12 @@ func (n *node) ctlLookup(ctx context.Context, out *fuse.EntryOut) *fs.Inode {
 	s.ctlOnce.Do(func() {
 		s.ctlInode = n.NewPersistentInode(ctx, &ctlNode{s: s}, fs.StableAttr{Mode: syscall.S_IFREG, Ino: s.inos.number("\x00"+ctlName, false)})
 	})
-	ctlAttr(&out.Attr)
+	if s.kernel.noOpen.Load() {
+		// Each read asks for the attributes first (see ctlNode); 0
+		// would take the mount's default.
+		out.SetAttrTimeout(time.Nanosecond)
+	}
+	s.ctlInode.Operations().(*ctlNode).attr(ctx, &out.Attr)
 	out.Ino = s.ctlInode.StableAttr().Ino
 	return s.ctlInode
 }

@@ -565,10 +565,7 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	}
 	h.choose(ctx)
 	if h.r == nil {
-		if off >= int64(len(h.mem)) {
-			return fuse.ReadResultData(nil), 0
-		}
-		return fuse.ReadResultData(h.mem[off:min(off+int64(len(dest)), int64(len(h.mem)))]), 0
+		return readAt(h.mem, dest, off), 0
 	}
 	return h.r.read(ctx, dest, off)
 }

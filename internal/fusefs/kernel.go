@@ -30,15 +30,44 @@ import (
 // again, so the choice lasts for the mount's life; a listing read while no
 // lease is held is dropped after Options.TTL (node.expireListing), as the
 // entries are.
+//
+// File opens, on a read-only mount: the same for files. Once a lease is
+// held, kernelFS answers OPEN with ENOSYS (FUSE_NO_OPEN_SUPPORT, Linux
+// 4.19 on) and a FLUSH of a file so opened with ENOSYS too: the kernel
+// then opens and closes files with no request at all (a warm grep -r asks
+// the mount nothing), keeps their pages until notify drops them, and reads
+// with no handle, which fileNode.Read serves with one of its own. Only
+// read-only: with no close to hear, a written file would have no point at
+// which to be stored (bench/REPORT-bigtree.md).
 type kernelFS struct {
 	fuse.RawFileSystem
 	s *Server
 	// noOpendir is set once the kernel was told it need not open
-	// directories.
-	noOpendir atomic.Bool
-	// opendirs and lookups count the OPENDIR and LOOKUP requests that
-	// came, for tests.
-	opendirs, lookups atomic.Int64
+	// directories, noOpen once it was told so of files.
+	noOpendir, noOpen atomic.Bool
+	// opendirs, opens and lookups count the OPENDIR, OPEN and LOOKUP
+	// requests that came, for tests.
+	opendirs, opens, lookups atomic.Int64
+}
+
+// Open answers ENOSYS on a read-only mount while a lease is held (see
+// kernelFS).
+func (k *kernelFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
+	k.opens.Add(1)
+	if k.s.opt.ReadOnly && k.s.cache.Leased() {
+		k.noOpen.Store(true)
+		return fuse.ENOSYS
+	}
+	return k.RawFileSystem.Open(cancel, in, out)
+}
+
+// Flush answers ENOSYS for a file the kernel did not open: there is
+// nothing to store, and the kernel then asks no more.
+func (k *kernelFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	if in.Fh == 0 {
+		return fuse.ENOSYS
+	}
+	return k.RawFileSystem.Flush(cancel, in)
 }
 
 // Lookup implements fuse.RawFileSystem (see kernelFS).

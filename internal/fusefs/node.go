@@ -47,6 +47,9 @@ type fileNode struct {
 	seenSize  int64
 	// execs counts the opens of the file by execve(2) not yet released.
 	execs int
+	// unopened reads for the kernel when it opens files by itself
+	// (unopened.go).
+	unopened *unopened
 }
 
 // file returns the node as a regular file's, or nil.

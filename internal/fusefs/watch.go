@@ -119,7 +119,7 @@ func (s *Server) notify(p string, tree, gone bool) {
 	// looked up, such as a new file's, needs the parent's content dropped.
 	parent.NotifyContent(0, 0)
 	if child != nil {
-		child.NotifyContent(0, 0)
+		dropContent(child)
 		if tree {
 			s.notifyBelow(child)
 		}
@@ -167,7 +167,7 @@ func (s *Server) forgetNegatives(p string) {
 func (s *Server) notifyBelow(in *fs.Inode) {
 	for name, c := range in.Children() {
 		forgetEntry(in, name, c, false)
-		c.NotifyContent(0, 0)
+		dropContent(c)
 		s.notifyBelow(c)
 	}
 }

@@ -1,0 +1,130 @@
+package fusefs
+
+import (
+	"context"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+)
+
+// unopened is the handle a file's reads go through when the kernel opens
+// files by itself and reads with no handle (kernelFS, read-only mounts):
+// one per file, made at the first read, kept while reads come (a stream
+// reads ahead across them) and released unopenedIdle after the last, or
+// at once when the file changes (dropUnopened).
+type unopened struct {
+	h     *handle
+	reads int         // In progress; guarded by the node's mu.
+	idle  *time.Timer // Set while no read is in progress.
+}
+
+// unopenedIdle is how long a file's own handle outlives its last read.
+const unopenedIdle = 5 * time.Second
+
+var _ fs.NodeReader = (*fileNode)(nil)
+
+// Read implements fs.NodeReader: through the descriptor's handle, or,
+// for a read the kernel makes with none, through the file's own.
+func (n *fileNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	if r, ok := f.(fs.FileReader); ok {
+		return r.Read(ctx, dest, off)
+	}
+	if f != nil {
+		return nil, syscall.EBADF
+	}
+	u, e := n.openUnopened(ctx)
+	if e != 0 {
+		return nil, e
+	}
+	defer n.doneUnopened(u)
+	return u.h.Read(ctx, dest, off)
+}
+
+// openUnopened returns the file's own handle, opening it if it has none,
+// with one more read in progress on it.
+func (n *fileNode) openUnopened(ctx context.Context) (*unopened, syscall.Errno) {
+	n.mu.Lock()
+	if u := n.unopened; u != nil {
+		u.reads++
+		if u.idle != nil {
+			u.idle.Stop()
+			u.idle = nil
+		}
+		n.mu.Unlock()
+		return u, 0
+	}
+	n.mu.Unlock()
+	h, _, e := n.openRead(ctx)
+	if e != 0 {
+		return nil, e
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if u := n.unopened; u != nil {
+		// Another read opened one meanwhile.
+		u.reads++
+		if u.idle != nil {
+			u.idle.Stop()
+			u.idle = nil
+		}
+		go h.Release(context.Background())
+		return u, 0
+	}
+	n.unopened = &unopened{h: h, reads: 1}
+	return n.unopened, 0
+}
+
+// doneUnopened ends a read on u, and releases u after unopenedIdle with no
+// other read, or at once if it was dropped meanwhile.
+func (n *fileNode) doneUnopened(u *unopened) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	u.reads--
+	if u.reads > 0 {
+		return
+	}
+	if n.unopened != u {
+		go u.h.Release(context.Background())
+		return
+	}
+	u.idle = time.AfterFunc(unopenedIdle, func() {
+		n.mu.Lock()
+		idle := n.unopened == u && u.reads == 0
+		if idle {
+			n.unopened = nil
+		}
+		n.mu.Unlock()
+		if idle {
+			u.h.Release(context.Background())
+		}
+	})
+}
+
+// dropUnopened forgets the file's own handle: its content changed, and
+// the next read opens it anew.
+func (n *fileNode) dropUnopened() {
+	n.mu.Lock()
+	u := n.unopened
+	n.unopened = nil
+	release := u != nil && u.reads == 0
+	if release && u.idle != nil {
+		u.idle.Stop()
+	}
+	n.mu.Unlock()
+	if release {
+		u.h.Release(context.Background())
+	}
+}
+
+// dropContent tells the kernel to drop the cached pages of the node in,
+// and a file's own handle with them.
+func dropContent(in *fs.Inode) {
+	if n := nodeOf(in); n != nil {
+		if f := n.file(); f != nil {
+			f.dropUnopened()
+		}
+	}
+	in.NotifyContent(0, 0)
+}

@@ -1,0 +1,93 @@
+package fusefs
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/ctl"
+	"github.com/ferryfs/ferry/internal/servertest"
+)
+
+// TestReadOnlyOpensNothing: on a read-only mount with a lease the kernel
+// opens and closes files by itself (kernelFS): reading every file again
+// sends no OPEN, what is read is the server's content, small files and a
+// large one read by a stream alike, a change another client makes is read
+// right after its call returns, and the control file still shows the
+// mount's state.
+func TestReadOnlyOpensNothing(t *testing.T) {
+	srv := servertest.Start(t, "")
+	big := make([]byte, 3<<20)
+	rand.Read(big)
+	files := map[string][]byte{"d/a": []byte("a\n"), "d/b": []byte("bb\n"), "d/big": big}
+	for name, data := range files {
+		p := filepath.Join(srv.Dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := srv.Client(t, "a")
+	mnt, s := mountFS(t, c, Options{TTL: time.Hour, ReadOnly: true, Control: stackCtl(ctl.New("client", c, c))})
+	if !waitFor(5*time.Second, s.cache.Leased) {
+		t.Fatal("the mount got no watch")
+	}
+	readAll := func() {
+		t.Helper()
+		for name, want := range files {
+			got, err := os.ReadFile(filepath.Join(mnt, name))
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("%s through the mount: %d bytes, %v; want the server's %d", name, len(got), err, len(want))
+			}
+		}
+	}
+	readAll()
+	if !s.kernel.noOpen.Load() {
+		t.Fatal("the kernel was not told it need not open files")
+	}
+	opens := s.kernel.opens.Load()
+	readAll()
+	if n := s.kernel.opens.Load() - opens; n != 0 {
+		t.Errorf("reading the files again sent %d OPEN requests, want none", n)
+	}
+
+	// Another client's change is read as soon as its call returned: the
+	// server broke this mount's lease first, and the mount dropped the
+	// kernel's pages and its own handle before acknowledging.
+	// A descriptor kept open across the changes keeps the file's node,
+	// and so its own handle, which must not answer with what it held.
+	held, err := os.Open(filepath.Join(mnt, "d", "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	other := srv.Client(t, "b")
+	for i, data := range []string{"changed\n", "changed again, longer\n"} {
+		if _, err := other.Put(context.Background(), "/d/a", ferry.Dir{}, ferry.Whole, strings.NewReader(data)).Wait(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(filepath.Join(mnt, "d", "a")); err != nil || string(got) != data {
+			t.Errorf("change %d read right after it: %q, %v; want %q", i, got, err, data)
+		}
+		buf := make([]byte, 64)
+		n, err := held.ReadAt(buf, 0)
+		if got := string(buf[:n]); got != data {
+			t.Errorf("change %d read through the descriptor held open: %q, %v; want %q", i, got, err, data)
+		}
+	}
+
+	for range 2 {
+		text := readFile(t, filepath.Join(mnt, "Ctl"))
+		if !strings.Contains(text, "[mount]\n") || !strings.Contains(text, "[cache]\n") {
+			t.Errorf("the control file on a mount that opens nothing:\n%s", text)
+		}
+	}
+}
