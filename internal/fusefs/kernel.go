@@ -45,9 +45,17 @@ type kernelFS struct {
 	// noOpendir is set once the kernel was told it need not open
 	// directories, noOpen once it was told so of files.
 	noOpendir, noOpen atomic.Bool
-	// opendirs, opens and lookups count the OPENDIR, OPEN and LOOKUP
-	// requests that came, for tests.
-	opendirs, opens, lookups atomic.Int64
+	// opendirs, opens, lookups and lseeks count the OPENDIR, OPEN, LOOKUP
+	// and LSEEK requests that came, for tests.
+	opendirs, opens, lookups, lseeks atomic.Int64
+}
+
+// Lseek answers ENOSYS: the tree has no holes to report, and the kernel
+// then answers SEEK_DATA and SEEK_HOLE itself from the size it holds,
+// with no request (grep -r asks for every file of some size).
+func (k *kernelFS) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
+	k.lseeks.Add(1)
+	return fuse.ENOSYS
 }
 
 // Open answers ENOSYS on a read-only mount while a lease is held (see

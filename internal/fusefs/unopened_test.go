@@ -13,6 +13,7 @@ import (
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/ctl"
 	"github.com/ferryfs/ferry/internal/servertest"
+	"golang.org/x/sys/unix"
 )
 
 // TestReadOnlyOpensNothing: on a read-only mount with a lease the kernel
@@ -89,5 +90,42 @@ func TestReadOnlyOpensNothing(t *testing.T) {
 		if !strings.Contains(text, "[mount]\n") || !strings.Contains(text, "[cache]\n") {
 			t.Errorf("the control file on a mount that opens nothing:\n%s", text)
 		}
+	}
+}
+
+// TestSeekHoleData: SEEK_DATA and SEEK_HOLE find the whole file data, as
+// the tree keeps no holes, and the kernel answers them itself after the
+// first (kernelFS.Lseek).
+func TestSeekHoleData(t *testing.T) {
+	srv := servertest.Start(t, "")
+	if err := os.WriteFile(filepath.Join(srv.Dir, "f"), make([]byte, 100_000), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	mnt, s := mountFS(t, srv.Client(t, "a"), Options{})
+	f, err := os.Open(filepath.Join(mnt, "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for i := range 3 {
+		for _, c := range []struct {
+			off    int64
+			whence int
+			want   int64
+			err    error
+		}{
+			{0, unix.SEEK_DATA, 0, nil},
+			{0, unix.SEEK_HOLE, 100_000, nil},
+			{5000, unix.SEEK_DATA, 5000, nil},
+			{100_000, unix.SEEK_DATA, 0, unix.ENXIO},
+		} {
+			got, err := unix.Seek(int(f.Fd()), c.off, c.whence)
+			if err != c.err || err == nil && got != c.want {
+				t.Errorf("pass %d: seek %d whence %d: %d, %v; want %d, %v", i, c.off, c.whence, got, err, c.want, c.err)
+			}
+		}
+	}
+	if n := s.kernel.lseeks.Load(); n > 1 {
+		t.Errorf("%d LSEEK requests, want at most the first", n)
 	}
 }
