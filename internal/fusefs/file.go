@@ -507,8 +507,12 @@ func (n *fileNode) flushLocked(ctx context.Context, wb *wbuf) syscall.Errno {
 	n.seenMtime, n.seenSize = got[ferry.AttrMtime], got.Size()
 	n.mu.Unlock()
 	// The kernel holds the attributes of the buffer (the mtime of the
-	// last write here); the server's are now the truth.
-	n.NotifyContent(-1, 0)
+	// last write here); the server's are now the truth, unless they are
+	// the same (with write-back the server takes the kernel's mtime):
+	// then the next open need not ask for them again.
+	if got[ferry.AttrMtime] != d[ferry.AttrMtime] || got.Size() != wb.size {
+		n.NotifyContent(-1, 0)
+	}
 	return 0
 }
 

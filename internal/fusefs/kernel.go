@@ -45,9 +45,15 @@ type kernelFS struct {
 	// noOpendir is set once the kernel was told it need not open
 	// directories, noOpen once it was told so of files.
 	noOpendir, noOpen atomic.Bool
-	// opendirs, opens, lookups and lseeks count the OPENDIR, OPEN, LOOKUP
-	// and LSEEK requests that came, for tests.
-	opendirs, opens, lookups, lseeks atomic.Int64
+	// opendirs, opens, lookups, lseeks and getattrs count the OPENDIR,
+	// OPEN, LOOKUP, LSEEK and GETATTR requests that came, for tests.
+	opendirs, opens, lookups, lseeks, getattrs atomic.Int64
+}
+
+// GetAttr implements fuse.RawFileSystem.
+func (k *kernelFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
+	k.getattrs.Add(1)
+	return k.RawFileSystem.GetAttr(cancel, in, out)
 }
 
 // Lseek answers ENOSYS: the tree has no holes to report, and the kernel

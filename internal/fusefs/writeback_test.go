@@ -318,16 +318,26 @@ func TestWriteBackReopen(t *testing.T) {
 // every append.
 func TestAppendUnderLease(t *testing.T) {
 	srv := servertest.Start(t, "")
-	mnt, _ := mountFS(t, srv.Client(t, "a"), Options{WriteBack: true})
+	mnt, s := mountFS(t, srv.Client(t, "a"), Options{WriteBack: true})
 	p := filepath.Join(mnt, "config.log")
 	writeFile(t, p, "start\n")
 	want := "start\n"
 	before := srv.Srv.Calls()
+	getattrs := s.kernel.getattrs.Load()
 	for i := range 20 {
 		want += appendLine(t, p, i)
 	}
 	if n := servertest.CallsSince(srv.Srv, before, "stat", 0); n > 0 {
 		t.Errorf("20 appends under the lease asked the server %d times for the file", n)
+	}
+	// The kernel keeps the attributes of what it wrote, which the store
+	// kept back takes as they are: an open for appending need not ask
+	// for them again.
+	if n := s.kernel.getattrs.Load() - getattrs; n > 2 {
+		t.Errorf("20 appends under the lease asked the mount %d times for the attributes", n)
+	}
+	if fi, err := os.Stat(p); err != nil || fi.Size() != int64(len(want)) {
+		t.Errorf("after the appends: %v, %v; want size %d", fi, err, len(want))
 	}
 	if err := syncDir(mnt); err != nil {
 		t.Fatal(err)
