@@ -117,7 +117,8 @@ func ctlAttr(out *fuse.Attr) {
 }
 
 // Getattr implements fs.NodeGetattrer. The size is 0: the text is made at
-// each open and read with direct I/O, as /proc's files are.
+// each open and read with direct I/O, as /proc's files are; unless the
+// kernel opens files by itself (see ctlNode).
 func (c *ctlNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	if c.s.kernel.noOpen.Load() {
 		out.SetTimeout(time.Nanosecond) // 0 would take the mount's default.
