@@ -534,15 +534,8 @@ const servedFor = 2 * time.Second
 // change the paths ps: the events their changes cause are not direct
 // changes on the disk. t.mu is held.
 func (t *Table) touchedLocked(ps []string) {
-	if t.writes == 0 {
-		return
-	}
-	now := t.now()
-	if t.served == nil || len(t.served) > 1<<14 {
-		t.served = map[string]time.Time{}
-	}
-	for _, p := range ps {
-		t.served[p] = now
+	if t.writes != 0 {
+		stamp(&t.served, ps, t.now())
 	}
 }
 
@@ -552,15 +545,19 @@ func (t *Table) touchedLocked(ps []string) {
 func (t *Table) ChangingTrees(ps ...string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.writes == 0 {
-		return
+	if t.writes != 0 {
+		stamp(&t.servedTrees, ps, t.now())
 	}
-	now := t.now()
-	if t.servedTrees == nil || len(t.servedTrees) > 1<<14 {
-		t.servedTrees = map[string]time.Time{}
+}
+
+// stamp records now for each of ps in *m, which starts anew once it holds
+// more than 16,384 paths (those older than servedFor are of no use).
+func stamp(m *map[string]time.Time, ps []string, now time.Time) {
+	if *m == nil || len(*m) > 1<<14 {
+		*m = map[string]time.Time{}
 	}
 	for _, p := range ps {
-		t.servedTrees[p] = now
+		(*m)[p] = now
 	}
 }
 
