@@ -335,14 +335,11 @@ func (c *FS) recheck(root string) {
 	}
 	w.mu.Unlock()
 	if over {
-		trees = []string{root}
+		ps, trees = nil, []string{root}
 	}
 	for _, p := range trees {
 		c.meta.invalidateAll(p)
 		c.emit(ferry.Event{Path: p, Lost: true})
-	}
-	if over {
-		return
 	}
 	for _, p := range ps {
 		go c.check(p)

@@ -386,14 +386,15 @@ func (c *FS) makeBehind(p string, d ferry.Dir) ferry.Dir {
 // must hear from the tree whether the directory was empty.
 func (c *FS) Remove(ctx context.Context, p string) *ferry.Future[struct{}] {
 	dir := path.Dir(p)
-	if d := c.meta.known(p); d != nil && d.IsDir() && c.leases != nil && c.meta.emptyDir(p) {
+	d := c.meta.known(p)
+	if d != nil && d.IsDir() && c.leases != nil && c.meta.emptyDir(p) {
 		if queued, ok := c.behind(ctx, p); ok {
 			defer queued()
 			c.removeDirBehind(p)
 			return ferry.Resolved(struct{}{}, nil)
 		}
 	}
-	if d := c.meta.known(p); d != nil && !d.IsDir() && !d.Linked() {
+	if d != nil && !d.IsDir() && !d.Linked() {
 		if queued, ok := c.behind(ctx, p); ok {
 			defer queued()
 			// A store of the file still under way must not record it

@@ -76,11 +76,7 @@ func (t *inoTable) move(from, to string) {
 	defer t.mu.Unlock()
 	nd := t.detach(from)
 	t.detach(to)
-	if nd == nil || !isPath(to) {
-		return
-	}
-	if to == "/" {
-		t.root = *nd
+	if nd == nil || !isPath(to) || to == "/" {
 		return
 	}
 	dir, name := splitPath(to)
@@ -92,15 +88,10 @@ func (t *inoTable) move(from, to string) {
 }
 
 // detach removes the node of p from the tree and returns it, or nil if p
-// has none. t.mu is held.
+// has none; the root is never removed. t.mu is held.
 func (t *inoTable) detach(p string) *inoNode {
-	if !isPath(p) {
+	if !isPath(p) || p == "/" {
 		return nil
-	}
-	if p == "/" {
-		nd := t.root
-		t.root = inoNode{}
-		return &nd
 	}
 	dir, name := splitPath(p)
 	parent := t.walk(dir, false)

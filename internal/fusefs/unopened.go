@@ -46,12 +46,7 @@ func (n *fileNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 // with one more read in progress on it.
 func (n *fileNode) openUnopened(ctx context.Context) (*unopened, syscall.Errno) {
 	n.mu.Lock()
-	if u := n.unopened; u != nil {
-		u.reads++
-		if u.idle != nil {
-			u.idle.Stop()
-			u.idle = nil
-		}
+	if u := n.useUnopenedLocked(); u != nil {
 		n.mu.Unlock()
 		return u, 0
 	}
@@ -62,18 +57,28 @@ func (n *fileNode) openUnopened(ctx context.Context) (*unopened, syscall.Errno) 
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if u := n.unopened; u != nil {
+	if u := n.useUnopenedLocked(); u != nil {
 		// Another read opened one meanwhile.
-		u.reads++
-		if u.idle != nil {
-			u.idle.Stop()
-			u.idle = nil
-		}
 		go h.Release(context.Background())
 		return u, 0
 	}
 	n.unopened = &unopened{h: h, reads: 1}
 	return n.unopened, 0
+}
+
+// useUnopenedLocked returns the file's own handle, if it has one, with one
+// more read in progress on it. n.mu is held.
+func (n *fileNode) useUnopenedLocked() *unopened {
+	u := n.unopened
+	if u == nil {
+		return nil
+	}
+	u.reads++
+	if u.idle != nil {
+		u.idle.Stop()
+		u.idle = nil
+	}
+	return u
 }
 
 // doneUnopened ends a read on u, and releases u after unopenedIdle with no
