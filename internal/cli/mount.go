@@ -115,7 +115,10 @@ file. Unmounting waits (up to a minute) for what is not yet stored.
 Limitations:
 
   - Hard links work where the server's file system has them; a file with
-    several names is written in place on close (not atomically). FIFOs,
+    several names is written in place on close (not atomically). One open
+    for writing whose name is removed is stored under another of its
+    names that the mount knows; if it knows none, what was written before
+    the removal is stored then, and a later close fails with EIO. FIFOs,
     sockets and devices are names on the server: a FIFO connects programs
     on one client only. Extended attributes of the user namespace only
     (user.*); no ACLs; no file locks across clients.

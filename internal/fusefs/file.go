@@ -46,6 +46,10 @@ type wbuf struct {
 	// removed was the one a store would use, until go-fuse's tree shows
 	// the file under a name other than removed (fileNode.pathLocked).
 	alias, removed string
+	// last is the name the buffer was loaded or last stored under: where
+	// it is stored when go-fuse's tree holds the node under no name,
+	// unless that name was removed here.
+	last string
 }
 
 func newWbuf(dir string, base ferry.Dir) (*wbuf, error) {
@@ -54,7 +58,7 @@ func newWbuf(dir string, base ferry.Dir) (*wbuf, error) {
 		return nil, ferry.E("fusefs.Open", dir, ferry.KindIO, err)
 	}
 	os.Remove(f.Name())
-	return &wbuf{f: f, base: base, set: ferry.Dir{}, mtime: time.Now()}, nil
+	return &wbuf{f: f, base: base, set: ferry.Dir{}, mtime: time.Now(), last: base.Path()}, nil
 }
 
 // attrs returns the file's attributes as the buffer sees them.
@@ -439,6 +443,7 @@ func (n *fileNode) flushLocked(ctx context.Context, wb *wbuf) syscall.Errno {
 		n.s.log.Error("a file's changes are lost: it has no name here to store them under")
 		return syscall.EIO
 	}
+	wb.last = p
 	d := ferry.Dir{ferry.AttrType: ferry.TypeFile}
 	for k, v := range wb.set {
 		d[k] = v
@@ -533,6 +538,9 @@ func (n *fileNode) pathLocked(wb *wbuf) (string, bool) {
 			return wb.alias, true
 		}
 		wb.alias = ""
+	}
+	if !ok && wb.last != "" && wb.last != wb.removed {
+		return wb.last, true
 	}
 	return p, ok
 }

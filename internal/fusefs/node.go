@@ -777,7 +777,7 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 	orphaned := cn != nil && (known == nil || !known.Linked())
 	if orphaned && wb != nil {
 		wb.unlinked = true
-	} else if alias != "" {
+	} else if wb != nil {
 		wb.alias, wb.removed = alias, p
 	}
 	unlock()
