@@ -100,6 +100,11 @@ type Options struct {
 	// such a path is checked with a Stat before it is passed up, so a
 	// directory whose times alone changed keeps its name above.
 	HeldDir func(p string) bool
+	// Handover, if set, has the layer above hand over the changes it
+	// still holds at or below root (the FUSE adaptor's files written
+	// with no close to come) before the cache waits for what it keeps
+	// back there: a recall, a release, a sync, a drain.
+	Handover func(ctx context.Context, root string)
 }
 
 // FS is a caching layer over a ferry.FS.
@@ -243,6 +248,7 @@ func (c *FS) Close() error {
 
 // Drain waits until every change in the background is done, or ctx is.
 func (c *FS) Drain(ctx context.Context) error {
+	c.handover(ctx, "/")
 	if ops, bytes := c.wback.pending(); ops > 0 {
 		c.log.Info("storing what was written", "files", ops, "bytes", bytes)
 	}
@@ -313,7 +319,31 @@ func (c *FS) Settle(ctx context.Context, ps ...string) error { return c.wback.wa
 
 // Sync waits until the changes in the background at or below p are done,
 // and returns (and forgets) the first failure among them.
-func (c *FS) Sync(ctx context.Context, p string) error { return c.wback.sync(ctx, p) }
+func (c *FS) Sync(ctx context.Context, p string) error {
+	c.handover(ctx, p)
+	return c.wback.sync(ctx, p)
+}
+
+// handover has the layer above hand over what it holds at or below root
+// (Options.Handover).
+func (c *FS) handover(ctx context.Context, root string) {
+	if c.opt.Handover != nil {
+		c.opt.Handover(ctx, root)
+	}
+}
+
+// KeepsBack reports whether a change of p goes behind now (under a write
+// lease this cache holds, or is given now; see Options.WriteBehind), and
+// counts the lease as in use. A layer above that holds changes of its
+// own (Options.Handover) asks it to know whether it may keep them back
+// too.
+func (c *FS) KeepsBack(ctx context.Context, p string) bool {
+	queued, ok := c.behind(ctx, p)
+	if ok {
+		queued()
+	}
+	return ok
+}
 
 // Failed returns (and forgets) the failure of a background change of p,
 // without waiting.
@@ -412,6 +442,7 @@ func (c *FS) Command(ctx context.Context, args []string) error {
 	case "sync":
 		ctx, cancel := context.WithTimeout(ctx, c.opt.CallTimeout)
 		defer cancel()
+		c.handover(ctx, c.opt.Root)
 		return c.wback.wait(ctx, c.opt.Root)
 	case "drop":
 		c.Drop()

@@ -212,6 +212,10 @@ func (c *FS) take(root string, above bool) []string {
 // and then ack is called.
 func (c *FS) recall(root string, ack func()) {
 	w := c.leases
+	ctx, cancel := context.WithTimeout(c.ctx, c.opt.CallTimeout)
+	defer cancel()
+	// What the layer above holds goes behind while the lease is held.
+	c.handover(ctx, root)
 	c.take(root, false)
 	w.recalls.Add(1)
 	// Until the acknowledgement is sent, a change under root waits rather
@@ -229,8 +233,6 @@ func (c *FS) recall(root string, ack func()) {
 			w.mu.Unlock()
 		}
 	}()
-	ctx, cancel := context.WithTimeout(c.ctx, c.opt.CallTimeout)
-	defer cancel()
 	if err := c.wback.wait(ctx, root); err != nil {
 		c.log.Warn("a recalled write lease is given back before what was written under it is stored", "path", root, "err", err)
 	}
@@ -371,9 +373,10 @@ func (c *FS) WriteLeased(p string) bool {
 // the client thinks it has.
 func (c *FS) release(r string) {
 	w := c.leases
-	started := time.Now()
 	ctx, cancel := context.WithTimeout(c.ctx, c.opt.CallTimeout)
 	defer cancel()
+	c.handover(ctx, r)
+	started := time.Now()
 	if err := c.wback.wait(ctx, r); err != nil {
 		return
 	}

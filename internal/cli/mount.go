@@ -90,10 +90,14 @@ contents, of which at most 16 MiB ahead of the program, and the Go heap
 is collected sooner as the whole nears it; the stream stops 5 s after
 the program stops reading.
 Bigger files move by chunks through the chunk cache on disk (--cache,
---cache-max). With --read-only, once the watch is in place the kernel opens
-and closes files without asking the mount, so a warm grep -r runs at the
-speed of the local disk; another client's change still reaches the reader
-before that client's call returns.
+--cache-max). Once the watch is in place, on a --read-only mount and on
+one that writes back (the default), the kernel opens, creates and closes
+files without asking the mount, so a warm grep -r runs at about the speed
+of the local disk; another client's change still reaches the reader
+before that client's call returns. With no close to hear, a file written
+is stored before the mount's next change of another kind, before another
+client's call recalls the write lease, on fsync or sync, or a second
+after the last write.
 
 By default (--writeback), close returns at once: the file is copied into memory
 and stored in the background, and so are new directories, removals,
@@ -118,7 +122,8 @@ Limitations:
     several names is written in place on close (not atomically). One open
     for writing whose name is removed is stored under another of its
     names that the mount knows; if it knows none, what was written before
-    the removal is stored then, and a later close fails with EIO. FIFOs,
+    the removal is stored then, and a later close (with write-back, the
+    later write) fails with EIO. FIFOs,
     sockets and devices are names on the server: a FIFO connects programs
     on one client only. Extended attributes of the user namespace only
     (user.*); no ACLs; no file locks across clients.

@@ -105,6 +105,7 @@ var (
 	_ fs.NodeSetattrer = (*ctlNode)(nil)
 	_ fs.NodeOpener    = (*ctlNode)(nil)
 	_ fs.NodeReader    = (*ctlNode)(nil)
+	_ fs.NodeWriter    = (*ctlNode)(nil)
 )
 
 // ctlAttr fills the control file's attributes.
@@ -157,6 +158,23 @@ func (c *ctlNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off in
 	text := c.text
 	c.mu.Unlock()
 	return readAt(text, dest, off), 0
+}
+
+// Write implements fs.NodeWriter: through the descriptor's handle, or,
+// for a write the kernel makes with none (it opens files by itself, and
+// no close will be heard), as lines run at once, the last one too.
+func (c *ctlNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	if w, ok := f.(fs.FileWriter); ok {
+		return w.Write(ctx, data, off)
+	}
+	if len(data) > maxCommands {
+		return 0, syscall.EFBIG
+	}
+	h := &ctlHandle{s: c.s}
+	if e := h.run(ctx, string(data)); e != 0 {
+		return 0, e
+	}
+	return uint32(len(data)), 0
 }
 
 // Setattr implements fs.NodeSetattrer: a truncation (echo CMD > Ctl) is

@@ -100,6 +100,10 @@ type Options struct {
 	// server's user owns. New entries then get the server's default
 	// owner.
 	Uid, Gid *uint32
+	// OpenEach has the kernel ask the mount at every open and close of a
+	// file. By default, once a lease is held on a read-only or
+	// write-back mount, it opens and closes files by itself (kernelFS).
+	OpenEach bool
 	// Debug logs every FUSE request.
 	Debug bool
 	// FsName is shown as the file system's source by mount and df.
@@ -158,6 +162,9 @@ type Server struct {
 	readdirs atomic.Int64
 	// kernel stands between the kernel and go-fuse's file system.
 	kernel *kernelFS
+	// unclosed holds the files written with no close to come, when the
+	// kernel opens files by itself (unclosed.go).
+	unclosed unclosed
 
 	// ctl serves the control file (Options.Control), if set.
 	ctl      ferry.FS
@@ -218,9 +225,11 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 		inos: newInoTable(3),
 		negs: map[string]struct{}{},
 	}
+	s.unclosed.files = map[*fileNode]struct{}{}
+	s.unclosed.own = map[*fileNode]struct{}{}
 	co := opt.Cache
 	co.Root, co.Log, co.TTL, co.CallTimeout, co.WriteBehind = root, opt.Log, opt.TTL, opt.CallTimeout, opt.WriteBack
-	co.Uid, co.Gid, co.HeldDir = s.rootUid, s.rootGid, s.heldDir
+	co.Uid, co.Gid, co.HeldDir, co.Handover = s.rootUid, s.rootGid, s.heldDir, s.storeUnclosed
 	s.cache = cache.New(fsys, co)
 	s.fsys = s.cache
 	if opt.Control != nil {
@@ -249,13 +258,9 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 			MaxReadAhead:  1 << 20,
 			// The kernel sends one read at a time per open file, in
 			// order, so a read continues the stream of the last.
-			SyncRead: true,
-			// O_TRUNC comes with the open, so writing over a file
-			// (cp, tar, an assembler's output) does not fetch its old
-			// content first only to truncate it after.
-			ExtraCapabilities: fuse.CAP_ATOMIC_O_TRUNC,
-			AllowOther:        opt.AllowOther,
-			Debug:             opt.Debug,
+			SyncRead:   true,
+			AllowOther: opt.AllowOther,
+			Debug:      opt.Debug,
 			// Unmount without fusermount when running as root, which
 			// is also what lets tests mount several times quickly.
 			DirectMount: os.Geteuid() == 0,
@@ -266,6 +271,14 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	}
 	if opt.ReadOnly {
 		fopt.MountOptions.Options = append(fopt.MountOptions.Options, "ro")
+	}
+	if !s.kernelOpens() || opt.ReadOnly {
+		// O_TRUNC comes with the open, so writing over a file (cp,
+		// tar, an assembler's output) does not fetch its old content
+		// first only to truncate it after. Not when the kernel may
+		// open files by itself: it then takes the truncation as done
+		// by an open it never sends (it comes as a Setattr instead).
+		fopt.MountOptions.ExtraCapabilities = fuse.CAP_ATOMIC_O_TRUNC
 	}
 	mnt, err := filepath.Abs(mountpoint)
 	if err != nil {

@@ -31,23 +31,28 @@ import (
 // lease is held is dropped after Options.TTL (node.expireListing), as the
 // entries are.
 //
-// File opens, on a read-only mount: the same for files. Once a lease is
-// held, kernelFS answers OPEN with ENOSYS (FUSE_NO_OPEN_SUPPORT, Linux
-// 4.19 on) and a FLUSH of a file so opened with ENOSYS too: the kernel
-// then opens and closes files with no request at all (a warm grep -r asks
-// the mount nothing), keeps their pages until notify drops them, and reads
-// with no handle, which fileNode.Read serves with one of its own. Only
-// read-only: with no close to hear, a written file would have no point at
-// which to be stored (bench/REPORT-bigtree.md).
+// File opens: the same for files, on a read-only mount and on one that
+// writes back (Options.WriteBack), unless Options.OpenEach. Once a lease
+// is held, kernelFS answers OPEN with ENOSYS (FUSE_NO_OPEN_SUPPORT, Linux
+// 4.19 on) and FLUSH with ENOSYS too: the kernel then opens and closes
+// files with no request at all (a warm grep -r asks the mount nothing),
+// keeps their pages until notify drops them, and reads and writes with no
+// handle, which fileNode.Read and fileNode.Write serve with handles of
+// their own. With no close to hear, a file written is stored when
+// unclosed.go says; close-to-open between clients holds through the write
+// lease's recall, which stores it first. A mount that writes through
+// (no write-back) has no lease to hold writes back under, and keeps
+// hearing closes.
 type kernelFS struct {
 	fuse.RawFileSystem
 	s *Server
 	// noOpendir is set once the kernel was told it need not open
 	// directories, noOpen once it was told so of files.
 	noOpendir, noOpen atomic.Bool
-	// opendirs, opens, lookups, lseeks and getattrs count the OPENDIR,
-	// OPEN, LOOKUP, LSEEK and GETATTR requests that came, for tests.
-	opendirs, opens, lookups, lseeks, getattrs atomic.Int64
+	// opendirs, opens, creates, flushes, lookups, lseeks and getattrs
+	// count the OPENDIR, OPEN, CREATE, FLUSH, LOOKUP, LSEEK and GETATTR
+	// requests that came, for tests.
+	opendirs, opens, creates, flushes, lookups, lseeks, getattrs atomic.Int64
 }
 
 // GetAttr implements fuse.RawFileSystem.
@@ -64,24 +69,47 @@ func (k *kernelFS) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.Lse
 	return fuse.ENOSYS
 }
 
-// Open answers ENOSYS on a read-only mount while a lease is held (see
-// kernelFS).
+// kernelOpens reports whether the kernel is to open files by itself once
+// a lease is held (see kernelFS).
+func (s *Server) kernelOpens() bool {
+	return !s.opt.OpenEach && (s.opt.ReadOnly || s.opt.WriteBack)
+}
+
+// Open answers ENOSYS while a lease is held, if the kernel is to open
+// files by itself (see kernelFS).
 func (k *kernelFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	k.opens.Add(1)
-	if k.s.opt.ReadOnly && k.s.cache.Leased() {
+	if k.s.kernelOpens() && k.s.cache.Leased() {
 		k.noOpen.Store(true)
 		return fuse.ENOSYS
 	}
 	return k.RawFileSystem.Open(cancel, in, out)
 }
 
-// Flush answers ENOSYS for a file the kernel did not open: there is
-// nothing to store, and the kernel then asks no more.
+// Create answers ENOSYS once the kernel opens files by itself on a mount
+// that writes: a file it creates would have a handle that is never
+// released. The kernel then asks for a Mknod and opens the file itself
+// (dirNode.Mknod, createUnopened).
+func (k *kernelFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	k.creates.Add(1)
+	if k.noOpen.Load() {
+		return fuse.ENOSYS
+	}
+	return k.RawFileSystem.Create(cancel, in, name, out)
+}
+
+// Flush answers ENOSYS once the kernel opens files by itself, after
+// storing what a handle it opened holds: the kernel then asks no more.
 func (k *kernelFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
+	k.flushes.Add(1)
 	if in.Fh == 0 {
 		return fuse.ENOSYS
 	}
-	return k.RawFileSystem.Flush(cancel, in)
+	st := k.RawFileSystem.Flush(cancel, in)
+	if st.Ok() && k.noOpen.Load() {
+		return fuse.ENOSYS
+	}
+	return st
 }
 
 // Lookup implements fuse.RawFileSystem (see kernelFS).

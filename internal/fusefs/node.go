@@ -48,8 +48,11 @@ type fileNode struct {
 	// execs counts the opens of the file by execve(2) not yet released.
 	execs int
 	// unopened reads for the kernel when it opens files by itself
-	// (unopened.go).
+	// (unopened.go); own writes for it (unclosed.go), with ownUses
+	// writes in progress through it.
 	unopened *unopened
+	own      *handle
+	ownUses  int
 }
 
 // file returns the node as a regular file's, or nil.
@@ -419,6 +422,16 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 // belong: in the node's buffer while it has one (all of them for a file
 // not yet stored, which takes them with its first Put), and on the server.
 func (n *node) change(ctx context.Context, fh fs.FileHandle, want ferry.Dir, hasSize bool, size int64) syscall.Errno {
+	n.s.beforeChange(ctx, n)
+	if f := n.file(); f != nil && hasSize && fh == nil && n.s.kernel.noOpen.Load() {
+		// With no open heard, a truncation (O_TRUNC among them) goes
+		// to the file's own buffer, as a write does: the file is then
+		// stored once, with what is written after.
+		if _, e := f.ownWriter(ctx, size == 0); e != 0 {
+			return e
+		}
+		defer f.doneOwn()
+	}
 	if wb := n.buffer(); wb != nil {
 		if e := wb.setattr(want, hasSize, size); e != 0 {
 			return e
@@ -431,6 +444,9 @@ func (n *node) change(ctx context.Context, fh fs.FileHandle, want ferry.Dir, has
 		// truncate(2) by path, unlike ftruncate(2) on a descriptor
 		// open for writing, is done when it returns.
 		if h, ok := fh.(*handle); hasSize && (!ok || h.wb == nil) {
+			if f := n.file(); f != nil && fh == nil && n.s.kernel.noOpen.Load() {
+				return f.written(ctx)
+			}
 			if e := n.storeBuffer(ctx); e != 0 {
 				return e
 			}
@@ -598,16 +614,27 @@ func (n *node) owner(ctx context.Context, d ferry.Dir) {
 // Create implements fs.NodeCreater. The file exists only in this mount
 // until its first flush, which stores it with one Put.
 func (dn *dirNode) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	n := &dn.node
-	if e := checkName(name); e != 0 {
+	c, f, e := dn.create(ctx, name, mode, out)
+	if e != 0 {
 		return nil, nil, 0, e
 	}
+	return c, &handle{n: f, wb: f.wb}, 0, 0
+}
+
+// create makes the file name in dn with mode, in this mount only, with a
+// buffer (one reference to it is the caller's).
+func (dn *dirNode) create(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, *fileNode, syscall.Errno) {
+	n := &dn.node
+	n.s.beforeChange(ctx, nil)
+	if e := checkName(name); e != 0 {
+		return nil, nil, e
+	}
 	if n.isCtl(name) {
-		return nil, nil, 0, syscall.EEXIST
+		return nil, nil, syscall.EEXIST
 	}
 	dir, ok := n.path()
 	if !ok {
-		return nil, nil, 0, syscall.ENOENT
+		return nil, nil, syscall.ENOENT
 	}
 	p := path.Join(dir, name)
 	now := time.Now()
@@ -623,14 +650,14 @@ func (dn *dirNode) Create(ctx context.Context, name string, flags uint32, mode u
 	}
 	wb, err := newWbuf(n.s.opt.TempDir, d)
 	if err != nil {
-		return nil, nil, 0, errno(err)
+		return nil, nil, errno(err)
 	}
 	wb.created, wb.dirty, wb.set, wb.refs, wb.mtime = true, true, set, 1, now
 	f := &fileNode{node: node{s: n.s}, wb: wb}
 	c := n.NewInode(ctx, f, fs.StableAttr{Mode: syscall.S_IFREG, Ino: n.s.inos.number(p, true)})
 	n.s.cache.Created(d)
 	n.entryOut(c, d, out)
-	return c, &handle{n: f, wb: wb}, 0, 0
+	return c, f, 0
 }
 
 // Mknod implements fs.NodeMknoder: empty regular files, FIFOs, sockets and
@@ -638,6 +665,9 @@ func (dn *dirNode) Create(ctx context.Context, name string, flags uint32, mode u
 // device, as on a local disk.
 func (dn *dirNode) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	n := &dn.node
+	if mode&syscall.S_IFMT == syscall.S_IFREG && n.s.kernel.noOpen.Load() {
+		return dn.createUnopened(ctx, name, mode, out)
+	}
 	d := ferry.Dir{ferry.AttrType: ferry.TypeFile}
 	if mode&syscall.S_IFMT != 0 {
 		d[ferry.AttrType] = ferry.TypeOfIFMT(mode)
@@ -666,6 +696,7 @@ func (dn *dirNode) Symlink(ctx context.Context, target, name string, out *fuse.E
 // make creates an entry on the server at once: directories, links and
 // empty files made by mknod.
 func (n *node) make(ctx context.Context, name string, mode uint32, d ferry.Dir, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n.s.beforeChange(ctx, nil)
 	if e := checkName(name); e != 0 {
 		return nil, e
 	}
@@ -726,6 +757,7 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 	if c := n.GetChild(name); c != nil {
 		cn = nodeOf(c)
 	}
+	n.s.beforeChange(ctx, cn)
 	// The buffer's lock is held across the removal, so that no store of
 	// it lands after it (see fileNode.flush).
 	wb := cn.lockBuffer()
@@ -816,6 +848,7 @@ func (n *node) unstored() bool {
 // RENAME_EXCHANGE is not supported.
 func (dn *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	n := &dn.node
+	n.s.beforeChange(ctx, nil)
 	const renameNoReplace, renameExchange = 1, 2
 	if flags&renameExchange != 0 {
 		return syscall.EINVAL
@@ -923,6 +956,7 @@ func (dn *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEm
 // new name is the target's node, as on a local disk.
 func (dn *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	n := &dn.node
+	n.s.beforeChange(ctx, nil)
 	if e := checkName(name); e != 0 {
 		return nil, e
 	}
@@ -978,6 +1012,11 @@ func (l *linkNode) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 func (n *node) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
 	if h, ok := fh.(*handle); ok && h.wb != nil {
 		if e := h.n.flush(ctx); e != 0 {
+			return e
+		}
+	} else if fh == nil {
+		// Written with no handle (unclosed.go).
+		if e := n.storeBuffer(ctx); e != 0 {
 			return e
 		}
 	}

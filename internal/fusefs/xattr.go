@@ -62,6 +62,7 @@ func fill(dest, v []byte) (uint32, syscall.Errno) {
 
 // Setxattr implements fs.NodeSetxattrer.
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	n.s.beforeChange(ctx, nil)
 	if !strings.HasPrefix(attr, ferry.XattrNamespace) || len(attr) == len(ferry.XattrNamespace) {
 		return syscall.ENOTSUP
 	}
@@ -88,6 +89,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 
 // Removexattr implements fs.NodeRemovexattrer.
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	n.s.beforeChange(ctx, nil)
 	if !strings.HasPrefix(attr, ferry.XattrNamespace) {
 		return syscall.ENOTSUP
 	}

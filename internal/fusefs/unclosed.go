@@ -1,0 +1,244 @@
+package fusefs
+
+import (
+	"context"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ferryfs/ferry"
+)
+
+// When the kernel opens files by itself (kernelFS) on a mount that writes,
+// no close is heard: a write comes with no handle (fileNode.Write), or on
+// a created file's handle whose release comes late. So a file written has
+// no point at which it must be stored, and is stored at the latest of
+// these: before the mount's next change of any other kind (so the tree
+// below gets changes in the order they were made), before the cache waits
+// for what it keeps back at or below the file (a recall of its write
+// lease, which is where another client's open waits for it; a release; a
+// sync; unmount), at fsync, and unclosedIdle after the last write. A write
+// that cannot be kept back (no write lease) is stored before it returns,
+// since it may be the last before a close another client's open must see.
+
+// unclosedIdle is how long the writes of files with no close to come are
+// kept after the last before they are stored and the files' own buffers
+// dropped.
+const unclosedIdle = time.Second
+
+// unclosed holds the files written with no close to come.
+type unclosed struct {
+	mu    sync.Mutex
+	files map[*fileNode]struct{} // Written since last stored.
+	own   map[*fileNode]struct{} // With a buffer of their own (fileNode.own).
+	timer *time.Timer
+}
+
+var _ fs.NodeWriter = (*fileNode)(nil)
+
+// Write implements fs.NodeWriter: through the descriptor's handle, or,
+// for a write the kernel makes with none, through the file's own.
+func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	if w, ok := f.(fs.FileWriter); ok {
+		return w.Write(ctx, data, off)
+	}
+	if f != nil {
+		return 0, syscall.EBADF
+	}
+	h, e := n.ownWriter(ctx, false)
+	if e != 0 {
+		return 0, e
+	}
+	defer n.doneOwn()
+	written, e := h.wb.writeAt(data, off)
+	if e != 0 {
+		return written, e
+	}
+	return written, n.written(ctx)
+}
+
+// ownWriter returns the handle the file's writes with no handle go
+// through, with its buffer loaded (or, with trunc, truncated), and one
+// more use of it in progress, which doneOwn ends.
+func (n *fileNode) ownWriter(ctx context.Context, trunc bool) (*handle, syscall.Errno) {
+	n.mu.Lock()
+	h := n.own
+	if h != nil {
+		n.ownUses++
+	}
+	n.mu.Unlock()
+	if h != nil {
+		if trunc {
+			h.wb.setattr(nil, true, 0)
+		}
+		return h, 0
+	}
+	wb, e := n.openWrite(ctx, trunc)
+	if e != 0 {
+		return nil, e
+	}
+	n.mu.Lock()
+	if n.own != nil {
+		// Another write made one meanwhile, over the same buffer.
+		wb.refs--
+		h = n.own
+	} else {
+		h = &handle{n: n, wb: wb}
+		n.own = h
+	}
+	n.ownUses++
+	n.mu.Unlock()
+	u := &n.s.unclosed
+	u.mu.Lock()
+	u.own[n] = struct{}{}
+	u.mu.Unlock()
+	return h, 0
+}
+
+// createUnopened makes a regular file for an open(O_CREAT) that the kernel
+// makes by itself (it asks for a Mknod, then opens the file with no
+// request): as Create does, with the file's own handle holding the buffer.
+func (dn *dirNode) createUnopened(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	c, f, e := dn.create(ctx, name, mode, out)
+	if e != 0 {
+		return nil, e
+	}
+	f.mu.Lock()
+	f.own = &handle{n: f, wb: f.wb}
+	f.mu.Unlock()
+	u := &dn.s.unclosed
+	u.mu.Lock()
+	u.own[f] = struct{}{}
+	u.mu.Unlock()
+	return c, f.written(ctx)
+}
+
+// doneOwn ends a use of the file's own handle (ownWriter).
+func (n *fileNode) doneOwn() {
+	n.mu.Lock()
+	n.ownUses--
+	n.mu.Unlock()
+}
+
+// written follows a write with no close to come: kept back under a write
+// lease, the file waits to be stored (see unclosed); otherwise it is
+// stored now.
+func (n *fileNode) written(ctx context.Context) syscall.Errno {
+	if p, ok := n.path(); ok && n.s.cache.KeepsBack(ctx, p) {
+		n.s.unclosedWrite(n)
+		return 0
+	}
+	return n.flush(ctx)
+}
+
+// unclosedWrite records that n was written and has no close to come.
+func (s *Server) unclosedWrite(n *fileNode) {
+	u := &s.unclosed
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.files[n] = struct{}{}
+	if u.timer == nil {
+		u.timer = time.AfterFunc(unclosedIdle, s.unclosedIdle)
+	} else {
+		u.timer.Reset(unclosedIdle)
+	}
+}
+
+// storeUnclosed stores the files written with no close to come at or
+// below root (see unclosed). A file whose store fails stays to be stored
+// again.
+func (s *Server) storeUnclosed(ctx context.Context, root string) {
+	s.storeUnclosedBut(ctx, root, nil)
+}
+
+// storeUnclosedBut is storeUnclosed but for the file of the node but.
+func (s *Server) storeUnclosedBut(ctx context.Context, root string, but *node) {
+	u := &s.unclosed
+	u.mu.Lock()
+	if len(u.files) == 0 {
+		u.mu.Unlock()
+		return
+	}
+	var ns []*fileNode
+	for n := range u.files {
+		if &n.node == but {
+			continue
+		}
+		if p, ok := n.path(); !ok || ferry.HasPrefix(p, root) {
+			ns = append(ns, n)
+			delete(u.files, n)
+		}
+	}
+	u.mu.Unlock()
+	for _, n := range ns {
+		if e := n.flush(ctx); e != 0 {
+			p, _ := n.path()
+			s.log.Warn("storing a file written failed; tried again later", "path", p, "errno", e)
+			s.unclosedWrite(n)
+		}
+	}
+	u.mu.Lock()
+	over := len(u.own) > ownMax
+	u.mu.Unlock()
+	if over {
+		s.dropOwn(ctx)
+	}
+}
+
+// beforeChange stores the files written with no close to come before a
+// change of another kind is made: the tree below gets changes in the
+// order they were made. The file of but, if not nil, is left to the
+// change, which takes what it holds into account: its removal or a
+// change of its attributes.
+func (s *Server) beforeChange(ctx context.Context, but *node) {
+	s.storeUnclosedBut(ctx, "/", but)
+}
+
+// unclosedIdle stores the files written with no close to come and drops
+// their own buffers, unclosedIdle after the last write.
+func (s *Server) unclosedIdle() {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opt.CallTimeout)
+	defer cancel()
+	s.storeUnclosed(ctx, "/")
+	s.dropOwn(ctx)
+}
+
+// ownMax bounds the files that keep their own buffers (a temporary file
+// each) once stored: an unpack writes thousands of files with no pause.
+const ownMax = 64
+
+// dropOwn drops the own buffers of the files stored since their last
+// write.
+func (s *Server) dropOwn(ctx context.Context) {
+	u := &s.unclosed
+	u.mu.Lock()
+	var idle []*fileNode
+	for n := range u.own {
+		if _, written := u.files[n]; !written {
+			idle = append(idle, n)
+			delete(u.own, n)
+		}
+	}
+	u.mu.Unlock()
+	for _, n := range idle {
+		n.mu.Lock()
+		h := n.own
+		if n.ownUses > 0 {
+			// In use: its write records it again.
+			h = nil
+		} else {
+			n.own = nil
+		}
+		n.mu.Unlock()
+		if h != nil {
+			h.Release(ctx)
+		} else {
+			u.mu.Lock()
+			u.own[n] = struct{}{}
+			u.mu.Unlock()
+		}
+	}
+}

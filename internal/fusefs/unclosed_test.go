@@ -1,0 +1,115 @@
+package fusefs
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ferryfs/ferry/internal/ctl"
+	"github.com/ferryfs/ferry/internal/servertest"
+)
+
+// TestWritesOpenNothing: on a write-back mount with a lease the kernel
+// opens, creates and closes files by itself (kernelFS), and what is
+// written with no handle and no close to hear reaches the server as a
+// local disk would have it: a shorter file written over a longer one
+// (O_TRUNC comes as a truncation, not with an open), an append, a
+// truncate(2), a file created, written and renamed, one created and
+// removed, each exactly once a sync written to the control file (with no
+// handle either) returns.
+func TestWritesOpenNothing(t *testing.T) {
+	srv := servertest.Start(t, "")
+	for name, data := range map[string]string{"d/long": "a longer first content\n", "d/log": "one\n", "d/cut": "0123456789"} {
+		p := filepath.Join(srv.Dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c := srv.Client(t, "a")
+	mnt, s := mountFS(t, c, Options{TTL: time.Hour, WriteBack: true, Control: stackCtl(ctl.New("client", c, c))})
+	if !waitFor(5*time.Second, s.cache.Leased) {
+		t.Fatal("the mount got no watch")
+	}
+	// The first open is the one the kernel is told it need not make.
+	if got := readFile(t, filepath.Join(mnt, "d", "long")); got != "a longer first content\n" {
+		t.Fatalf("d/long: %q", got)
+	}
+	if !s.kernel.noOpen.Load() {
+		t.Fatal("the kernel was not told it need not open files")
+	}
+	opens, creates, flushes := s.kernel.opens.Load(), s.kernel.creates.Load(), s.kernel.flushes.Load()
+
+	at := func(name string) string { return filepath.Join(mnt, filepath.FromSlash(name)) }
+	if err := os.WriteFile(at("d/long"), []byte("short\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(at("d/log"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range []string{"two\n", "three\n"} {
+		if _, err := f.WriteString(line); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(at("d/cut"), 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(at("d/new.tmp"), []byte("new\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(at("d/new.tmp"), at("d/new")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(at("d/gone"), []byte("never stored\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(at("d/gone")); err != nil {
+		t.Fatal(err)
+	}
+	// Read back through the mount at once, before anything is stored.
+	want := map[string]string{"d/long": "short\n", "d/log": "one\ntwo\nthree\n", "d/cut": "0123", "d/new": "new\n"}
+	for name, data := range want {
+		if got := readFile(t, at(name)); got != data {
+			t.Errorf("%s through the mount: %q, want %q", name, got, data)
+		}
+	}
+	if err := os.WriteFile(at("Ctl"), []byte("sync\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range want {
+		got, err := os.ReadFile(filepath.Join(srv.Dir, filepath.FromSlash(name)))
+		if err != nil || string(got) != data {
+			t.Errorf("%s on the server after sync: %q, %v; want %q", name, got, err, data)
+		}
+	}
+	for _, name := range []string{"d/new.tmp", "d/gone"} {
+		if _, err := os.Stat(filepath.Join(srv.Dir, filepath.FromSlash(name))); !os.IsNotExist(err) {
+			t.Errorf("%s on the server: %v, want none", name, err)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(srv.Dir, "d", "new")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("d/new on the server: %v, %v; want mode 0600", fi, err)
+	}
+	for _, c := range []struct {
+		what       string
+		now, since int64
+	}{
+		{"OPEN", s.kernel.opens.Load(), opens},
+		{"CREATE", s.kernel.creates.Load(), creates},
+		{"FLUSH", s.kernel.flushes.Load(), flushes},
+	} {
+		// The first CREATE and FLUSH are those the kernel is told it
+		// need not send.
+		if n := c.now - c.since; n > 1 {
+			t.Errorf("%d %s requests after the first open, want at most one", n, c.what)
+		}
+	}
+}
