@@ -90,7 +90,10 @@ type ctlNode struct {
 	// control file through its page cache, the text is made at a Getattr
 	// (which every read asks for first) and kept for ctlFresh, so that a
 	// reader's several reads see one text; its size is the text's and
-	// its mtime when it was made, which drops the pages of the last.
+	// its mtime when it was made, which drops the pages of the last. So
+	// from the start on a mount where the kernel may come to open files
+	// by itself: the first open it is told it need not make may be this
+	// file's, with the size the lookup gave.
 	mu   sync.Mutex
 	text []byte
 	at   time.Time
@@ -119,9 +122,9 @@ func ctlAttr(out *fuse.Attr) {
 
 // Getattr implements fs.NodeGetattrer. The size is 0: the text is made at
 // each open and read with direct I/O, as /proc's files are; unless the
-// kernel opens files by itself (see ctlNode).
+// kernel may open files by itself (see ctlNode).
 func (c *ctlNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	if c.s.kernel.noOpen.Load() {
+	if c.s.kernelOpens() {
 		out.SetTimeout(time.Nanosecond) // 0 would take the mount's default.
 	}
 	return c.attr(ctx, &out.Attr)
@@ -131,7 +134,7 @@ func (c *ctlNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrO
 // through its page cache, with a text made for it (see ctlNode).
 func (c *ctlNode) attr(ctx context.Context, out *fuse.Attr) syscall.Errno {
 	ctlAttr(out)
-	if !c.s.kernel.noOpen.Load() {
+	if !c.s.kernelOpens() {
 		return 0
 	}
 	c.mu.Lock()
@@ -171,7 +174,16 @@ func (c *ctlNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off i
 		return 0, syscall.EFBIG
 	}
 	h := &ctlHandle{s: c.s}
-	if e := h.run(ctx, string(data)); e != 0 {
+	e := h.run(ctx, string(data))
+	// The kernel wrote the lines into its pages of the file: the next
+	// read must find the state made anew, with a new mtime (which drops
+	// those pages), and the pages go now too, once the write has let
+	// go of them.
+	c.mu.Lock()
+	c.at = time.Time{}
+	c.mu.Unlock()
+	go c.NotifyContent(0, 0)
+	if e != 0 {
 		return 0, e
 	}
 	return uint32(len(data)), 0
@@ -294,7 +306,7 @@ func (n *node) ctlLookup(ctx context.Context, out *fuse.EntryOut) *fs.Inode {
 	s.ctlOnce.Do(func() {
 		s.ctlInode = n.NewPersistentInode(ctx, &ctlNode{s: s}, fs.StableAttr{Mode: syscall.S_IFREG, Ino: s.inos.number("\x00"+ctlName, false)})
 	})
-	if s.kernel.noOpen.Load() {
+	if s.kernelOpens() {
 		// Each read asks for the attributes first (see ctlNode); 0
 		// would take the mount's default.
 		out.SetAttrTimeout(time.Nanosecond)
