@@ -165,6 +165,9 @@ type Server struct {
 	// unclosed holds the files written with no close to come, when the
 	// kernel opens files by itself (unclosed.go).
 	unclosed unclosed
+	// relists holds directories whose listings are to be dropped
+	// (unopened.go).
+	relists relists
 
 	// ctl serves the control file (Options.Control), if set.
 	ctl      ferry.FS

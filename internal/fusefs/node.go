@@ -423,11 +423,11 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 // not yet stored, which takes them with its first Put), and on the server.
 func (n *node) change(ctx context.Context, fh fs.FileHandle, want ferry.Dir, hasSize bool, size int64) syscall.Errno {
 	n.s.beforeChange(ctx, n)
-	if f := n.file(); f != nil && hasSize && fh == nil && n.s.kernel.noOpen.Load() {
-		// With no open heard, a truncation (O_TRUNC among them) goes
+	if f := n.file(); f != nil && hasSize && size == 0 && fh == nil && n.s.kernel.noOpen.Load() {
+		// With no open heard, a truncation to nothing (O_TRUNC) goes
 		// to the file's own buffer, as a write does: the file is then
 		// stored once, with what is written after.
-		if _, e := f.ownWriter(ctx, size == 0); e != 0 {
+		if _, e := f.ownWriter(ctx, true); e != 0 {
 			return e
 		}
 		defer f.doneOwn()

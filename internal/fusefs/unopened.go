@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"sync"
 	"syscall"
 	"time"
 
@@ -39,7 +40,55 @@ func (n *fileNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 		return nil, e
 	}
 	defer n.doneUnopened(u)
+	n.s.readIn(n)
 	return u.h.Read(ctx, dest, off)
+}
+
+// relists holds the directories whose files the kernel read (a READ,
+// with no handle) since it last dropped their listings. A READ makes the
+// kernel take the access time it holds of the file for stale, so the next
+// stat of the file asks the mount for its attributes: a second grep -r
+// would ask once per file. So the listings of those directories are
+// dropped shortly after: the next listing of each is then one READDIRPLUS,
+// which brings the attributes of every entry in it.
+type relists struct {
+	mu    sync.Mutex
+	dirs  map[*fs.Inode]struct{}
+	timer *time.Timer
+}
+
+// relistAfter is how long after a READ its directory's listing is dropped,
+// together with those of the other directories read meanwhile.
+const relistAfter = 100 * time.Millisecond
+
+// readIn records that the kernel read the file n with a READ.
+func (s *Server) readIn(n *fileNode) {
+	_, parent := n.Parent()
+	if parent == nil {
+		return
+	}
+	r := &s.relists
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.dirs == nil {
+		r.dirs = map[*fs.Inode]struct{}{}
+	}
+	r.dirs[parent] = struct{}{}
+	if r.timer == nil {
+		r.timer = time.AfterFunc(relistAfter, s.relist)
+	}
+}
+
+// relist drops the listings of the directories in s.relists.
+func (s *Server) relist() {
+	r := &s.relists
+	r.mu.Lock()
+	dirs := r.dirs
+	r.dirs, r.timer = nil, nil
+	r.mu.Unlock()
+	for in := range dirs {
+		in.NotifyContent(0, 0)
+	}
 }
 
 // openUnopened returns the file's own handle, opening it if it has none,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -127,5 +128,49 @@ func TestSeekHoleData(t *testing.T) {
 	}
 	if n := s.kernel.lseeks.Load(); n > 1 {
 		t.Errorf("%d LSEEK requests, want at most the first", n)
+	}
+}
+
+// TestRereadAsksPerDirectory: once the kernel opens files by itself, a
+// second pass over a directory's files (list, stat, read: grep -r) asks
+// the mount once for the directory, not once per file whose access time
+// the first pass's reads made stale (relists).
+func TestRereadAsksPerDirectory(t *testing.T) {
+	srv := servertest.Start(t, "")
+	const files = 40
+	for i := range files {
+		if err := os.WriteFile(filepath.Join(srv.Dir, fmt.Sprintf("f%02d", i)), []byte(fmt.Sprintf("file %d\n", i)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mnt, s := mountFS(t, srv.Client(t, "a"), Options{TTL: time.Hour, WriteBack: true})
+	if !waitFor(5*time.Second, s.cache.Leased) {
+		t.Fatal("the mount got no watch")
+	}
+	pass := func() {
+		t.Helper()
+		ents, err := os.ReadDir(mnt)
+		if err != nil || len(ents) != files {
+			t.Fatalf("listing: %d entries, %v; want %d", len(ents), err, files)
+		}
+		for _, e := range ents {
+			p := filepath.Join(mnt, e.Name())
+			if _, err := os.Stat(p); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.ReadFile(p); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pass()
+	if !s.kernel.noOpen.Load() {
+		t.Fatal("the kernel was not told it need not open files")
+	}
+	time.Sleep(3 * relistAfter)
+	getattrs := s.kernel.getattrs.Load()
+	pass()
+	if n := s.kernel.getattrs.Load() - getattrs; n > files/4 {
+		t.Errorf("the second pass asked for attributes %d times for %d files read in the first", n, files)
 	}
 }
