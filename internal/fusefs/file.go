@@ -582,6 +582,14 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	return h.r.read(ctx, dest, off)
 }
 
+// readToEnd reports whether a read of n bytes at off reached the end of
+// the content the handle holds whole in memory.
+func (h *handle) readToEnd(off int64, n int) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.wb == nil && h.r == nil && h.lazy == nil && off+int64(n) >= int64(len(h.mem))
+}
+
 // choose sets mem or r of a lazy handle on its first read.
 func (h *handle) choose(ctx context.Context) {
 	h.mu.Lock()

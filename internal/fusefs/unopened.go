@@ -39,9 +39,10 @@ func (n *fileNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 	if e != 0 {
 		return nil, e
 	}
-	defer n.doneUnopened(u)
 	n.s.readIn(n)
-	return u.h.Read(ctx, dest, off)
+	res, e := u.h.Read(ctx, dest, off)
+	n.doneUnopened(u, e == 0 && u.h.readToEnd(off, len(dest)))
+	return res, e
 }
 
 // relists holds the directories whose files the kernel read (a READ,
@@ -131,15 +132,20 @@ func (n *fileNode) useUnopenedLocked() *unopened {
 }
 
 // doneUnopened ends a read on u, and releases u after unopenedIdle with no
-// other read, or at once if it was dropped meanwhile.
-func (n *fileNode) doneUnopened(u *unopened) {
+// other read, or at once if it was dropped meanwhile or the read reached
+// the end of a file held whole in memory (the kernel holds the pages now,
+// and the file's content may leave the cache's budget).
+func (n *fileNode) doneUnopened(u *unopened, ended bool) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	u.reads--
 	if u.reads > 0 {
 		return
 	}
-	if n.unopened != u {
+	if n.unopened != u || ended {
+		if n.unopened == u {
+			n.unopened = nil
+		}
 		go u.h.Release(context.Background())
 		return
 	}
