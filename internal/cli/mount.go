@@ -36,6 +36,7 @@ func mountCmd() *cobra.Command {
 	var (
 		foreground, allowOther, debug bool
 		writeBack, readOnly           bool
+		kernelOpens                   bool
 		options                       []string
 		logFile                       string
 		readyFd                       int
@@ -90,14 +91,17 @@ contents, of which at most 16 MiB ahead of the program, and the Go heap
 is collected sooner as the whole nears it; the stream stops 5 s after
 the program stops reading.
 Bigger files move by chunks through the chunk cache on disk (--cache,
---cache-max). Once the watch is in place, on a --read-only mount and on
-one that writes back (the default), the kernel opens, creates and closes
-files without asking the mount, so a warm grep -r runs at about the speed
-of the local disk; another client's change still reaches the reader
-before that client's call returns. With no close to hear, a file written
-is stored before the mount's next change of another kind, before another
-client's call recalls the write lease, on fsync or sync, or a second
-after the last write.
+--cache-max). Once the watch is in place, on a --read-only mount (and,
+with --kernel-opens, on one that writes back) the kernel opens, creates
+and closes files without asking the mount, so a warm grep -r runs at
+about the speed of the local disk; another client's change still
+reaches the reader before that client's call returns. With no close to
+hear, a file written is stored before the mount's next change of another
+kind, before another client's call recalls the write lease, on fsync or
+sync, or a second after the last write. --kernel-opens is not the
+default yet: a file whose last name is removed while a descriptor is
+open on it can be read or written through it only while the mount
+still holds a buffer of it, and later gets ENOENT.
 
 By default (--writeback), close returns at once: the file is copied into memory
 and stored in the background, and so are new directories, removals,
@@ -208,6 +212,7 @@ Limitations:
 				TTL:         ttl,
 				Cache:       cache.Options{PrefetchDepth: depth},
 				WriteBack:   writeBack,
+				KernelOpens: kernelOpens,
 				CallTimeout: timeout,
 			}, int64(memory))
 		},
@@ -219,6 +224,7 @@ Limitations:
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	c.Flags().StringVar(&logFile, "log", "", "log file of the background process (default $FERRY_HOME/mount-PATH.log for the mount point PATH)")
 	c.Flags().DurationVar(&ttl, "ttl", time.Second, "how long metadata is trusted without a watch from the server")
+	c.Flags().BoolVar(&kernelOpens, "kernel-opens", false, "with --writeback, let the kernel open and close files without asking the mount, as on a --read-only mount (a file removed while open may then fail later reads and writes)")
 	c.Flags().BoolVar(&writeBack, "writeback", true, "let close return before the file is stored, under write leases that keep close-to-open (--writeback=false: close waits for the server); fsync still waits")
 	c.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long a call waits for the server (reconnecting meanwhile) before it fails with EIO")
 	c.Flags().IntVar(&depth, "prefetch-depth", 16, "how many levels below a directory its first use fetches")

@@ -100,10 +100,14 @@ type Options struct {
 	// server's user owns. New entries then get the server's default
 	// owner.
 	Uid, Gid *uint32
-	// OpenEach has the kernel ask the mount at every open and close of a
-	// file. By default, once a lease is held on a read-only or
-	// write-back mount, it opens and closes files by itself (kernelFS).
-	OpenEach bool
+	// KernelOpens lets the kernel open, create and close files by
+	// itself on a write-back mount too, once a lease is held, as it does
+	// on a read-only one (kernelFS): a warm grep -r then asks the mount
+	// once per directory rather than three times per file. Not by
+	// default: a file whose last name goes while a descriptor is open on
+	// it can then be written or read through it only while the mount
+	// still holds a buffer of it (unclosed.go).
+	KernelOpens bool
 	// Debug logs every FUSE request.
 	Debug bool
 	// FsName is shown as the file system's source by mount and df.
@@ -283,6 +287,8 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 		// by an open it never sends (it comes as a Setattr instead).
 		fopt.MountOptions.ExtraCapabilities = fuse.CAP_ATOMIC_O_TRUNC
 	}
+	// Writes ask for no security.capability first (kernel.go).
+	fopt.MountOptions.ExtraCapabilities |= fuse.CAP_HANDLE_KILLPRIV_V2
 	mnt, err := filepath.Abs(mountpoint)
 	if err != nil {
 		return nil, ferry.E(op, mountpoint, ferry.KindInvalid, err)

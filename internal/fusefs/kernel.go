@@ -31,8 +31,8 @@ import (
 // lease is held is dropped after Options.TTL (node.expireListing), as the
 // entries are.
 //
-// File opens: the same for files, on a read-only mount and on one that
-// writes back (Options.WriteBack), unless Options.OpenEach. Once a lease
+// File opens: the same for files, on a read-only mount and, with
+// Options.KernelOpens, on one that writes back. Once a lease
 // is held, kernelFS answers OPEN with ENOSYS (FUSE_NO_OPEN_SUPPORT, Linux
 // 4.19 on) and FLUSH with ENOSYS too: the kernel then opens and closes
 // files with no request at all (a warm grep -r asks the mount nothing),
@@ -72,13 +72,18 @@ func (k *kernelFS) Lseek(cancel <-chan struct{}, in *fuse.LseekIn, out *fuse.Lse
 // kernelOpens reports whether the kernel is to open files by itself once
 // a lease is held (see kernelFS).
 func (s *Server) kernelOpens() bool {
-	return !s.opt.OpenEach && (s.opt.ReadOnly || s.opt.WriteBack)
+	return s.opt.ReadOnly || s.opt.WriteBack && s.opt.KernelOpens
 }
 
 // Open answers ENOSYS while a lease is held, if the kernel is to open
 // files by itself (see kernelFS).
 func (k *kernelFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenOut) fuse.Status {
 	k.opens.Add(1)
+	if in.Mode&fuse.OPEN_KILL_SUIDGID != 0 {
+		if st := k.killSuidgid(cancel, in.InHeader, nil); !st.Ok() {
+			return st
+		}
+	}
 	if k.s.kernelOpens() && k.s.cache.Leased() {
 		k.noOpen.Store(true)
 		return fuse.ENOSYS
@@ -110,6 +115,69 @@ func (k *kernelFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 		return fuse.ENOSYS
 	}
 	return st
+}
+
+// The mount clears the set-user-ID and set-group-ID bits itself when a
+// caller without CAP_FSETID writes or truncates a file
+// (FUSE_HANDLE_KILLPRIV_V2; the kernel says which with
+// WRITE_KILL_SUIDGID, FATTR_KILL_SUIDGID and OPEN_KILL_SUIDGID). In
+// return the kernel marks its inodes S_NOSEC, and a write no longer
+// asks for the file's security.capability first (a GETXATTR per write).
+
+// Writev implements fuse.RawFileSystem, which go-fuse calls for WRITE.
+func (k *kernelFS) Writev(cancel <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
+	if in.WriteFlags&fuse.WRITE_KILL_SUIDGID != 0 {
+		if st := k.killSuidgid(cancel, in.InHeader, nil); !st.Ok() {
+			return 0, st
+		}
+	}
+	return k.RawFileSystem.Writev(cancel, in, data)
+}
+
+// SetAttr implements fuse.RawFileSystem.
+func (k *kernelFS) SetAttr(cancel <-chan struct{}, in *fuse.SetAttrIn, out *fuse.AttrOut) fuse.Status {
+	if in.Valid&fuse.FATTR_KILL_SUIDGID != 0 {
+		set := *in
+		set.Valid &^= fuse.FATTR_KILL_SUIDGID
+		if st := k.killSuidgid(cancel, in.InHeader, &set); !st.Ok() {
+			return st
+		}
+		return k.RawFileSystem.SetAttr(cancel, &set, out)
+	}
+	return k.RawFileSystem.SetAttr(cancel, in, out)
+}
+
+// killSuidgid clears the set-user-ID bit of the node h names, and its
+// set-group-ID bit if it is group-executable, as a write or truncation by
+// a caller without CAP_FSETID does on a local disk. With set, the mode
+// goes into that change of attributes instead of one of its own.
+func (k *kernelFS) killSuidgid(cancel <-chan struct{}, h fuse.InHeader, set *fuse.SetAttrIn) fuse.Status {
+	mode := uint32(0)
+	if set != nil && set.Valid&fuse.FATTR_MODE != 0 {
+		mode = set.Mode
+	} else {
+		var attr fuse.AttrOut
+		if st := k.RawFileSystem.GetAttr(cancel, &fuse.GetAttrIn{InHeader: h}, &attr); !st.Ok() {
+			return st
+		}
+		mode = attr.Mode
+	}
+	kill := uint32(syscall.S_ISUID)
+	if mode&syscall.S_IXGRP != 0 {
+		kill |= syscall.S_ISGID
+	}
+	if mode&kill == 0 && (set == nil || set.Valid&fuse.FATTR_MODE == 0) {
+		return fuse.OK
+	}
+	if set != nil {
+		set.Valid |= fuse.FATTR_MODE
+		set.Mode = mode &^ kill
+		return fuse.OK
+	}
+	var in fuse.SetAttrIn
+	in.InHeader, in.Valid, in.Mode = h, fuse.FATTR_MODE, mode&^kill
+	var out fuse.AttrOut
+	return k.RawFileSystem.SetAttr(cancel, &in, &out)
 }
 
 // Lookup implements fuse.RawFileSystem (see kernelFS).

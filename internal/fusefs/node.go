@@ -422,7 +422,7 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 // belong: in the node's buffer while it has one (all of them for a file
 // not yet stored, which takes them with its first Put), and on the server.
 func (n *node) change(ctx context.Context, fh fs.FileHandle, want ferry.Dir, hasSize bool, size int64) syscall.Errno {
-	n.s.beforeChange(ctx, n)
+	n.s.beforeChange(ctx, n, n)
 	if f := n.file(); f != nil && hasSize && size == 0 && fh == nil && n.s.kernel.noOpen.Load() {
 		// With no open heard, a truncation to nothing (O_TRUNC) goes
 		// to the file's own buffer, as a write does: the file is then
@@ -757,7 +757,7 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 	if c := n.GetChild(name); c != nil {
 		cn = nodeOf(c)
 	}
-	n.s.beforeChange(ctx, cn)
+	n.s.beforeChange(ctx, cn, cn)
 	// The buffer's lock is held across the removal, so that no store of
 	// it lands after it (see fileNode.flush).
 	wb := cn.lockBuffer()
@@ -848,7 +848,15 @@ func (n *node) unstored() bool {
 // RENAME_EXCHANGE is not supported.
 func (dn *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	n := &dn.node
-	n.s.beforeChange(ctx, nil)
+	// The file renamed, and the one it replaces, keep their own
+	// buffers: a descriptor on the replaced one may write on.
+	var keep []*node
+	for _, c := range []*fs.Inode{n.GetChild(name), newParent.EmbeddedInode().GetChild(newName)} {
+		if c != nil {
+			keep = append(keep, nodeOf(c))
+		}
+	}
+	n.s.beforeChange(ctx, nil, keep...)
 	const renameNoReplace, renameExchange = 1, 2
 	if flags&renameExchange != 0 {
 		return syscall.EINVAL

@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -116,6 +117,42 @@ func (dn *dirNode) createUnopened(ctx context.Context, name string, mode uint32,
 	return c, f.written(ctx)
 }
 
+// named reports whether the file of h, a handle with a buffer, has a
+// name to load it by: the buffer dropped can be made again.
+func (h *handle) named() bool {
+	h.wb.mu.Lock()
+	unlinked := h.wb.unlinked
+	h.wb.mu.Unlock()
+	if unlinked {
+		return false
+	}
+	_, ok := h.n.path()
+	return ok
+}
+
+var _ fs.NodeOnForgetter = (*fileNode)(nil)
+
+// OnForget implements fs.NodeOnForgetter: the kernel holds the file no
+// more, so no descriptor does; the file's own handles go.
+func (n *fileNode) OnForget() {
+	u := &n.s.unclosed
+	u.mu.Lock()
+	delete(u.own, n)
+	u.mu.Unlock()
+	n.mu.Lock()
+	h := n.own
+	if n.ownUses == 0 {
+		n.own = nil
+	} else {
+		h = nil
+	}
+	n.mu.Unlock()
+	if h != nil {
+		go h.Release(context.Background())
+	}
+	n.dropUnopened()
+}
+
 // doneOwn ends a use of the file's own handle (ownWriter).
 func (n *fileNode) doneOwn() {
 	n.mu.Lock()
@@ -192,9 +229,14 @@ func (s *Server) storeUnclosedBut(ctx context.Context, root string, but *node) {
 // change of another kind is made: the tree below gets changes in the
 // order they were made. The file of but, if not nil, is left to the
 // change, which takes what it holds into account: its removal or a
-// change of its attributes.
-func (s *Server) beforeChange(ctx context.Context, but *node) {
+// change of its attributes. The own buffers of files stored go too, as
+// a close would drop them (a buffer describes its file, its link count
+// among the rest, until it goes, and the change may be a link), but for
+// those of the files in keep, which the change may leave with no name:
+// a descriptor the kernel holds on one may write on.
+func (s *Server) beforeChange(ctx context.Context, but *node, keep ...*node) {
 	s.storeUnclosedBut(ctx, "/", but)
+	s.dropOwn(ctx, keep...)
 }
 
 // unclosedIdle stores the files written with no close to come and drops
@@ -211,13 +253,13 @@ func (s *Server) unclosedIdle() {
 const ownMax = 64
 
 // dropOwn drops the own buffers of the files stored since their last
-// write.
-func (s *Server) dropOwn(ctx context.Context) {
+// write, but for those of keep.
+func (s *Server) dropOwn(ctx context.Context, keep ...*node) {
 	u := &s.unclosed
 	u.mu.Lock()
 	var idle []*fileNode
 	for n := range u.own {
-		if _, written := u.files[n]; !written {
+		if _, written := u.files[n]; !written && !slices.Contains(keep, &n.node) {
 			idle = append(idle, n)
 			delete(u.own, n)
 		}
@@ -226,13 +268,22 @@ func (s *Server) dropOwn(ctx context.Context) {
 	for _, n := range idle {
 		n.mu.Lock()
 		h := n.own
-		if n.ownUses > 0 {
-			// In use: its write records it again.
-			h = nil
-		} else {
-			n.own = nil
-		}
 		n.mu.Unlock()
+		// A file with no name left to load it again by keeps its
+		// buffer: a descriptor the kernel holds on it may still write
+		// or read, and the buffer is all there is (see OnForget).
+		if h != nil && h.named() {
+			n.mu.Lock()
+			if n.own != h || n.ownUses > 0 {
+				// In use: its write records it again.
+				h = nil
+			} else {
+				n.own = nil
+			}
+			n.mu.Unlock()
+		} else {
+			h = nil
+		}
 		if h != nil {
 			h.Release(ctx)
 		} else {

@@ -10,7 +10,8 @@ import (
 	"github.com/ferryfs/ferry/internal/servertest"
 )
 
-// TestWritesOpenNothing: on a write-back mount with a lease the kernel
+// TestWritesOpenNothing: on a write-back mount with a lease and
+// Options.KernelOpens the kernel
 // opens, creates and closes files by itself (kernelFS), and what is
 // written with no handle and no close to hear reaches the server as a
 // local disk would have it: a shorter file written over a longer one
@@ -30,7 +31,7 @@ func TestWritesOpenNothing(t *testing.T) {
 		}
 	}
 	c := srv.Client(t, "a")
-	mnt, s := mountFS(t, c, Options{TTL: time.Hour, WriteBack: true, Control: stackCtl(ctl.New("client", c, c))})
+	mnt, s := mountFS(t, c, Options{TTL: time.Hour, WriteBack: true, KernelOpens: true, Control: stackCtl(ctl.New("client", c, c))})
 	if !waitFor(5*time.Second, s.cache.Leased) {
 		t.Fatal("the mount got no watch")
 	}

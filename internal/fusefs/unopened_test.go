@@ -143,7 +143,7 @@ func TestRereadAsksPerDirectory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	mnt, s := mountFS(t, srv.Client(t, "a"), Options{TTL: time.Hour, WriteBack: true})
+	mnt, s := mountFS(t, srv.Client(t, "a"), Options{TTL: time.Hour, WriteBack: true, KernelOpens: true})
 	if !waitFor(5*time.Second, s.cache.Leased) {
 		t.Fatal("the mount got no watch")
 	}
