@@ -14,11 +14,25 @@ import (
 )
 
 // TestPjdfstest runs the POSIX conformance suite (the Rust pjdfstest) on a
-// mount of a real server over the wire. The failures that the adaptor
-// cannot avoid are listed, with their reasons, in CONFORMANCE.md and in
-// scripts/pjdfstest-ferry.toml as expected failures; any other failure, or
-// an expected failure that passes, fails this test.
+// mount of a real server over the wire, one that stores at each close and
+// one that writes back (ferry mount's default). The failures that the
+// adaptor cannot avoid are listed, with their reasons, in CONFORMANCE.md
+// and in scripts/pjdfstest-ferry.toml (and -writeback.toml) as expected
+// failures; any other failure fails this test.
 func TestPjdfstest(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		writeBack bool
+		conf      string
+	}{
+		{"strict", false, "pjdfstest-ferry.toml"},
+		{"write-back", true, "pjdfstest-ferry-writeback.toml"},
+	} {
+		t.Run(c.name, func(t *testing.T) { testPjdfstest(t, c.writeBack, c.conf) })
+	}
+}
+
+func testPjdfstest(t *testing.T, writeBack bool, confName string) {
 	needFUSE(t)
 	bin, err := exec.LookPath("pjdfstest")
 	if err != nil {
@@ -29,10 +43,10 @@ func TestPjdfstest(t *testing.T) {
 		}
 	}
 	_, file, _, _ := runtime.Caller(0)
-	conf := filepath.Join(filepath.Dir(file), "../../scripts/pjdfstest-ferry.toml")
+	conf := filepath.Join(filepath.Dir(file), "../../scripts", confName)
 	served := t.TempDir()
 	os.Chmod(served, 0o755)
-	mnt := serveElsewhere(t, served, false)
+	mnt := serveElsewhere(t, served, writeBack)
 	// The suite acts as other users too, who must reach the mount.
 	os.Chmod(filepath.Dir(mnt), 0o755)
 	os.Chmod(filepath.Dir(filepath.Dir(mnt)), 0o755)
