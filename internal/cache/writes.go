@@ -362,6 +362,10 @@ func (c *FS) makeBehind(p string, d ferry.Dir) ferry.Dir {
 			local[ferry.AttrMode] = "0777"
 		}
 	}
+	// A change of p kept back after this one (a chmod of the new
+	// directory) must not be undone by this one's answer, which may be
+	// recorded after that change's.
+	gen := c.nextGen(p)
 	c.wback.start(p, 0, func(ctx context.Context, t changer) error {
 		got, _, err := c.store(ctx, t, p, d, ferry.Whole, nil)
 		if err != nil {
@@ -373,7 +377,9 @@ func (c *FS) makeBehind(p string, d ferry.Dir) ferry.Dir {
 			go c.emit(ferry.Event{Path: p, Gone: true})
 			return err
 		}
-		c.meta.set(got)
+		if c.lastGen(p, gen) {
+			c.meta.set(got)
+		}
 		return nil
 	})
 	return local
