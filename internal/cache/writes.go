@@ -655,6 +655,11 @@ func (c *FS) wstatBehind(ctx context.Context, p string, d ferry.Dir) (*ferry.Fut
 	for k, v := range d {
 		local[k] = v
 	}
+	if _, ok := local[ferry.AttrCtime]; ok {
+		// A change of attributes changes the ctime, as the tree's
+		// will when it is stored.
+		local[ferry.AttrCtime] = strconv.FormatInt(time.Now().UnixNano(), 10)
+	}
 	gen := c.nextGen(p)
 	// The content is as it was: what is held of it stays.
 	held, _ := c.data.held(p)
