@@ -541,6 +541,12 @@ func (c *FS) moveBehind(ctx context.Context, from, to string) (*ferry.Future[fer
 	if base == nil || base.Linked() || ferry.HasPrefix(to, from) || base.IsDir() && c.meta.pendingBelow(from) {
 		return nil, false
 	}
+	if old := c.meta.last(to); old.Linked() {
+		// A file with other names loses one, as in a removal of one
+		// of its names: those names show the tree's link count and
+		// ctime only once it has the rename.
+		return nil, false
+	}
 	// Only a rename that cannot fail goes behind: onto a name known to
 	// be free, or a file over a file.
 	if r := c.meta.last(to); r == nil && !c.meta.absent(to) || r != nil && (r.IsDir() || base.IsDir()) {
@@ -655,11 +661,9 @@ func (c *FS) wstatBehind(ctx context.Context, p string, d ferry.Dir) (*ferry.Fut
 	for k, v := range d {
 		local[k] = v
 	}
-	if _, ok := local[ferry.AttrCtime]; ok {
-		// A change of attributes changes the ctime, as the tree's
-		// will when it is stored.
-		local[ferry.AttrCtime] = strconv.FormatInt(time.Now().UnixNano(), 10)
-	}
+	// A change of attributes changes the ctime, as the tree's will when
+	// it is stored.
+	local[ferry.AttrCtime] = strconv.FormatInt(time.Now().UnixNano(), 10)
 	gen := c.nextGen(p)
 	// The content is as it was: what is held of it stays.
 	held, _ := c.data.held(p)
