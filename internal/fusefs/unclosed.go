@@ -14,10 +14,10 @@ import (
 )
 
 // When the kernel opens files by itself (kernelFS) on a mount that writes,
-// no close is heard: a write comes with no handle (fileNode.Write), or on
-// a created file's handle whose release comes late. So a file written has
-// no point at which it must be stored, and is stored at the latest of
-// these: before the mount's next change of any other kind (so the tree
+// no close is heard: a write comes with no handle (fileNode.Write), or,
+// on a file opened before the kernel was told so, on a handle whose FLUSH
+// no longer comes. So a file written has no point at which it must be
+// stored, and is stored at the first of these: before the mount's next change of any other kind (so the tree
 // below gets changes in the order they were made), before the cache waits
 // for what it keeps back at or below the file (a recall of its write
 // lease, which is where another client's open waits for it; a release; a
