@@ -263,7 +263,7 @@ type echoSet struct {
 // changes a leased subtree before the lease is recalled. It records p for
 // recheck.
 func (c *FS) echo(p string) bool {
-	return c.leases != nil && c.leases.holds(p, c.isDir(p), true)
+	return c.leases != nil && c.leases.holds(p, c.isDir(p), holdEcho)
 }
 
 // echoTree is echo for an event that puts the whole subtree p in doubt (a
@@ -272,30 +272,30 @@ func (c *FS) echo(p string) bool {
 // p. Such an echo of a removal kept back can come after this cache made a
 // directory of the same name again, whose listing it must not drop.
 func (c *FS) echoTree(p string) bool {
-	if c.leases == nil {
-		return false
-	}
-	w := c.leases
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	r, ok := w.covering(p, true)
-	if !ok || w.shallow[r] {
-		return false
-	}
-	w.recordLocked(r, p, true)
-	return true
+	return c.leases != nil && c.leases.holds(p, true, holdTreeEcho)
 }
 
-// holds reports whether a lease held covers p, and with record notes p
-// as an echo under it.
-func (w *writeLeases) holds(p string, dir, record bool) bool {
+// hold says what holds notes of the path it is asked about.
+type hold int
+
+const (
+	holdOnly     hold = iota // Nothing.
+	holdEcho                 // An event's echo (echo).
+	holdTreeEcho             // A subtree's echo, under a deep lease only (echoTree).
+)
+
+// holds reports whether a lease held covers p (a deep one for
+// holdTreeEcho), and notes p as how says.
+func (w *writeLeases) holds(p string, dir bool, how hold) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	r, ok := w.covering(p, dir)
-	if !ok || !record {
-		return ok
+	if !ok || how == holdTreeEcho && w.shallow[r] {
+		return false
 	}
-	w.recordLocked(r, p, false)
+	if how != holdOnly {
+		w.recordLocked(r, p, how == holdTreeEcho)
+	}
 	return true
 }
 
@@ -360,7 +360,7 @@ func (w *writeLeases) forgetEchoes(r string) {
 // then knows p as the tree below will have it once the changes kept back
 // are stored, and no other client changes p meanwhile.
 func (c *FS) WriteLeased(p string) bool {
-	return c.leases != nil && c.leases.holds(p, c.isDir(p), false)
+	return c.leases != nil && c.leases.holds(p, c.isDir(p), holdOnly)
 }
 
 // release gives the write lease over r back once what was kept back under

@@ -173,8 +173,7 @@ func (c *ctlNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off i
 	if len(data) > maxCommands {
 		return 0, syscall.EFBIG
 	}
-	h := &ctlHandle{s: c.s}
-	e := h.run(ctx, string(data))
+	e := c.s.runCommands(ctx, string(data))
 	// The kernel wrote the lines into its pages of the file: the next
 	// read must find the state made anew, with a new mtime (which drops
 	// those pages), and the pages go now too, once the write has let
@@ -270,7 +269,7 @@ func (h *ctlHandle) Write(ctx context.Context, data []byte, off int64) (uint32, 
 		return uint32(len(data)), 0
 	}
 	lines := string(h.cmds.Next(i + 1))
-	if e := h.run(ctx, lines); e != 0 {
+	if e := h.s.runCommands(ctx, lines); e != 0 {
 		return 0, e
 	}
 	return uint32(len(data)), 0
@@ -286,15 +285,15 @@ func (h *ctlHandle) Flush(ctx context.Context) syscall.Errno {
 	}
 	lines := h.cmds.String()
 	h.cmds.Reset()
-	return h.run(ctx, lines)
+	return h.s.runCommands(ctx, lines)
 }
 
-// run runs the command lines through the control layers. h.mu is held.
-func (h *ctlHandle) run(ctx context.Context, lines string) syscall.Errno {
-	cctx, cancel := h.s.ctx(ctx)
+// runCommands runs the command lines through the control layers.
+func (s *Server) runCommands(ctx context.Context, lines string) syscall.Errno {
+	cctx, cancel := s.ctx(ctx)
 	defer cancel()
-	if _, err := h.s.ctl.Put(cctx, ferry.CtlPath, nil, 0, strings.NewReader(lines)).Wait(); err != nil {
-		h.s.log.Warn("a command written to the control file failed", "commands", strings.TrimSpace(lines), "err", err)
+	if _, err := s.ctl.Put(cctx, ferry.CtlPath, nil, 0, strings.NewReader(lines)).Wait(); err != nil {
+		s.log.Warn("a command written to the control file failed", "commands", strings.TrimSpace(lines), "err", err)
 		return errno(err)
 	}
 	return 0

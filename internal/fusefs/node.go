@@ -422,7 +422,7 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 // belong: in the node's buffer while it has one (all of them for a file
 // not yet stored, which takes them with its first Put), and on the server.
 func (n *node) change(ctx context.Context, fh fs.FileHandle, want ferry.Dir, hasSize bool, size int64) syscall.Errno {
-	n.s.beforeChange(ctx, n, n)
+	n.s.beforeChange(ctx, n, &n.Inode)
 	if f := n.file(); f != nil && hasSize && size == 0 && fh == nil && n.s.kernel.noOpen.Load() {
 		// With no open heard, a truncation to nothing (O_TRUNC) goes
 		// to the file's own buffer, as a write does: the file is then
@@ -754,10 +754,11 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 	}
 	p := path.Join(dir, name)
 	var cn *node
-	if c := n.GetChild(name); c != nil {
+	c := n.GetChild(name)
+	if c != nil {
 		cn = nodeOf(c)
 	}
-	n.s.beforeChange(ctx, cn, cn)
+	n.s.beforeChange(ctx, cn, c)
 	// The buffer's lock is held across the removal, so that no store of
 	// it lands after it (see fileNode.flush).
 	wb := cn.lockBuffer()
@@ -850,13 +851,7 @@ func (dn *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEm
 	n := &dn.node
 	// The file renamed, and the one it replaces, keep their own
 	// buffers: a descriptor on the replaced one may write on.
-	var keep []*node
-	for _, c := range []*fs.Inode{n.GetChild(name), newParent.EmbeddedInode().GetChild(newName)} {
-		if c != nil {
-			keep = append(keep, nodeOf(c))
-		}
-	}
-	n.s.beforeChange(ctx, nil, keep...)
+	n.s.beforeChange(ctx, nil, n.GetChild(name), newParent.EmbeddedInode().GetChild(newName))
 	const renameNoReplace, renameExchange = 1, 2
 	if flags&renameExchange != 0 {
 		return syscall.EINVAL

@@ -92,11 +92,17 @@ func (n *fileNode) ownWriter(ctx context.Context, trunc bool) (*handle, syscall.
 	}
 	n.ownUses++
 	n.mu.Unlock()
-	u := &n.s.unclosed
+	n.s.ownsBuffer(n)
+	return h, 0
+}
+
+// ownsBuffer records that n has a buffer of its own (fileNode.own), for
+// dropOwn to drop.
+func (s *Server) ownsBuffer(n *fileNode) {
+	u := &s.unclosed
 	u.mu.Lock()
 	u.own[n] = struct{}{}
 	u.mu.Unlock()
-	return h, 0
 }
 
 // createUnopened makes a regular file for an open(O_CREAT) that the kernel
@@ -110,10 +116,7 @@ func (dn *dirNode) createUnopened(ctx context.Context, name string, mode uint32,
 	f.mu.Lock()
 	f.own = &handle{n: f, wb: f.wb}
 	f.mu.Unlock()
-	u := &dn.s.unclosed
-	u.mu.Lock()
-	u.own[f] = struct{}{}
-	u.mu.Unlock()
+	dn.s.ownsBuffer(f)
 	return c, f.written(ctx)
 }
 
@@ -233,8 +236,12 @@ func (s *Server) storeUnclosedBut(ctx context.Context, root string, but *node) {
 // a close would drop them (a buffer describes its file, its link count
 // among the rest, until it goes, and the change may be a link), but for
 // those of the files in keep, which the change may leave with no name:
-// a descriptor the kernel holds on one may write on.
-func (s *Server) beforeChange(ctx context.Context, but *node, keep ...*node) {
+// a descriptor the kernel holds on one may write on. Until the kernel is
+// told it need not open files, every close is heard: nothing to do.
+func (s *Server) beforeChange(ctx context.Context, but *node, keep ...*fs.Inode) {
+	if !s.kernel.noOpen.Load() {
+		return
+	}
 	s.storeUnclosedBut(ctx, "/", but)
 	s.dropOwn(ctx, keep...)
 }
@@ -254,12 +261,12 @@ const ownMax = 64
 
 // dropOwn drops the own buffers of the files stored since their last
 // write, but for those of keep.
-func (s *Server) dropOwn(ctx context.Context, keep ...*node) {
+func (s *Server) dropOwn(ctx context.Context, keep ...*fs.Inode) {
 	u := &s.unclosed
 	u.mu.Lock()
 	var idle []*fileNode
 	for n := range u.own {
-		if _, written := u.files[n]; !written && !slices.Contains(keep, &n.node) {
+		if _, written := u.files[n]; !written && !slices.Contains(keep, &n.Inode) {
 			idle = append(idle, n)
 			delete(u.own, n)
 		}
@@ -287,9 +294,7 @@ func (s *Server) dropOwn(ctx context.Context, keep ...*node) {
 		if h != nil {
 			h.Release(ctx)
 		} else {
-			u.mu.Lock()
-			u.own[n] = struct{}{}
-			u.mu.Unlock()
+			s.ownsBuffer(n)
 		}
 	}
 }

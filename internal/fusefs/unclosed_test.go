@@ -22,13 +22,7 @@ import (
 func TestWritesOpenNothing(t *testing.T) {
 	srv := servertest.Start(t, "")
 	for name, data := range map[string]string{"d/long": "a longer first content\n", "d/log": "one\n", "d/cut": "0123456789"} {
-		p := filepath.Join(srv.Dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeFile(t, filepath.Join(srv.Dir, name), data)
 	}
 	c := srv.Client(t, "a")
 	mnt, s := mountFS(t, c, Options{TTL: time.Hour, WriteBack: true, KernelOpens: true, Control: stackCtl(ctl.New("client", c, c))})

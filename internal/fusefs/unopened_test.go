@@ -29,13 +29,7 @@ func TestReadOnlyOpensNothing(t *testing.T) {
 	rand.Read(big)
 	files := map[string][]byte{"d/a": []byte("a\n"), "d/b": []byte("bb\n"), "d/big": big}
 	for name, data := range files {
-		p := filepath.Join(srv.Dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, data, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeFile(t, filepath.Join(srv.Dir, name), string(data))
 	}
 	c := srv.Client(t, "a")
 	mnt, s := mountFS(t, c, Options{TTL: time.Hour, ReadOnly: true, Control: stackCtl(ctl.New("client", c, c))})
@@ -139,9 +133,7 @@ func TestRereadAsksPerDirectory(t *testing.T) {
 	srv := servertest.Start(t, "")
 	const files = 40
 	for i := range files {
-		if err := os.WriteFile(filepath.Join(srv.Dir, fmt.Sprintf("f%02d", i)), []byte(fmt.Sprintf("file %d\n", i)), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		writeFile(t, filepath.Join(srv.Dir, fmt.Sprintf("f%02d", i)), fmt.Sprintf("file %d\n", i))
 	}
 	mnt, s := mountFS(t, srv.Client(t, "a"), Options{TTL: time.Hour, WriteBack: true, KernelOpens: true})
 	if !waitFor(5*time.Second, s.cache.Leased) {
