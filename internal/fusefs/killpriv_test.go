@@ -14,10 +14,7 @@ import (
 // it is group-executable, as on a local disk; the mount does it, since it
 // tells the kernel it will (kernelFS.killSuidgid).
 func TestWriteClearsSetID(t *testing.T) {
-	needFUSE(t)
-	if os.Geteuid() != 0 {
-		t.Skip("acting as another user needs root")
-	}
+	needFUSE(t) // Root, which acting as another user needs too.
 	const nobody = 65534
 	for _, writeBack := range []bool{false, true} {
 		t.Run(fmt.Sprintf("writeback=%v", writeBack), func(t *testing.T) {
