@@ -3,6 +3,7 @@ package chunkstore
 import (
 	"io"
 	"os"
+	"syscall"
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/chunk"
@@ -58,7 +59,8 @@ func (u *Put) FineSource() bool {
 	if u.t.Allowed != nil && !u.t.Allowed(u.path) {
 		return false
 	}
-	f, err := u.t.root.Open(u.path[1:])
+	// O_NONBLOCK: opening a FIFO to read would wait for a writer.
+	f, err := u.t.root.OpenFile(u.path[1:], os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return false
 	}

@@ -263,7 +263,8 @@ func (tr *trash) keep(p string, inPlace bool) *pending {
 	// The file is opened through the tree's os.Root and linked by its
 	// descriptor, so a path that a client bends with symbolic links can
 	// never make the trash take a file from outside the tree.
-	f, err := tr.tree.Open(rel(p))
+	// O_NONBLOCK: opening a FIFO to read would wait for a writer.
+	f, err := tr.tree.OpenFile(rel(p), os.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil
 	}

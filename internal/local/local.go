@@ -735,7 +735,7 @@ func (t *Tree) Wstat(ctx context.Context, p string, d ferry.Dir) *ferry.Future[f
 		if size < 0 || s == "" {
 			return ferry.Resolved[ferry.Dir](nil, ferry.E(op, p, ferry.KindInvalid, "bad size "+s))
 		}
-		f, err := t.root.OpenFile(rel(p), os.O_WRONLY, 0)
+		f, err := t.root.OpenFile(rel(p), os.O_WRONLY|syscall.O_NONBLOCK, 0)
 		if err == nil {
 			err = f.Truncate(size)
 			f.Close()
@@ -856,7 +856,8 @@ func (w *walker) inline(p string, err error) error {
 // sendData streams the content of the file at p in data Entries. A file
 // that cannot be read is reported in line after its entry.
 func (w *walker) sendData(p string) error {
-	f, err := w.t.root.Open(rel(p))
+	// O_NONBLOCK: a FIFO put in the file's place must not stop the walk.
+	f, err := w.t.root.OpenFile(rel(p), os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return w.inline(p, err)
 	}

@@ -138,6 +138,11 @@ func (c *Cache) Add(h chunk.Hash, data []byte) {
 	if n > c.max {
 		return // Put would not keep it either.
 	}
+	// Checked here, not by the writer: until it is written the chunk is
+	// served from the queue.
+	if chunk.Sum(data) != h {
+		return
+	}
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	if _, ok := c.queued[h]; ok {
@@ -154,7 +159,7 @@ func (c *Cache) Add(h chunk.Hash, data []byte) {
 		go func() {
 			defer c.writer.Done()
 			for a := range c.adds {
-				c.Put(a.h, a.data)
+				c.put(a.h, a.data)
 				c.qmu.Lock()
 				delete(c.queued, a.h)
 				c.queuedBytes -= int64(len(a.data))
@@ -262,10 +267,15 @@ func (c *Cache) touch(h chunk.Hash, n int) {
 // the cache never holds what it cannot serve. Adding a chunk that is there
 // counts as a use. The oldest chunks are evicted to stay within the bound.
 func (c *Cache) Put(h chunk.Hash, data []byte) error {
-	const op = "store.Cache.Put"
 	if chunk.Sum(data) != h {
-		return ferry.E(op, h.String(), ferry.KindInvalid, "bytes do not match the hash")
+		return ferry.E("store.Cache.Put", h.String(), ferry.KindInvalid, "bytes do not match the hash")
 	}
+	return c.put(h, data)
+}
+
+// put is Put of bytes known to hash to h.
+func (c *Cache) put(h chunk.Hash, data []byte) error {
+	const op = "store.Cache.Put"
 	if int64(len(data)) > c.max {
 		return nil
 	}

@@ -45,6 +45,11 @@ func TestShare(t *testing.T) {
 	s.Add(ht, theirs)
 	bad := chunk.Sum([]byte("something else"))
 	s.Add(bad, []byte("not what the hash says"))
+	// Not even while it waits to be written.
+	c.Add(bad, []byte("not what the hash says either"))
+	if data, ok := c.Get(bad); ok || c.HasMany([]chunk.Hash{bad})[0] {
+		t.Errorf("bytes that do not match their hash were served: %q", data)
+	}
 	for _, cc := range []ChunkCache{c, s} {
 		for h, want := range map[chunk.Hash][]byte{hm: mine, ht: theirs} {
 			if !cc.HasMany([]chunk.Hash{h})[0] {
