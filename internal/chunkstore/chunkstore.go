@@ -465,7 +465,7 @@ func (u *Put) commit(ctx context.Context, d ferry.Dir) (ferry.Dir, error) {
 	if _, ok := attrs[ferry.AttrMode]; !ok {
 		attrs.SetMode(0o644)
 		if old != nil {
-			attrs.SetMode(old.Mode().Perm())
+			attrs.SetMode(old.Mode()) // Set-ID bits too, as local's Put keeps them.
 		}
 	}
 	if err := u.t.Tree.SetTempAttrs(u.tmp, attrs); err != nil {

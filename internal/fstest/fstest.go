@@ -294,12 +294,23 @@ func testPutErrors(t *testing.T, fs ferry.FS, dir string) {
 	}
 }
 
+// testPutKeepsMode: a whole-file Put with no mode keeps the mode of the
+// file it replaces, set-ID bits included, as a write to it would.
 func testPutKeepsMode(t *testing.T, fs ferry.FS, dir string) {
-	write(t, dir, "x.sh", "old")
-	os.Chmod(filepath.Join(dir, "x.sh"), 0o755)
-	d, err := fs.Put(ctx(t), "/x.sh", nil, ferry.Whole, strings.NewReader("new")).Wait()
-	if err != nil || d.Mode() != 0o755 {
-		t.Errorf("replace of a 0755 file = %v, %v; want mode kept at 0755", d, err)
+	for i, mode := range []os.FileMode{0o755, 0o755 | os.ModeSetuid, 0o775 | os.ModeSetgid} {
+		// A name each: a cache above has not seen the file before.
+		name := fmt.Sprintf("x%d.sh", i)
+		write(t, dir, name, "old")
+		if err := os.Chmod(filepath.Join(dir, name), mode); err != nil {
+			t.Fatal(err)
+		}
+		d, err := fs.Put(ctx(t), "/"+name, nil, ferry.Whole, strings.NewReader("new")).Wait()
+		if err != nil || d.Mode() != mode {
+			t.Errorf("replace of a file of mode %v = %v, %v; want its mode kept", mode, d, err)
+		}
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Mode() != mode {
+			t.Errorf("on disk after the replace of a file of mode %v: %v, %v", mode, fi.Mode(), err)
+		}
 	}
 }
 

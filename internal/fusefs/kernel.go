@@ -177,7 +177,13 @@ func (k *kernelFS) killSuidgid(cancel <-chan struct{}, h fuse.InHeader, set *fus
 	var in fuse.SetAttrIn
 	in.InHeader, in.Valid, in.Mode = h, fuse.FATTR_MODE, mode&^kill
 	var out fuse.AttrOut
-	return k.RawFileSystem.SetAttr(cancel, &in, &out)
+	st := k.RawFileSystem.SetAttr(cancel, &in, &out)
+	if st.Ok() {
+		// The kernel did not ask for this change, and keeps the mode it
+		// had until told to ask again.
+		k.s.srv.InodeNotify(h.NodeId, -1, 0)
+	}
+	return st
 }
 
 // Lookup implements fuse.RawFileSystem (see kernelFS).

@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 )
@@ -28,9 +29,11 @@ func TestWriteClearsSetID(t *testing.T) {
 				mode, want os.FileMode
 				cmd        string
 			}{
-				{"append", 0o777 | os.ModeSetuid, 0o777, "echo more >> %s"},
-				{"truncate", 0o777 | os.ModeSetgid, 0o777, "truncate -s 0 %s"},
-				{"sgid not group-executable", 0o766 | os.ModeSetgid, 0o766 | os.ModeSetgid, "echo more >> %s"},
+				// Each command prints the mode the mount shows at once,
+				// with the file still open and not yet stored.
+				{"append", 0o777 | os.ModeSetuid, 0o777, "exec 3>>'%[1]s'; echo more >&3; stat -c %%a '%[1]s'"},
+				{"truncate", 0o777 | os.ModeSetgid, 0o777, "truncate -s 0 '%[1]s'; stat -c %%a '%[1]s'"},
+				{"sgid not group-executable", 0o766 | os.ModeSetgid, 0o766 | os.ModeSetgid, "exec 3>>'%[1]s'; echo more >&3; stat -c %%a '%[1]s'"},
 			} {
 				p := filepath.Join(mnt, c.name)
 				if err := os.WriteFile(p, []byte("first\n"), 0o644); err != nil {
@@ -39,10 +42,19 @@ func TestWriteClearsSetID(t *testing.T) {
 				if err := os.Chmod(p, c.mode); err != nil {
 					t.Fatal(err)
 				}
+				// The kernel holds the mode it was last told, set-ID bits
+				// and all.
+				if fi, err := os.Stat(p); err != nil || fi.Mode() != c.mode {
+					t.Fatalf("%s: mode before %v, %v; want %v", c.name, fi.Mode(), err, c.mode)
+				}
 				cmd := exec.Command("sh", "-c", fmt.Sprintf(c.cmd, p))
 				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
-				if out, err := cmd.CombinedOutput(); err != nil {
+				out, err := cmd.CombinedOutput()
+				if err != nil {
 					t.Fatalf("%s: %v %s", c.name, err, out)
+				}
+				if got, want := strings.TrimSpace(string(out)), fmt.Sprintf("%o", octal(c.want)); got != want {
+					t.Errorf("%s: the mount showed mode %s at once, want %s", c.name, got, want)
 				}
 				// fsync waits until the server has the file.
 				f, err := os.Open(p)
@@ -65,4 +77,16 @@ func TestWriteClearsSetID(t *testing.T) {
 			}
 		})
 	}
+}
+
+// octal returns m as the octal mode stat -c %a prints.
+func octal(m os.FileMode) uint32 {
+	o := uint32(m.Perm())
+	if m&os.ModeSetuid != 0 {
+		o |= syscall.S_ISUID
+	}
+	if m&os.ModeSetgid != 0 {
+		o |= syscall.S_ISGID
+	}
+	return o
 }

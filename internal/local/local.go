@@ -482,9 +482,11 @@ func (t *Tree) putWhole(ctx context.Context, p string, d ferry.Dir, data io.Read
 	mode := d.Mode()
 	if _, ok := d[ferry.AttrMode]; !ok {
 		mode = 0o644
-		// Keep the mode of the file being replaced, as editors expect.
+		// Keep the mode of the file being replaced, as editors expect,
+		// set-ID bits too: a front end that must clear them (a write by
+		// a caller without CAP_FSETID) does so itself.
 		if fi, err := t.root.Lstat(rel(p)); err == nil && fi.Mode().IsRegular() {
-			mode = fi.Mode().Perm()
+			mode = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
 		}
 	}
 	tmp := t.TempName(p)
