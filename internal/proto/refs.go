@@ -49,3 +49,27 @@ func UnpackHashes(b []byte) ([]chunk.Hash, error) {
 	}
 	return hs, nil
 }
+
+// PackIndexes returns positions in a chunk list as sent: the chunks a
+// put's receiver needs, the pieces of a fine list it lacks, the chunks a
+// replica member fetches.
+func PackIndexes(is []int) []uint32 {
+	out := make([]uint32, len(is))
+	for i, x := range is {
+		out[i] = uint32(x)
+	}
+	return out
+}
+
+// UnpackIndexes decodes positions received in a list of n chunks. It fails
+// with KindInvalid if one is beyond the list.
+func UnpackIndexes(is []uint32, n int) ([]int, error) {
+	out := make([]int, len(is))
+	for i, x := range is {
+		if int64(x) >= int64(n) {
+			return nil, ferry.E("proto.UnpackIndexes", "", ferry.KindInvalid, "a position beyond the chunk list")
+		}
+		out[i] = int(x)
+	}
+	return out, nil
+}

@@ -2,6 +2,7 @@ package proto
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 
 	"github.com/ferryfs/ferry/internal/chunk"
@@ -56,6 +57,32 @@ func FuzzUnpackHashes(f *testing.F) {
 			if !bytes.Equal(x[:], b[i*chunk.HashSize:(i+1)*chunk.HashSize]) {
 				t.Fatalf("hash %d differs from its bytes", i)
 			}
+		}
+	})
+}
+
+// FuzzUnpackIndexes: positions from the wire decode to themselves when all
+// fall within the list, are refused when one does not, and pack back to
+// what came.
+func FuzzUnpackIndexes(f *testing.F) {
+	f.Add([]byte{0, 1, 2}, 3)
+	f.Add([]byte{5}, 5)
+	f.Add([]byte{}, 0)
+	f.Fuzz(func(t *testing.T, b []byte, n int) {
+		in := make([]uint32, len(b)/4)
+		for i := range in {
+			in[i] = uint32(b[4*i]) | uint32(b[4*i+1])<<8 | uint32(b[4*i+2])<<16 | uint32(b[4*i+3])<<24
+		}
+		is, err := UnpackIndexes(in, n)
+		beyond := false
+		for _, x := range in {
+			beyond = beyond || int64(x) >= int64(n)
+		}
+		if beyond != (err != nil) {
+			t.Fatalf("positions %v in a list of %d: %v", in, n, err)
+		}
+		if err == nil && !slices.Equal(PackIndexes(is), in) {
+			t.Fatalf("positions %v came back as %v", in, PackIndexes(is))
 		}
 	})
 }

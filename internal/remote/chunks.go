@@ -430,11 +430,12 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 			}
 			delete(fines, h)
 			fineBytes -= int64(len(fl.data))
+			need, err := proto.UnpackIndexes(r.FineNeed, len(fl.pieces))
+			if err != nil {
+				return ferry.E(op, p, err)
+			}
 			sentPiece := map[chunk.Hash]bool{}
-			for _, j := range r.FineNeed {
-				if int(j) >= len(fl.pieces) {
-					return ferry.E(op, p, ferry.KindInvalid, "the server asked for a piece beyond the fine list")
-				}
+			for _, j := range need {
 				pr := fl.pieces[j]
 				if !sentPiece[pr.Hash] {
 					sentPiece[pr.Hash] = true
@@ -442,10 +443,11 @@ func (c *Client) putChunked(ctx context.Context, p string, d ferry.Dir, src io.R
 				}
 			}
 		}
-		for _, i := range r.Need {
-			if int(i) >= len(refs) {
-				return ferry.E(op, p, ferry.KindInvalid, "the server asked for a chunk beyond the list")
-			}
+		need, err := proto.UnpackIndexes(r.Need, len(refs))
+		if err != nil {
+			return ferry.E(op, p, err)
+		}
+		for _, i := range need {
 			ref := refs[i]
 			if sent[ref.Hash] {
 				continue

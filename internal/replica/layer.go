@@ -859,7 +859,7 @@ func (f *FS) assemble(ctx context.Context, from Member, h *proto.Update, w io.Wr
 		return nil, ferry.E(op, h.Path, ferry.KindNotExist, "chunk not held")
 	}
 	have := make([]bool, len(hashes))
-	var want []uint32
+	var want []int
 	for i, hsh := range hashes {
 		if _, ok := cur[hsh]; ok {
 			have[i] = true
@@ -871,10 +871,10 @@ func (f *FS) assemble(ctx context.Context, from Member, h *proto.Update, w io.Wr
 				continue
 			}
 		}
-		want = append(want, uint32(i))
+		want = append(want, i)
 	}
-	fetch := func(index []uint32) (grpc.ServerStreamingClient[proto.ChunksData], error) {
-		return proto.NewReplicaClient(l.bulk).Chunks(ctx, &proto.ChunksReq{Seq: h.Seq, Index: index})
+	fetch := func(index []int) (grpc.ServerStreamingClient[proto.ChunksData], error) {
+		return proto.NewReplicaClient(l.bulk).Chunks(ctx, &proto.ChunksReq{Seq: h.Seq, Index: proto.PackIndexes(index)})
 	}
 	var st grpc.ServerStreamingClient[proto.ChunksData]
 	if len(want) > 0 {
@@ -888,7 +888,7 @@ func (f *FS) assemble(ctx context.Context, from Member, h *proto.Update, w io.Wr
 		if have[i] {
 			if b, err = local(i); err != nil {
 				// Gone since it was looked up: ask for it alone.
-				one, err := fetch([]uint32{uint32(i)})
+				one, err := fetch([]int{i})
 				if err != nil {
 					return err
 				}

@@ -591,11 +591,12 @@ func (r receiver) Chunks(q *proto.ChunksReq, st grpc.ServerStreamingServer[proto
 		return err
 	}
 	defer file.Close()
+	index, err := proto.UnpackIndexes(q.Index, len(refs))
+	if err != nil {
+		return ferry.E(op, "", err)
+	}
 	buf := make([]byte, chunk.Default.Max)
-	for _, i := range q.Index {
-		if int(i) >= len(refs) {
-			return ferry.E(op, "", ferry.KindInvalid, fmt.Sprintf("chunk %d of %d", i, len(refs)))
-		}
+	for _, i := range index {
 		ref := refs[i]
 		b := buf[:ref.Len]
 		if _, err := file.ReadAt(b, ref.Off); err != nil {

@@ -324,10 +324,7 @@ func (h *handler) putChunked(st putStream) error {
 			if err != nil {
 				return err
 			}
-			r := &proto.ChunkPutReply{FineFor: m.Hash, FineNeed: make([]uint32, len(need))}
-			for i, x := range need {
-				r.FineNeed[i] = uint32(x)
-			}
+			r := &proto.ChunkPutReply{FineFor: m.Hash, FineNeed: proto.PackIndexes(need)}
 			if err := st.Send(r); err != nil {
 				return err
 			}
@@ -373,10 +370,7 @@ func (h *handler) putChunked(st putStream) error {
 			// needs, unless the commit that follows tells it.
 			for len(need) > 0 || m.ListEnd && !u.Complete() {
 				n := min(len(need), 16<<10)
-				r := &proto.ChunkPutReply{Need: make([]uint32, n), NeedEnd: m.ListEnd && n == len(need), ZstdOk: h.s.zstd, FineOk: fine}
-				for i, x := range need[:n] {
-					r.Need[i] = uint32(x)
-				}
+				r := &proto.ChunkPutReply{Need: proto.PackIndexes(need[:n]), NeedEnd: m.ListEnd && n == len(need), ZstdOk: h.s.zstd, FineOk: fine}
 				need = need[n:]
 				if err := st.Send(r); err != nil {
 					return err
