@@ -24,15 +24,16 @@ import (
 const helperEnv = "FERRY_FUSEFS_HELPER"
 
 // TestServeHelper is not a test: started by serveElsewhere, it serves a
-// directory with a real server, mounts it over the wire and serves the
-// mount until its standard input closes.
+// directory with a real server, moving files by chunks and keeping a
+// trash as ferry serve does, mounts it over the wire and serves the mount
+// until its standard input closes.
 func TestServeHelper(t *testing.T) {
 	arg := os.Getenv(helperEnv)
 	if arg == "" {
 		t.Skip("a helper process for the tests that run programs; not a test")
 	}
 	f := strings.Fields(arg)
-	srv := servertest.Start(t, f[0])
+	srv := servertest.StartChunked(t, f[0])
 	s, err := Mount(f[1], srv.Client(t, "root"), Options{AllowOther: true, Log: testLog(t), TempDir: t.TempDir(),
 		WriteBack: len(f) > 2 && f[2] == "writeback"})
 	if err != nil {
