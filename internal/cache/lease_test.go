@@ -629,6 +629,11 @@ func leasedDirs(t *testing.T, ps ...string) (*servertest.Server, *cache.FS, *fer
 		cancel()
 		events.Close()
 	})
+	// The watch is in place once it reports the tree lost, its first
+	// event: a change made before that would not be seen.
+	if ev, ok := events.Next(); !ok || !ev.Lost || ev.Path != "/" {
+		t.Fatalf("the watch of the server's disk began with %v, %v; want / lost", ev, events.Err())
+	}
 	return s, c, events
 }
 
