@@ -101,7 +101,10 @@ kind, before another client's call recalls the write lease, on fsync or
 sync, or a second after the last write. --kernel-opens is not the
 default yet: a file whose last name is removed while a descriptor is
 open on it can be read or written through it only while the mount
-still holds a buffer of it, and later gets ENOENT.
+still holds a buffer of it, and later gets ENOENT; and a file replaced
+by another client (or on the server's disk) while a descriptor is open
+on it here is the new file to that descriptor, whose later writes then
+go into the new file.
 
 By default (--writeback), close returns at once: the file is copied into memory
 and stored in the background, and so are new directories, removals,
@@ -224,7 +227,7 @@ Limitations:
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	c.Flags().StringVar(&logFile, "log", "", "log file of the background process (default $FERRY_HOME/mount-PATH.log for the mount point PATH)")
 	c.Flags().DurationVar(&ttl, "ttl", time.Second, "how long metadata is trusted without a watch from the server")
-	c.Flags().BoolVar(&kernelOpens, "kernel-opens", false, "with --writeback, let the kernel open and close files without asking the mount, as on a --read-only mount (a file removed while open may then fail later reads and writes)")
+	c.Flags().BoolVar(&kernelOpens, "kernel-opens", false, "with --writeback, let the kernel open and close files without asking the mount, as on a --read-only mount (a file removed while open may then fail later reads and writes, and one replaced elsewhere while open takes its later writes)")
 	c.Flags().BoolVar(&writeBack, "writeback", true, "let close return before the file is stored, under write leases that keep close-to-open (--writeback=false: close waits for the server); fsync still waits")
 	c.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long a call waits for the server (reconnecting meanwhile) before it fails with EIO")
 	c.Flags().IntVar(&depth, "prefetch-depth", 16, "how many levels below a directory its first use fetches")
