@@ -3,10 +3,10 @@ package chunkstore
 import (
 	"io"
 	"os"
-	"syscall"
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/chunk"
+	"github.com/ferryfs/ferry/internal/local"
 )
 
 // Fine deltas. A chunk the server lacks in a put over an existing file is
@@ -59,13 +59,11 @@ func (u *Put) FineSource() bool {
 	if u.t.Allowed != nil && !u.t.Allowed(u.path) {
 		return false
 	}
-	// O_NONBLOCK: opening a FIFO to read would wait for a writer.
-	f, err := u.t.root.OpenFile(u.path[1:], os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, fi, err := local.OpenRegular(u.t.root, u.path[1:])
 	if err != nil {
 		return false
 	}
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() == 0 || fi.Size() > fineMax {
+	if fi.Size() == 0 || fi.Size() > fineMax {
 		f.Close()
 		return false
 	}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/chunk"
+	"github.com/ferryfs/ferry/internal/local"
 	"github.com/ferryfs/ferry/internal/store"
 )
 
@@ -263,14 +264,12 @@ func (tr *trash) keep(p string, inPlace bool) *pending {
 	// The file is opened through the tree's os.Root and linked by its
 	// descriptor, so a path that a client bends with symbolic links can
 	// never make the trash take a file from outside the tree.
-	// O_NONBLOCK: opening a FIFO to read would wait for a writer.
-	f, err := tr.tree.OpenFile(rel(p), os.O_RDONLY|unix.O_NONBLOCK, 0)
+	f, fi, err := local.OpenRegular(tr.tree, rel(p))
 	if err != nil {
 		return nil
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || !fi.Mode().IsRegular() || fi.Size() < tr.min || fi.Size() > tr.max {
+	if fi.Size() < tr.min || fi.Size() > tr.max {
 		return nil
 	}
 	it := newTrashItem(fi.Size())

@@ -236,23 +236,9 @@ func (r *reader) open() error {
 	if r.off < 0 {
 		return ferry.E(op, p, ferry.KindInvalid, "negative offset")
 	}
-	// O_NONBLOCK: opening a named pipe would otherwise wait for a writer.
-	f, err := r.t.root.OpenFile(rel(p), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, _, err := OpenRegular(r.t.root, rel(p))
 	if err != nil {
 		return fail(op, p, err)
-	}
-	fi, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return fail(op, p, err)
-	}
-	if fi.IsDir() {
-		f.Close()
-		return ferry.E(op, p, ferry.KindIsDir)
-	}
-	if !fi.Mode().IsRegular() {
-		f.Close()
-		return ferry.E(op, p, ferry.KindInvalid, "not a regular file")
 	}
 	r.f = f
 	return nil
@@ -858,8 +844,7 @@ func (w *walker) inline(p string, err error) error {
 // sendData streams the content of the file at p in data Entries. A file
 // that cannot be read is reported in line after its entry.
 func (w *walker) sendData(p string) error {
-	// O_NONBLOCK: a FIFO put in the file's place must not stop the walk.
-	f, err := w.t.root.OpenFile(rel(p), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, _, err := OpenRegular(w.t.root, rel(p))
 	if err != nil {
 		return w.inline(p, err)
 	}

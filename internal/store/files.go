@@ -6,6 +6,7 @@ import (
 	"syscall"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/local"
 )
 
 // RootFiles is Files over a directory opened with os.Root, which keeps every
@@ -36,22 +37,9 @@ func StampOf(fi fs.FileInfo) Stamp {
 
 // Open implements Files.
 func (r RootFiles) Open(p string) (File, Stamp, error) {
-	const op = "store.Open"
-	// O_NONBLOCK: opening a FIFO to read would wait for a writer.
-	f, err := r.Root.OpenFile(rel(p), os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	f, fi, err := local.OpenRegular(r.Root, rel(p))
 	if err != nil {
-		return nil, Stamp{}, ferry.E(op, p, err)
-	}
-	fi, err := f.Stat()
-	if err == nil && !fi.Mode().IsRegular() {
-		err = ferry.E(op, p, ferry.KindInvalid, "not a regular file")
-		if fi.IsDir() {
-			err = ferry.E(op, p, ferry.KindIsDir)
-		}
-	}
-	if err != nil {
-		f.Close()
-		return nil, Stamp{}, ferry.E(op, p, err)
+		return nil, Stamp{}, ferry.E("store.Open", p, err)
 	}
 	return f, StampOf(fi), nil
 }
