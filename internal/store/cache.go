@@ -130,18 +130,16 @@ func (c *Cache) Close() error {
 }
 
 // Add is Put in the background, for transfers that should not wait for the
-// store: it copies data and returns at once. A chunk that would take the
-// backlog over AddBacklog, or comes after Close, is not cached (counted in
-// CacheStats.Dropped); so is one whose bytes do not match h.
+// store: it copies data and returns at once. The caller has checked that
+// data hashes to h: the chunk is served from the queue until it is
+// written, and only then checked again (off the caller's path; the
+// transfers that add chunks have hashed them already). A chunk that would
+// take the backlog over AddBacklog, or comes after Close, is not cached
+// (counted in CacheStats.Dropped); nor is one whose bytes do not match h.
 func (c *Cache) Add(h chunk.Hash, data []byte) {
 	n := int64(len(data))
 	if n > c.max {
 		return // Put would not keep it either.
-	}
-	// Checked here, not by the writer: until it is written the chunk is
-	// served from the queue.
-	if chunk.Sum(data) != h {
-		return
 	}
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
@@ -159,7 +157,7 @@ func (c *Cache) Add(h chunk.Hash, data []byte) {
 		go func() {
 			defer c.writer.Done()
 			for a := range c.adds {
-				c.put(a.h, a.data)
+				c.Put(a.h, a.data)
 				c.qmu.Lock()
 				delete(c.queued, a.h)
 				c.queuedBytes -= int64(len(a.data))
@@ -267,15 +265,10 @@ func (c *Cache) touch(h chunk.Hash, n int) {
 // the cache never holds what it cannot serve. Adding a chunk that is there
 // counts as a use. The oldest chunks are evicted to stay within the bound.
 func (c *Cache) Put(h chunk.Hash, data []byte) error {
-	if chunk.Sum(data) != h {
-		return ferry.E("store.Cache.Put", h.String(), ferry.KindInvalid, "bytes do not match the hash")
-	}
-	return c.put(h, data)
-}
-
-// put is Put of bytes known to hash to h.
-func (c *Cache) put(h chunk.Hash, data []byte) error {
 	const op = "store.Cache.Put"
+	if chunk.Sum(data) != h {
+		return ferry.E(op, h.String(), ferry.KindInvalid, "bytes do not match the hash")
+	}
 	if int64(len(data)) > c.max {
 		return nil
 	}

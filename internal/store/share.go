@@ -116,7 +116,11 @@ func (s *sharer) Add(_ context.Context, m *proto.CacheChunk) (*proto.CacheAdded,
 	if err != nil {
 		return nil, ferry.E("store.Shared", "", ferry.KindInvalid, err)
 	}
-	// Add keeps only bytes that hash to h (Cache.Put checks).
+	// Another process's bytes are checked before they are queued, where
+	// they are served unchecked until written.
+	if chunk.Sum(m.GetData()) != h {
+		return nil, ferry.E("store.Shared", h.String(), ferry.KindInvalid, "bytes do not match the hash")
+	}
 	s.c.Add(h, m.GetData())
 	return &proto.CacheAdded{}, nil
 }

@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/chunk"
+	"github.com/ferryfs/ferry/internal/proto"
 )
 
 // TestShare: a process that cannot open a cache another holds uses it
@@ -45,10 +47,10 @@ func TestShare(t *testing.T) {
 	s.Add(ht, theirs)
 	bad := chunk.Sum([]byte("something else"))
 	s.Add(bad, []byte("not what the hash says"))
-	// Not even while it waits to be written.
-	c.Add(bad, []byte("not what the hash says either"))
-	if data, ok := c.Get(bad); ok || c.HasMany([]chunk.Hash{bad})[0] {
-		t.Errorf("bytes that do not match their hash were served: %q", data)
+	// Refused before they are queued, where they would be served
+	// unchecked until written.
+	if _, err := (&sharer{c: c}).Add(context.Background(), &proto.CacheChunk{Hash: bad[:], Data: []byte("not it either")}); !ferry.IsKind(err, ferry.KindInvalid) {
+		t.Errorf("the socket took bytes that do not match their hash: %v", err)
 	}
 	for _, cc := range []ChunkCache{c, s} {
 		for h, want := range map[chunk.Hash][]byte{hm: mine, ht: theirs} {
