@@ -53,6 +53,16 @@ type kernelFS struct {
 	// count the OPENDIR, OPEN, CREATE, FLUSH, LOOKUP, LSEEK and GETATTR
 	// requests that came, for tests.
 	opendirs, opens, creates, flushes, lookups, lseeks, getattrs atomic.Int64
+	// srv is the server the kernel's requests come from, for the
+	// notifications a request's answer makes (Init sets it before the
+	// first request).
+	srv *fuse.Server
+}
+
+// Init implements fuse.RawFileSystem.
+func (k *kernelFS) Init(srv *fuse.Server) {
+	k.srv = srv
+	k.RawFileSystem.Init(srv)
 }
 
 // GetAttr implements fuse.RawFileSystem.
@@ -181,7 +191,7 @@ func (k *kernelFS) killSuidgid(cancel <-chan struct{}, h fuse.InHeader, set *fus
 	if st.Ok() {
 		// The kernel did not ask for this change, and keeps the mode it
 		// had until told to ask again.
-		k.s.srv.InodeNotify(h.NodeId, -1, 0)
+		k.srv.InodeNotify(h.NodeId, -1, 0)
 	}
 	return st
 }
