@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferryfs/ferry/internal/remote"
 	"github.com/ferryfs/ferry/internal/servertest"
+	"github.com/ferryfs/ferry/internal/store"
 )
 
 // Tests that run programs on a mount serve it from another process: Go
@@ -25,8 +27,8 @@ const helperEnv = "FERRY_FUSEFS_HELPER"
 
 // TestServeHelper is not a test: started by serveElsewhere, it serves a
 // directory with a real server, moving files by chunks and keeping a
-// trash as ferry serve does, mounts it over the wire and serves the mount
-// until its standard input closes.
+// trash as ferry serve does, mounts it over the wire with a chunk cache
+// and serves the mount until its standard input closes.
 func TestServeHelper(t *testing.T) {
 	arg := os.Getenv(helperEnv)
 	if arg == "" {
@@ -34,7 +36,14 @@ func TestServeHelper(t *testing.T) {
 	}
 	f := strings.Fields(arg)
 	srv := servertest.StartChunked(t, f[0])
-	s, err := Mount(f[1], srv.Client(t, "root"), Options{AllowOther: true, Log: testLog(t), TempDir: t.TempDir(),
+	// A chunk cache, as ferry mount has: files of 64 KiB or more are then
+	// read by chunks.
+	chunks, err := store.OpenCache(t.TempDir(), 256<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := srv.ClientVia(t, "root", srv.Addr, func(cfg *remote.Config) { cfg.Cache, cfg.CloseCache = chunks, true })
+	s, err := Mount(f[1], c, Options{AllowOther: true, Log: testLog(t), TempDir: t.TempDir(),
 		WriteBack: len(f) > 2 && f[2] == "writeback"})
 	if err != nil {
 		t.Fatal(err)
