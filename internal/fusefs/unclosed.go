@@ -36,6 +36,9 @@ type unclosed struct {
 	files map[*fileNode]struct{} // Written since last stored.
 	own   map[*fileNode]struct{} // With a buffer of their own (fileNode.own).
 	timer *time.Timer
+	// trimming is set while more than ownMax files have a buffer of
+	// their own and a trim (trimOwn) is under way.
+	trimming bool
 }
 
 var _ fs.NodeWriter = (*fileNode)(nil)
@@ -97,11 +100,27 @@ func (n *fileNode) ownWriter(ctx context.Context, trunc bool) (*handle, syscall.
 }
 
 // ownsBuffer records that n has a buffer of its own (fileNode.own), for
-// dropOwn to drop.
+// dropOwn to drop; past ownMax of them, the files written are stored and
+// their buffers dropped at once rather than a second after the last write.
 func (s *Server) ownsBuffer(n *fileNode) {
 	u := &s.unclosed
 	u.mu.Lock()
 	u.own[n] = struct{}{}
+	trim := len(u.own) > ownMax && !u.trimming
+	u.trimming = u.trimming || trim
+	u.mu.Unlock()
+	if trim {
+		go s.trimOwn()
+	}
+}
+
+// trimOwn stores the files written with no close to come and drops their
+// own buffers, as unclosedIdle does, when more than ownMax files have one.
+func (s *Server) trimOwn() {
+	s.unclosedIdle()
+	u := &s.unclosed
+	u.mu.Lock()
+	u.trimming = false
 	u.mu.Unlock()
 }
 
@@ -220,12 +239,6 @@ func (s *Server) storeUnclosedBut(ctx context.Context, root string, but *node) {
 			s.unclosedWrite(n)
 		}
 	}
-	u.mu.Lock()
-	over := len(u.own) > ownMax
-	u.mu.Unlock()
-	if over {
-		s.dropOwn(ctx)
-	}
 }
 
 // beforeChange stores the files written with no close to come before a
@@ -256,7 +269,9 @@ func (s *Server) unclosedIdle() {
 }
 
 // ownMax bounds the files that keep their own buffers (a temporary file
-// each) once stored: an unpack writes thousands of files with no pause.
+// each): an unpack writes thousands of files with no pause, and appends
+// to many files may come with no other change between them
+// (ownsBuffer).
 const ownMax = 64
 
 // dropOwn drops the own buffers of the files stored since their last

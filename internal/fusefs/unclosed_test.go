@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -105,6 +106,60 @@ func TestWritesOpenNothing(t *testing.T) {
 		// need not send.
 		if n := c.now - c.since; n > 1 {
 			t.Errorf("%d %s requests after the first open, want at most one", n, c.what)
+		}
+	}
+}
+
+// TestOwnBuffersBounded: appends to many files with no other change
+// between them, on a mount where the kernel opens files by itself, keep
+// at most about ownMax buffers of their own (a temporary file each), not
+// one per file until a second after the last write.
+func TestOwnBuffersBounded(t *testing.T) {
+	srv := servertest.Start(t, "")
+	const files = 3 * ownMax
+	for i := range files {
+		writeFile(t, filepath.Join(srv.Dir, "d", fmt.Sprintf("f%d", i)), "first\n")
+	}
+	c := srv.Client(t, "a")
+	mnt, s := mountFS(t, c, Options{TTL: time.Hour, WriteBack: true, KernelOpens: true, Control: stackCtl(ctl.New("client", c, c))})
+	if !waitFor(5*time.Second, s.cache.Leased) {
+		t.Fatal("the mount got no watch")
+	}
+	// The first open is the one the kernel is told it need not make.
+	readFile(t, filepath.Join(mnt, "d", "f0"))
+	if !s.kernel.noOpen.Load() {
+		t.Fatal("the kernel was not told it need not open files")
+	}
+	own := func() int {
+		s.unclosed.mu.Lock()
+		defer s.unclosed.mu.Unlock()
+		return len(s.unclosed.own)
+	}
+	most := 0
+	for i := range files {
+		f, err := os.OpenFile(filepath.Join(mnt, "d", fmt.Sprintf("f%d", i)), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString("more\n"); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+		most = max(most, own())
+	}
+	// A trim runs in the background; the last one may still be under way.
+	if !waitFor(unclosedIdle/2, func() bool { return own() <= ownMax }) {
+		t.Errorf("%d files keep buffers of their own half a second after %d appends, want at most %d", own(), files, ownMax)
+	}
+	if most > 2*ownMax {
+		t.Errorf("up to %d files kept buffers of their own during %d appends, want about %d at most", most, files, ownMax)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "Ctl"), []byte("sync\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := range files {
+		if got, err := os.ReadFile(filepath.Join(srv.Dir, "d", fmt.Sprintf("f%d", i))); err != nil || string(got) != "first\nmore\n" {
+			t.Fatalf("f%d on the server: %q, %v", i, got, err)
 		}
 	}
 }
