@@ -32,6 +32,9 @@ type wbuf struct {
 	base     ferry.Dir // The attributes last known.
 	set      ferry.Dir // Attributes to send with the next Put.
 	mtime    time.Time // Of the last write here.
+	// ctime is of the last change here, a write or one of attributes:
+	// the file's status changed then, as a local disk's ctime says.
+	ctime time.Time
 	// snap is the content as of the last flush, as handed to the cache,
 	// which keeps it: nothing writes into it below its length. low is
 	// the lowest offset written or truncated to since (contentLocked).
@@ -77,6 +80,9 @@ func (w *wbuf) attrsLocked() ferry.Dir {
 	for k, v := range w.set {
 		d[k] = v
 	}
+	if w.ctime.After(d.Ctime()) {
+		d.SetInt(ferry.AttrCtime, w.ctime.UnixNano())
+	}
 	if w.unlinked {
 		d.SetInt(ferry.AttrNlink, 0)
 	}
@@ -113,6 +119,7 @@ func (w *wbuf) setattr(want ferry.Dir, hasSize bool, size int64) syscall.Errno {
 		w.mtime = time.Now()
 		delete(w.set, ferry.AttrMtime)
 	}
+	w.ctime = time.Now()
 	if w.created {
 		for k, v := range want {
 			w.set[k] = v
@@ -160,6 +167,7 @@ func (w *wbuf) writeAt(data []byte, off int64) (uint32, syscall.Errno) {
 	}
 	w.dirty = true
 	w.mtime = time.Now()
+	w.ctime = w.mtime
 	delete(w.set, ferry.AttrMtime)
 	return uint32(n), 0
 }
