@@ -52,6 +52,7 @@ func Run(t *testing.T, setup Setup) {
 		{"Xattrs", testXattrs},
 		{"Remove", testRemove},
 		{"Wstat", testWstat},
+		{"OwnerAndSetID", testOwnerAndSetID},
 		{"Find", testFind},
 		{"FindGet", testFindGet},
 		{"FindErrors", testFindErrors},
@@ -572,6 +573,30 @@ func testWstat(t *testing.T, fs ferry.FS, dir string) {
 	wantKind(t, "Wstat negative size", err, ferry.KindInvalid)
 	_, err = fs.Wstat(c, "/nope", ferry.Dir{ferry.AttrMode: "0600"}).Wait()
 	wantKind(t, "Wstat(/nope)", err, ferry.KindNotExist)
+}
+
+// testOwnerAndSetID: a change of owner and mode at once, by Wstat or
+// with a whole-file Put, leaves the mode asked for, set-ID bits and all:
+// on Linux a chown clears them, so it must come first (as tar and rsync
+// order them).
+func testOwnerAndSetID(t *testing.T, fs ferry.FS, dir string) {
+	c := ctx(t)
+	d := ferry.Dir{}
+	d.SetInt(ferry.AttrUid, int64(os.Getuid()))
+	d.SetInt(ferry.AttrGid, int64(os.Getgid()))
+	d.SetMode(0o755 | os.ModeSetuid)
+	write(t, dir, "w", "data")
+	if got, err := fs.Wstat(c, "/w", d).Wait(); err != nil || got.Mode() != 0o755|os.ModeSetuid {
+		t.Errorf("Wstat of owner and mode 04755 = %v, %v", got, err)
+	}
+	if _, err := fs.Put(c, "/p", d, ferry.Whole, strings.NewReader("data")).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"w", "p"} {
+		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Mode() != 0o755|os.ModeSetuid {
+			t.Errorf("%s on disk: %v, %v; want -rwsr-xr-x", name, fi.Mode(), err)
+		}
+	}
 }
 
 // tree makes a small tree for the find tests.

@@ -571,16 +571,13 @@ func copyCtx(ctx context.Context, dst io.Writer, src io.Reader) (int64, error) {
 	}
 }
 
-// setAttrs applies the mode, owner, extended attributes, atime and mtime
+// setAttrs applies the owner, mode, extended attributes, atime and mtime
 // that d names. With follow false p is a symbolic link, which has no mode
-// of its own on Linux and whose own times are set.
+// of its own on Linux and whose own times are set. The owner goes first:
+// a chown clears set-ID bits, which the mode may then set (as tar and
+// rsync order them).
 func (t *Tree) setAttrs(p string, d ferry.Dir, follow bool) error {
 	r := rel(p)
-	if _, ok := d[ferry.AttrMode]; ok && follow {
-		if err := t.root.Chmod(r, d.Mode()); err != nil {
-			return err
-		}
-	}
 	_, hasUid := d[ferry.AttrUid]
 	_, hasGid := d[ferry.AttrGid]
 	if hasUid || hasGid {
@@ -592,6 +589,11 @@ func (t *Tree) setAttrs(p string, d ferry.Dir, follow bool) error {
 			gid = int(d.Int(ferry.AttrGid))
 		}
 		if err := t.root.Lchown(r, uid, gid); err != nil {
+			return err
+		}
+	}
+	if _, ok := d[ferry.AttrMode]; ok && follow {
+		if err := t.root.Chmod(r, d.Mode()); err != nil {
 			return err
 		}
 	}
