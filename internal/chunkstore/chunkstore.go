@@ -458,6 +458,9 @@ func (u *Put) commit(ctx context.Context, d ferry.Dir) (ferry.Dir, error) {
 	// Keep the mode and extended attributes of the file being replaced,
 	// as local's Put does.
 	old, err := u.t.Tree.Stat(ctx, u.path).Wait()
+	if ferry.IsKind(err, ferry.KindNotExist) {
+		attrs = u.t.Tree.InheritGroup(u.path, attrs)
+	}
 	if err != nil || old.Type() != ferry.TypeFile {
 		old = nil
 	}

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -53,6 +54,7 @@ func Run(t *testing.T, setup Setup) {
 		{"Remove", testRemove},
 		{"Wstat", testWstat},
 		{"OwnerAndSetID", testOwnerAndSetID},
+		{"SetgidDir", testSetgidDir},
 		{"Find", testFind},
 		{"FindGet", testFindGet},
 		{"FindErrors", testFindErrors},
@@ -595,6 +597,54 @@ func testOwnerAndSetID(t *testing.T, fs ferry.FS, dir string) {
 	for _, name := range []string{"w", "p"} {
 		if fi, err := os.Stat(filepath.Join(dir, name)); err != nil || fi.Mode() != 0o755|os.ModeSetuid {
 			t.Errorf("%s on disk: %v, %v; want -rwsr-xr-x", name, fi.Mode(), err)
+		}
+	}
+}
+
+// testSetgidDir: what is made in a directory with the set-group-ID bit
+// takes its group, and a directory made there the bit too, as on a local
+// disk; also a file put whole, which the tree below makes elsewhere and
+// renames into place.
+func testSetgidDir(t *testing.T, fs ferry.FS, dir string) {
+	if os.Getuid() != 0 {
+		testenv.Require(t, "giving a directory another group needs root")
+	}
+	const group = 65534
+	if err := os.Mkdir(filepath.Join(dir, "g"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(filepath.Join(dir, "g"), -1, group); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(dir, "g"), 0o755|os.ModeSetgid); err != nil {
+		t.Fatal(err)
+	}
+	c := ctx(t)
+	for _, e := range []struct {
+		name string
+		d    ferry.Dir
+		data string
+	}{
+		{"f", ferry.Dir{ferry.AttrMode: "0644"}, "data"},
+		{"sub", ferry.Dir{ferry.AttrType: ferry.TypeDir, ferry.AttrMode: "0755"}, ""},
+		{"link", ferry.Dir{ferry.AttrType: ferry.TypeSymlink, ferry.AttrTarget: "f"}, ""},
+	} {
+		var data io.Reader
+		if e.data != "" {
+			data = strings.NewReader(e.data)
+		}
+		if _, err := fs.Put(c, "/g/"+e.name, e.d, ferry.Whole, data).Wait(); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := os.Lstat(filepath.Join(dir, "g", e.name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if gid := fi.Sys().(*syscall.Stat_t).Gid; gid != group {
+			t.Errorf("%s made in a set-group-ID directory of group %d has group %d", e.name, group, gid)
+		}
+		if e.name == "sub" && fi.Mode()&os.ModeSetgid == 0 {
+			t.Errorf("directory made in a set-group-ID directory: %v, want the bit too", fi.Mode())
 		}
 	}
 }

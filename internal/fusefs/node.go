@@ -4,6 +4,7 @@ import (
 	"context"
 	"hash/fnv"
 	"io"
+	"os"
 	"path"
 	"slices"
 	"strconv"
@@ -600,7 +601,9 @@ func (dn *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 // owner gives new entries the caller's owner, unless it is the owner of
 // the mounted root, in which case the server's default is left alone (so
 // a server that is not run by root can create files), or the mount shows
-// owners of its own (Options.Uid, Options.Gid).
+// owners of its own (Options.Uid, Options.Gid). In a directory n with the
+// set-group-ID bit the entry takes n's group instead, and a directory
+// the bit too, as on a local disk.
 func (n *node) owner(ctx context.Context, d ferry.Dir) {
 	c, ok := fuse.FromContext(ctx)
 	if !ok || n.s.opt.Uid != nil || n.s.opt.Gid != nil {
@@ -611,9 +614,31 @@ func (n *node) owner(ctx context.Context, d ferry.Dir) {
 	if int64(c.Uid) != n.s.rootUid {
 		d.SetInt(ferry.AttrUid, int64(c.Uid))
 	}
+	if parent := n.setgidDir(); parent != nil {
+		d[ferry.AttrGid] = parent[ferry.AttrGid]
+		if _, ok := d[ferry.AttrMode]; ok && d.Type() == ferry.TypeDir {
+			d.SetMode(d.Mode() | os.ModeSetgid)
+		}
+		return
+	}
 	if int64(c.Gid) != n.s.rootGid {
 		d.SetInt(ferry.AttrGid, int64(c.Gid))
 	}
+}
+
+// setgidDir returns the attributes of n, a directory, if it has the
+// set-group-ID bit and a known group.
+func (n *node) setgidDir() ferry.Dir {
+	d := n.lastAttrs()
+	if p, ok := n.path(); ok {
+		if known := n.s.cache.Known(p); known != nil {
+			d = known
+		}
+	}
+	if d == nil || d.Mode()&os.ModeSetgid == 0 || d[ferry.AttrGid] == "" {
+		return nil
+	}
+	return d
 }
 
 // Create implements fs.NodeCreater. The file exists only in this mount

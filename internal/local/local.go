@@ -299,6 +299,11 @@ func (t *Tree) Put(ctx context.Context, p string, d ferry.Dir, off int64, data i
 			return nil, ferry.E(op, p, ferry.KindIsDir)
 		}
 		var err error
+		if p != "/" {
+			if _, lerr := t.root.Lstat(rel(p)); errors.Is(lerr, fs.ErrNotExist) {
+				d = t.InheritGroup(p, d)
+			}
+		}
 		switch d.Type() {
 		case ferry.TypeDir:
 			err = t.putDir(p, d)
@@ -322,12 +327,38 @@ func (t *Tree) Put(ctx context.Context, p string, d ferry.Dir, off int64, data i
 	})
 }
 
+// InheritGroup returns the attributes of an entry to be made at p, d, with
+// what a local disk gives one made in a directory with the set-group-ID
+// bit: the directory's group, if d names none, and for a directory the bit
+// too. The kernel cannot do it here: entries are made under a temporary
+// name elsewhere and renamed into place, and a directory's mode is set
+// after it is made.
+func (t *Tree) InheritGroup(p string, d ferry.Dir) ferry.Dir {
+	fi, err := t.root.Stat(rel(path.Dir(p)))
+	if err != nil || fi.Mode()&fs.ModeSetgid == 0 {
+		return d
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return d
+	}
+	d = d.Clone()
+	if _, ok := d[ferry.AttrGid]; !ok {
+		d.SetInt(ferry.AttrGid, int64(st.Gid))
+	}
+	if _, ok := d[ferry.AttrMode]; ok && d.Type() == ferry.TypeDir {
+		d.SetMode(d.Mode() | fs.ModeSetgid)
+	}
+	return d
+}
+
 func (t *Tree) putDir(p string, d ferry.Dir) error {
 	mode := d.Mode()
 	if _, ok := d[ferry.AttrMode]; !ok {
 		mode = 0o755
 	}
-	err := t.root.Mkdir(rel(p), mode)
+	// os.Root takes permission bits only; setAttrs sets the others.
+	err := t.root.Mkdir(rel(p), mode.Perm())
 	if errors.Is(err, fs.ErrExist) {
 		fi, serr := t.root.Lstat(rel(p))
 		if serr != nil {
