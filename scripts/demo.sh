@@ -21,6 +21,9 @@ echo "hello from ferry" >"$work/served/hello.txt"
 
 run() { echo; echo "\$ ferry $*"; "$ferry" "$@"; }
 
+# The log exists before the server opens it: the loop below reads it at
+# once, and under set -e a read of a missing file would end the demo.
+: >"$work/serve.log"
 "$ferry" serve "$work/served" --listen 127.0.0.1:0 2>"$work/serve.log" &
 server_pid=$!
 for _ in $(seq 100); do
