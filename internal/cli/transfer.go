@@ -394,6 +394,7 @@ type localEntry struct {
 // put uploads the local tree src to dst on t.
 func put(ctx context.Context, c *remote.Client, src, dst string, f filter, po progressOpts, errOut io.Writer) error {
 	var dirs, files []localEntry
+	var skipped []string
 	var total int64
 	// What is excluded is decided as the server decides for get and sync,
 	// by the same predicate, on the paths as they will be under dst.
@@ -446,6 +447,9 @@ func put(ctx context.Context, c *remote.Client, src, dst string, f filter, po pr
 			e.d[ferry.AttrType] = ferry.TypeFile
 			total += fi.Size()
 			files = append(files, e)
+		default:
+			// Said, as sync says it, rather than left out unseen.
+			skipped = append(skipped, p)
 		}
 		return nil
 	})
@@ -483,6 +487,9 @@ func put(ctx context.Context, c *remote.Client, src, dst string, f filter, po pr
 	for _, f := range futs {
 		_, err := f.Wait()
 		errs.add(err)
+	}
+	for _, p := range skipped {
+		errs.add(ferry.E("put", p, ferry.KindInvalid, "not a file, directory or link; skipped"))
 	}
 	return errs.err()
 }

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -72,4 +74,26 @@ func TestSummary(t *testing.T) {
 // ferry get does without --split.
 func get(ctx context.Context, f ferry.FS, p, dst string, prog *progress, errOut io.Writer) error {
 	return getSplit(ctx, f, p, dst, getOpts{nest: true}, prog, errOut)
+}
+
+// TestPutSaysSkipped: a put of a tree with a FIFO in it puts the rest,
+// says the FIFO was skipped, and fails, as sync does.
+func TestPutSaysSkipped(t *testing.T) {
+	s := servertest.Start(t, "")
+	src := t.TempDir()
+	writeTree(t, src, map[string]string{"a": "data"}, time.Unix(1_700_000_000, 0))
+	if err := syscall.Mkfifo(filepath.Join(src, "pipe"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := s.Client(t, "tester")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var out strings.Builder
+	err := put(ctx, c, src, "/dst", filter{}, progressOpts{}, &out)
+	if err == nil || !strings.Contains(out.String(), "pipe") || !strings.Contains(out.String(), "skipped") {
+		t.Errorf("put of a tree with a FIFO: %v, said %q; want it to fail saying the FIFO was skipped", err, out.String())
+	}
+	if b, err := os.ReadFile(filepath.Join(s.Dir, "dst", "a")); err != nil || string(b) != "data" {
+		t.Errorf("dst/a on the server: %q, %v (put said %q)", b, err, out.String())
+	}
 }
