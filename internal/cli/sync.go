@@ -289,7 +289,7 @@ func syncTrees(ctx context.Context, src, dst syncSide, o syncOpts) (syncStats, e
 				st.unchanged++
 			}
 		default:
-			errs.add(ferry.E("sync", path.Join(src.root, rel), ferry.KindInvalid, "not a file, directory or link; skipped"))
+			errs.add(skippedErr("sync", path.Join(src.root, rel)))
 		}
 	}
 	if o.delete {

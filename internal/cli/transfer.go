@@ -489,9 +489,16 @@ func put(ctx context.Context, c *remote.Client, src, dst string, f filter, po pr
 		errs.add(err)
 	}
 	for _, p := range skipped {
-		errs.add(ferry.E("put", p, ferry.KindInvalid, "not a file, directory or link; skipped"))
+		errs.add(skippedErr("put", p))
 	}
 	return errs.err()
+}
+
+// skippedErr says that an upload left out the local entry at p, which is
+// neither a file, a directory nor a symbolic link (a FIFO, a socket, a
+// device).
+func skippedErr(op, p string) error {
+	return ferry.E(op, p, ferry.KindInvalid, "not a file, directory or link; skipped")
 }
 
 // inFlight calls fn for each item with up to n calls running at once, so
