@@ -47,6 +47,10 @@ func (a *activity) watch(bound time.Duration, stalled func()) (stop func()) {
 	var mu sync.Mutex
 	done := false
 	var t *time.Timer
+	// t is set under mu, which the timer's function takes before it
+	// reads t: under load the timer can fire before AfterFunc returns.
+	mu.Lock()
+	defer mu.Unlock()
 	t = time.AfterFunc(bound, func() {
 		mu.Lock()
 		defer mu.Unlock()
