@@ -214,10 +214,7 @@ type handle struct {
 	wb *wbuf // Set for a descriptor open for writing.
 	// exec is set for the open of a program being executed (execve).
 	exec bool
-	// reader is set for a descriptor open for reading only
-	// (fileNode.readers).
-	reader bool
-	r      *stream // Set for one open for reading only...
+	r    *stream // Set for one open for reading only...
 	// ...unless the file's content was prefetched (the cache's Contents): then
 	// r is nil and mem holds it.
 	mem []byte
@@ -264,10 +261,6 @@ func (f *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	if e != 0 {
 		return nil, 0, e
 	}
-	n.mu.Lock()
-	n.readers++
-	n.mu.Unlock()
-	h.reader = true
 	// A descriptor open for reading only has nothing to store on close:
 	// the kernel need not ask (grep -r closes every file it reads).
 	keep |= fuse.FOPEN_NOFLUSH
@@ -661,9 +654,6 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		h.n.execs--
 		h.n.mu.Unlock()
 	}
-	if h.reader {
-		h.n.doneReading()
-	}
 	if h.wb == nil {
 		return 0
 	}
@@ -675,68 +665,20 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 			h.n.s.log.Error("a file's changes are lost: storing failed on last close", "errno", e)
 		}
 	}
-	h.n.unref(h.wb)
-	return 0
-}
-
-// unref drops one descriptor's use of the buffer wb, and the buffer with
-// the last.
-func (n *fileNode) unref(wb *wbuf) {
-	n.mu.Lock()
-	wb.refs--
-	last := wb.refs == 0
-	if last && n.wb == wb {
-		n.wb = nil
+	h.n.mu.Lock()
+	h.wb.refs--
+	last = h.wb.refs == 0
+	if last && h.n.wb == h.wb {
+		h.n.wb = nil
 	}
-	n.mu.Unlock()
+	h.n.mu.Unlock()
 	if last {
-		wb.mu.Lock()
-		wb.f.Close()
-		wb.snap = nil
-		wb.mu.Unlock()
+		h.wb.mu.Lock()
+		h.wb.f.Close()
+		h.wb.snap = nil
+		h.wb.mu.Unlock()
 	}
-}
-
-// holdForReaders gives the file a buffer loaded with its content, if
-// descriptors are open on it for reading and it has none, before its last
-// name goes (a removal, or a rename over it): they read on from it, as on
-// a local disk, where the server will have nothing to read. The buffer is
-// never stored (the removal marks it unlinked) and goes with the last of
-// those descriptors (doneReading).
-func (n *fileNode) holdForReaders(ctx context.Context) {
-	n.mu.Lock()
-	need := n.readers > 0 && n.wb == nil && !n.readHold
-	n.mu.Unlock()
-	if !need {
-		return
-	}
-	wb, e := n.openWrite(ctx, false)
-	if e != 0 {
-		n.s.log.Warn("a file removed while open for reading could not be kept; its reads will fail", "errno", e)
-		return
-	}
-	n.mu.Lock()
-	keep := n.readers > 0 && !n.readHold
-	n.readHold = n.readHold || keep
-	n.mu.Unlock()
-	if !keep {
-		n.unref(wb)
-	}
-}
-
-// doneReading ends a descriptor open for reading only, and drops the
-// buffer held for such descriptors with the last of them.
-func (n *fileNode) doneReading() {
-	n.mu.Lock()
-	n.readers--
-	var wb *wbuf
-	if n.readers == 0 && n.readHold {
-		n.readHold, wb = false, n.wb
-	}
-	n.mu.Unlock()
-	if wb != nil {
-		n.unref(wb)
-	}
+	return 0
 }
 
 // stream reads a file with one Get from the offset read, and keeps reading

@@ -48,11 +48,6 @@ type fileNode struct {
 	seenSize  int64
 	// execs counts the opens of the file by execve(2) not yet released.
 	execs int
-	// readers counts the descriptors open for reading only; readHold
-	// says wb is theirs, loaded when the file lost its last name while
-	// they were open (holdForReaders).
-	readers  int
-	readHold bool
 	// unopened reads for the kernel when it opens files by itself
 	// (unopened.go); own writes for it (unclosed.go), with ownUses
 	// writes in progress through it.
@@ -789,15 +784,6 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 		cn = nodeOf(c)
 	}
 	n.s.beforeChange(ctx, cn, c)
-	known := n.s.cache.Known(p)
-	if known == nil && cn != nil {
-		known = cn.lastAttrs()
-	}
-	if cn != nil && (known == nil || !known.Linked()) {
-		if f := cn.file(); f != nil {
-			f.holdForReaders(ctx)
-		}
-	}
 	// The buffer's lock is held across the removal, so that no store of
 	// it lands after it (see fileNode.flush).
 	wb := cn.lockBuffer()
@@ -813,6 +799,10 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 		n.s.cache.Discard(p)
 		n.s.inos.drop(p)
 		return 0
+	}
+	known := n.s.cache.Known(p)
+	if known == nil && cn != nil {
+		known = cn.lastAttrs()
 	}
 	cctx, cancel := n.s.ctx(ctx)
 	defer cancel()
@@ -949,9 +939,6 @@ func (dn *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEm
 	var replaced ferry.Dir
 	if dst != nil {
 		replaced = dst.lastAttrs()
-		if f := dst.file(); f != nil && dst != src && !replaced.Linked() {
-			f.holdForReaders(ctx)
-		}
 	}
 	// The buffers' locks are held across the Move, so that no store of
 	// either lands under a name it no longer has (see fileNode.flush).
