@@ -541,7 +541,8 @@ func (c *FS) moveBehind(ctx context.Context, from, to string) (*ferry.Future[fer
 	if base == nil || base.Linked() || ferry.HasPrefix(to, from) || base.IsDir() && c.meta.pendingBelow(from) {
 		return nil, false
 	}
-	if old := c.meta.last(to); old.Linked() {
+	r := c.meta.last(to)
+	if r.Linked() {
 		// A file with other names loses one, as in a removal of one
 		// of its names: those names show the tree's link count and
 		// ctime only once it has the rename.
@@ -549,7 +550,7 @@ func (c *FS) moveBehind(ctx context.Context, from, to string) (*ferry.Future[fer
 	}
 	// Only a rename that cannot fail goes behind: onto a name known to
 	// be free, or a file over a file.
-	if r := c.meta.last(to); r == nil && !c.meta.absent(to) || r != nil && (r.IsDir() || base.IsDir()) {
+	if r == nil && !c.meta.absent(to) || r != nil && (r.IsDir() || base.IsDir()) {
 		return nil, false
 	}
 	queued, ok := c.behind(ctx, from, to)
@@ -663,7 +664,7 @@ func (c *FS) wstatBehind(ctx context.Context, p string, d ferry.Dir) (*ferry.Fut
 	}
 	// A change of attributes changes the ctime, as the tree's will when
 	// it is stored.
-	local[ferry.AttrCtime] = strconv.FormatInt(time.Now().UnixNano(), 10)
+	local.SetInt(ferry.AttrCtime, time.Now().UnixNano())
 	gen := c.nextGen(p)
 	// The content is as it was: what is held of it stays.
 	held, _ := c.data.held(p)

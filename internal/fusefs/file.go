@@ -109,6 +109,7 @@ func (w *wbuf) isCreated() bool {
 func (w *wbuf) setattr(want ferry.Dir, hasSize bool, size int64) syscall.Errno {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.ctime = time.Now()
 	if hasSize {
 		if err := w.f.Truncate(size); err != nil {
 			return errno(ferry.E("fusefs.Setattr", "", ferry.KindIO, err))
@@ -116,10 +117,9 @@ func (w *wbuf) setattr(want ferry.Dir, hasSize bool, size int64) syscall.Errno {
 		w.size = size
 		w.low = min(w.low, size)
 		w.dirty = true
-		w.mtime = time.Now()
+		w.mtime = w.ctime
 		delete(w.set, ferry.AttrMtime)
 	}
-	w.ctime = time.Now()
 	if w.created {
 		for k, v := range want {
 			w.set[k] = v

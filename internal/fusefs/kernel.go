@@ -176,7 +176,7 @@ func (k *kernelFS) killSuidgid(cancel <-chan struct{}, h fuse.InHeader, set *fus
 	if mode&syscall.S_IXGRP != 0 {
 		kill |= syscall.S_ISGID
 	}
-	if mode&kill == 0 && (set == nil || set.Valid&fuse.FATTR_MODE == 0) {
+	if mode&kill == 0 {
 		return fuse.OK
 	}
 	if set != nil {

@@ -309,7 +309,10 @@ func (s *Server) dropOwn(ctx context.Context, keep ...*fs.Inode) {
 		if h != nil {
 			h.Release(ctx)
 		} else {
-			s.ownsBuffer(n)
+			// Kept: recorded again, with no trim of its own.
+			u.mu.Lock()
+			u.own[n] = struct{}{}
+			u.mu.Unlock()
 		}
 	}
 }

@@ -300,9 +300,7 @@ func (t *Tree) Put(ctx context.Context, p string, d ferry.Dir, off int64, data i
 		}
 		var err error
 		if p != "/" {
-			if _, lerr := t.root.Lstat(rel(p)); errors.Is(lerr, fs.ErrNotExist) {
-				d = t.InheritGroup(p, d)
-			}
+			d = t.InheritGroup(p, d)
 		}
 		switch d.Type() {
 		case ferry.TypeDir:
@@ -329,13 +327,16 @@ func (t *Tree) Put(ctx context.Context, p string, d ferry.Dir, off int64, data i
 
 // InheritGroup returns the attributes of an entry to be made at p, d, with
 // what a local disk gives one made in a directory with the set-group-ID
-// bit: the directory's group, if d names none, and for a directory the bit
-// too. The kernel cannot do it here: entries are made under a temporary
-// name elsewhere and renamed into place, and a directory's mode is set
-// after it is made.
+// bit, if nothing is at p yet: the directory's group, if d names none, and
+// for a directory the bit too. The kernel cannot do it here: entries are
+// made under a temporary name elsewhere and renamed into place, and a
+// directory's mode is set after it is made.
 func (t *Tree) InheritGroup(p string, d ferry.Dir) ferry.Dir {
 	fi, err := t.root.Stat(rel(path.Dir(p)))
 	if err != nil || fi.Mode()&fs.ModeSetgid == 0 {
+		return d
+	}
+	if _, err := t.root.Lstat(rel(p)); !errors.Is(err, fs.ErrNotExist) {
 		return d
 	}
 	st, ok := fi.Sys().(*syscall.Stat_t)
@@ -503,7 +504,7 @@ func (t *Tree) putWhole(ctx context.Context, p string, d ferry.Dir, data io.Read
 		// set-ID bits too: a front end that must clear them (a write by
 		// a caller without CAP_FSETID) does so itself.
 		if fi, err := t.root.Lstat(rel(p)); err == nil && fi.Mode().IsRegular() {
-			mode = fi.Mode() & (fs.ModePerm | fs.ModeSetuid | fs.ModeSetgid | fs.ModeSticky)
+			mode = fi.Mode()
 		}
 	}
 	tmp := t.TempName(p)
