@@ -45,6 +45,7 @@ import (
 	"time"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/store"
 )
 
 // Options configure a cache. The zero value is usable.
@@ -73,8 +74,18 @@ type Options struct {
 	// (default 100 ms); it doubles up to a minute.
 	WatchBackoff time.Duration
 	// Memory bounds the bytes of file contents held fetched ahead of
-	// their reads (default DefaultMemory).
+	// their reads (default DefaultMemory), in memory mode.
 	Memory int64
+	// Disk, if set, puts the cache in disk mode: the contents fetched
+	// ahead, and those kept of files just written, are held on it as
+	// chunks (where a chunked read of the same file finds them too), and
+	// memory holds only where they are. A tree much larger than the
+	// memory budget then stays cached for warm walks.
+	Disk store.ChunkCache
+	// DiskBytes bounds the bytes of contents held on Disk (default half
+	// of what Disk may hold, leaving the rest to whole files read by
+	// chunks).
+	DiskBytes int64
 	// WriteBehind makes whole-file Puts of files up to 16 MiB (while
 	// less than 256 MiB waits), Makes of directories, Removes of files
 	// with one name, renames and attribute changes return before the tree
@@ -193,6 +204,9 @@ func New(below ferry.FS, opt Options) *FS {
 	if opt.Memory <= 0 {
 		opt.Memory = DefaultMemory
 	}
+	if opt.Disk != nil && opt.DiskBytes <= 0 {
+		opt.DiskBytes = max(opt.Disk.Stats().MaxBytes/2, 1)
+	}
 	if opt.LeaseIdle <= 0 {
 		opt.LeaseIdle = LeaseIdle
 	}
@@ -200,7 +214,7 @@ func New(below ferry.FS, opt Options) *FS {
 	c := &FS{
 		below: below, opt: opt, log: opt.Log,
 		meta:  newMeta(below, opt.PrefetchDepth, opt.PrefetchBudget, opt.MetaEntries, opt.TTL),
-		data:  newContents(below, opt.Log, opt.Memory),
+		data:  newContents(below, opt.Log, contentsBudget(opt), opt.Disk, opt.Memory),
 		wback: newWriteback(opt.CallTimeout, below, grouperOf(below, opt)),
 		ctx:   ctx, cancel: cancel,
 		ready: make(chan struct{}),
@@ -217,6 +231,15 @@ func New(below ferry.FS, opt Options) *FS {
 	c.meta.data = c.data
 	c.meta.settle = func(ctx context.Context, p string) error { return c.wback.wait(ctx, p) }
 	return c
+}
+
+// contentsBudget returns the bytes of contents opt lets the cache hold:
+// on disk in disk mode, else in memory.
+func contentsBudget(opt Options) int64 {
+	if opt.Disk != nil {
+		return opt.DiskBytes
+	}
+	return opt.Memory
 }
 
 // grouperOf returns the tree below's groups of changes, if write-behind is
@@ -242,7 +265,7 @@ func (c *FS) Close() error {
 	<-c.done
 	st := c.data.report()
 	c.log.Info("file contents prefetched", "files", st.files, "bytes", st.bytes, "hits", st.hits,
-		"directories", st.dirFetches, "walks", st.walks, "evicted", st.evicted, "peak", st.peak, "budget", c.opt.Memory)
+		"directories", st.dirFetches, "walks", st.walks, "evicted", st.evicted, "lost", st.lost, "peak", st.peak, "budget", c.data.max, "on", c.data.where())
 	return nil
 }
 
@@ -426,8 +449,9 @@ func (c *FS) Status(context.Context) string {
 	d.mu.Lock()
 	size, files, st := d.size, len(d.ents), d.stats
 	d.mu.Unlock()
+	fmt.Fprintf(&b, "contents.on: %s\n", d.where())
 	fmt.Fprintf(&b, "contents.bytes: %d of %d\ncontents.files: %d\ncontents.peak: %d\n", size, d.max, files, st.peak)
-	fmt.Fprintf(&b, "contents.fetched: %d files, %d bytes\ncontents.evicted: %d\ncontents.walks: %d\n", st.files, st.bytes, st.evicted, st.walks)
+	fmt.Fprintf(&b, "contents.fetched: %d files, %d bytes\ncontents.evicted: %d\ncontents.lost: %d\ncontents.walks: %d\n", st.files, st.bytes, st.evicted, st.lost, st.walks)
 	finds, stats := c.meta.counts()
 	fmt.Fprintf(&b, "meta.finds: %d\nmeta.stats: %d\n", finds, stats)
 	ents, evicted := c.meta.size()

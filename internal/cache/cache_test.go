@@ -25,42 +25,54 @@ import (
 // stacks are the stacks the product builds with the cache on top: over a
 // directory (as a library user might), and over the remote client of a
 // server over the chunk store (the mount's), each write-through and
-// write-behind, with the contents' memory large and tiny, and with the
-// client's chunk cache on disk (the mount's whole files).
+// write-behind, with the contents' memory large and tiny, with the
+// client's chunk cache on disk (the mount's whole files), and in disk
+// mode, the contents held in that chunk cache too (the mount's default).
 var stacks = []struct {
 	name   string
 	remote bool
-	disk   bool
-	opt    cache.Options
+	disk   bool // A chunk cache on disk.
+	// contents puts the cache in disk mode, on the chunk cache, with
+	// a budget of this many bytes.
+	contents int64
+	opt      cache.Options
 }{
-	{"local", false, false, cache.Options{}},
-	{"local-writebehind", false, false, cache.Options{WriteBehind: true}},
-	{"remote", true, false, cache.Options{}},
-	{"remote-writebehind", true, false, cache.Options{WriteBehind: true}},
-	{"remote-small-memory", true, false, cache.Options{Memory: 64 << 10, MetaEntries: 64}},
-	{"remote-disk-writebehind", true, true, cache.Options{WriteBehind: true}},
+	{"local", false, false, 0, cache.Options{}},
+	{"local-writebehind", false, false, 0, cache.Options{WriteBehind: true}},
+	{"local-disk-contents", false, true, 1 << 20, cache.Options{WriteBehind: true}},
+	{"remote", true, false, 0, cache.Options{}},
+	{"remote-writebehind", true, false, 0, cache.Options{WriteBehind: true}},
+	{"remote-small-memory", true, false, 0, cache.Options{Memory: 64 << 10, MetaEntries: 64}},
+	{"remote-disk-writebehind", true, true, 0, cache.Options{WriteBehind: true}},
+	{"remote-disk-contents", true, true, 16 << 20, cache.Options{}},
+	{"remote-disk-contents-writebehind", true, true, 64 << 10, cache.Options{WriteBehind: true}},
 }
 
 // below returns the tree a stack's cache goes over, and its directory.
 func below(t *testing.T, served bool) (ferry.FS, string) {
-	return belowWith(t, served, false)
+	fsys, dir, _ := belowWith(t, served, false)
+	return fsys, dir
 }
 
 // belowWith is below, with disk giving the remote client a chunk cache in
-// a directory.
-func belowWith(t *testing.T, served, disk bool) (ferry.FS, string) {
-	if served {
-		s := servertest.StartChunked(t, "")
-		if !disk {
-			return s.Client(t, "tester"), s.Dir
-		}
-		chunks, err := store.OpenCache(t.TempDir(), 64<<20)
+// a directory, which it returns (nil without).
+func belowWith(t *testing.T, served, disk bool) (ferry.FS, string, store.ChunkCache) {
+	var chunks *store.Cache
+	if disk {
+		var err error
+		chunks, err = store.OpenCache(t.TempDir(), 64<<20)
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+	if served {
+		s := servertest.StartChunked(t, "")
+		if !disk {
+			return s.Client(t, "tester"), s.Dir, nil
+		}
 		return s.ClientVia(t, "tester", s.Addr, func(c *remote.Config) {
 			c.Cache, c.CloseCache = chunks, true
-		}), s.Dir
+		}), s.Dir, chunks
 	}
 	dir := t.TempDir()
 	tree, err := local.New(dir)
@@ -68,7 +80,11 @@ func belowWith(t *testing.T, served, disk bool) (ferry.FS, string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { tree.Close() })
-	return tree, dir
+	if chunks == nil {
+		return tree, dir, nil
+	}
+	t.Cleanup(func() { chunks.Close() })
+	return tree, dir, chunks
 }
 
 // open returns a cache over fsys that holds its lease, closed when the
@@ -104,8 +120,12 @@ func TestSuite(t *testing.T) {
 	for _, st := range stacks {
 		t.Run(st.name, func(t *testing.T) {
 			fstest.Run(t, func(t *testing.T) (ferry.FS, string) {
-				fsys, dir := belowWith(t, st.remote, st.disk)
-				return syncing{open(t, fsys, st.opt)}, dir
+				fsys, dir, chunks := belowWith(t, st.remote, st.disk)
+				opt := st.opt
+				if st.contents > 0 {
+					opt.Disk, opt.DiskBytes = chunks, st.contents
+				}
+				return syncing{open(t, fsys, opt)}, dir
 			})
 		})
 	}

@@ -11,7 +11,9 @@ import (
 	"time"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/chunk"
 	"github.com/ferryfs/ferry/internal/pred"
+	"github.com/ferryfs/ferry/internal/store"
 )
 
 // Limits of the prefetch of file contents. A directory's small files are
@@ -59,15 +61,21 @@ const (
 type contents struct {
 	fsys ferry.Finder
 	log  *slog.Logger
-	max  int64 // The memory budget: bytes of data held at most.
+	// disk, in disk mode, holds the data as chunks, and memory only
+	// where to find it, and the data of files not yet read, up to
+	// memMax; nil in memory mode.
+	disk   store.ChunkCache
+	max    int64 // The budget: bytes of data held at most, in memory or on disk.
+	memMax int64
 	// window bounds what a walk holds ahead of the program.
 	window int64
 	ctx    context.Context
 	stop   context.CancelFunc
 
-	mu   sync.Mutex
-	size int64                    // Bytes of data held.
-	ents map[string]*list.Element // Path to its *content in read or unread.
+	mu    sync.Mutex
+	size  int64                    // Bytes of data held.
+	inMem int64                    // In disk mode, the bytes of data also in memory.
+	ents  map[string]*list.Element // Path to its *content in read or unread.
 	// read holds the files a program has read, unread the others, each
 	// with the most recently used at the front. The budget pushes out
 	// read files first: the kernel's page cache has them too, and a
@@ -100,6 +108,9 @@ type contentStats struct {
 	files, bytes            int64 // Brought by fetches.
 	evicted                 int64
 	peak                    int64 // The most bytes held at once.
+	// lost counts files whose chunks the disk no longer had when read
+	// (its own budget dropped them, or a write was not kept).
+	lost int64
 }
 
 type content struct {
@@ -107,8 +118,20 @@ type content struct {
 	mtime string
 	size  int64
 	data  []byte
-	w     *walk // The walk that brought it, if one did.
-	read  bool
+	// hashes, in disk mode, are the chunks that hold the data. The data
+	// stays in memory too until it is first read: a program walking a
+	// tree reads a file soon after it arrives, and the disk's store has
+	// not settled yet.
+	hashes []chunk.Hash
+	onDisk bool
+	w      *walk // The walk that brought it, if one did.
+	read   bool
+}
+
+// with returns a copy of f describing the file d, with f's data: the same
+// content under another name or attributes.
+func (f *content) with(d ferry.Dir) *content {
+	return &content{path: d.Path(), mtime: d[ferry.AttrMtime], size: d.Size(), data: f.data, hashes: f.hashes, onDisk: f.onDisk}
 }
 
 // walk is a stream of the files of a tree below root, from the path from
@@ -152,11 +175,13 @@ func (w *walk) advance(p string) {
 }
 
 // newContents returns a cache of at most budget bytes of file contents
-// fetched from fsys. A walk holds at most a quarter of it ahead of the
-// program, and never more than maxWindow.
-func newContents(fsys ferry.Finder, log *slog.Logger, budget int64) *contents {
+// fetched from fsys, held in memory, or on disk if it is not nil (with at
+// most memory bytes of files not yet read in memory too). A walk holds at
+// most a quarter of the budget ahead of the program, and never more than
+// maxWindow.
+func newContents(fsys ferry.Finder, log *slog.Logger, budget int64, disk store.ChunkCache, memory int64) *contents {
 	ctx, stop := context.WithCancel(context.Background())
-	c := &contents{fsys: fsys, log: log, max: budget, window: min(max(budget/4, 1<<20), maxWindow),
+	c := &contents{fsys: fsys, log: log, disk: disk, max: budget, memMax: memory, window: min(max(budget/4, 1<<20), maxWindow),
 		ctx: ctx, stop: stop,
 		ents: map[string]*list.Element{}, read: list.New(), unread: list.New(), dirs: map[string]bool{},
 		evicted: map[string]bool{}, dropped: map[string]uint64{}, droppedTrees: map[string]uint64{},
@@ -171,6 +196,14 @@ func (c *contents) wake() {
 	c.mu.Lock()
 	c.changed.Broadcast()
 	c.mu.Unlock()
+}
+
+// where names where the contents are held, for the control file.
+func (c *contents) where() string {
+	if c.disk != nil {
+		return "disk"
+	}
+	return "memory"
 }
 
 // close stops every fetch.
@@ -190,8 +223,12 @@ func (c *contents) open(ctx context.Context, d ferry.Dir) ([]byte, bool) {
 // still describes it.
 func (c *contents) get(d ferry.Dir) ([]byte, bool) {
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.getLocked(d)
+	f, data, ok := c.getLocked(d)
+	c.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	return c.load(f, data)
 }
 
 // AwaitMax bounds how long await waits for a fetch that brings nothing:
@@ -209,23 +246,33 @@ func (c *contents) await(ctx context.Context, d ferry.Dir) ([]byte, bool) {
 	}
 	stop := context.AfterFunc(ctx, c.wake)
 	defer stop()
-	p := d.Path()
 	c.mu.Lock()
-	defer c.mu.Unlock()
+	f, data, ok := c.awaitLocked(ctx, d)
+	c.mu.Unlock()
+	if !ok {
+		return nil, false
+	}
+	return c.load(f, data)
+}
+
+// awaitLocked is await's wait, which returns what getLocked returns once
+// the file comes. c.mu is held.
+func (c *contents) awaitLocked(ctx context.Context, d ferry.Dir) (*content, []byte, bool) {
+	p := d.Path()
 	since := time.Now()
 	for {
-		if data, ok := c.getLocked(d); ok {
-			return data, true
+		if f, data, ok := c.getLocked(d); ok {
+			return f, data, true
 		}
 		if !c.coming(p, d.Size()) || ctx.Err() != nil {
-			return nil, false
+			return nil, nil, false
 		}
 		if c.arrived.After(since) {
 			since = c.arrived
 		}
 		left := AwaitMax - time.Since(since)
 		if left <= 0 {
-			return nil, false
+			return nil, nil, false
 		}
 		t := time.AfterFunc(left, c.wake)
 		c.changed.Wait()
@@ -253,17 +300,21 @@ func (c *contents) walkFor(p string) *walk {
 	return nil
 }
 
-// getLocked is get. c.mu is held.
-func (c *contents) getLocked(d ferry.Dir) ([]byte, bool) {
+// getLocked returns what is held for the file d describes, counted as
+// read, and its data if memory holds it, for load. In disk mode the data
+// leaves memory with its first read. c.mu is held.
+func (c *contents) getLocked(d ferry.Dir) (*content, []byte, bool) {
 	e, ok := c.ents[d.Path()]
 	if !ok {
-		return nil, false
+		return nil, nil, false
 	}
 	f := e.Value.(*content)
 	if f.mtime != d[ferry.AttrMtime] || f.size != d.Size() {
 		c.removeLocked(e)
-		return nil, false
+		return nil, nil, false
 	}
+	data := f.data
+	c.unload(f)
 	if f.read {
 		c.read.MoveToFront(e)
 	} else {
@@ -276,7 +327,68 @@ func (c *contents) getLocked(d ferry.Dir) ([]byte, bool) {
 		f.w.advance(f.path)
 		c.changed.Broadcast()
 	}
-	return f.data, true
+	return f, data, true
+}
+
+// unload drops f's data from memory if the disk holds it. c.mu is held.
+func (c *contents) unload(f *content) {
+	if f.onDisk && f.data != nil {
+		f.data = nil
+		c.inMem -= f.size
+	}
+}
+
+// load returns f's data: data, what memory held, or what it reads from
+// the disk. A file the disk no longer holds whole is dropped, and the
+// caller gets it from the tree.
+func (c *contents) load(f *content, data []byte) ([]byte, bool) {
+	if data != nil || !f.onDisk {
+		return data, true
+	}
+	data = make([]byte, 0, f.size)
+	next := c.disk.GetMany(c.ctx, f.hashes)
+	for range f.hashes {
+		b, ok := next()
+		if !ok {
+			c.lose(f)
+			return nil, false
+		}
+		data = append(data, b...)
+	}
+	if int64(len(data)) != f.size {
+		c.lose(f)
+		return nil, false
+	}
+	return data, true
+}
+
+// lose drops f, whose chunks the disk lacks, if it is still held.
+func (c *contents) lose(f *content) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.stats.lost++
+	if e, ok := c.ents[f.path]; ok && e.Value.(*content) == f {
+		c.removeLocked(e)
+		c.evicted[f.path] = true
+	}
+}
+
+// spill, in disk mode, stores f's data on the disk, as the chunks a
+// chunked read of the file would find there too.
+func (c *contents) spill(f *content) {
+	if c.disk == nil || f.onDisk {
+		return
+	}
+	b := f.data
+	hs := make([]chunk.Hash, 0, len(b)/chunk.Default.Avg+1)
+	for len(b) > 0 {
+		n := chunk.Default.Cut(b)
+		h := chunk.Sum(b[:n])
+		c.disk.Add(h, b[:n])
+		hs = append(hs, h)
+		b = b[n:]
+	}
+	f.hashes, f.onDisk = hs, true
 }
 
 // want starts a fetch that brings the file d describes, unless one is
@@ -536,9 +648,20 @@ func (c *contents) keep(d ferry.Dir, data []byte) {
 	if int64(len(data)) != d.Size() || d.Size() > treeFile {
 		return
 	}
+	c.keepHeld(d, &content{size: d.Size(), data: data})
+}
+
+// keepHeld holds f's data as the content of the file d describes: what
+// was held under another name, or with other attributes.
+func (c *contents) keepHeld(d ferry.Dir, f *content) {
+	if f.size != d.Size() {
+		return
+	}
+	f = f.with(d)
+	c.spill(f)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.hold(&content{path: d.Path(), mtime: d[ferry.AttrMtime], size: d.Size(), data: data}, c.seq)
+	c.hold(f, c.seq)
 }
 
 // held returns what is held for the path p, if anything.
@@ -555,6 +678,7 @@ func (c *contents) held(p string) (*content, bool) {
 // add holds f, which a fetch that began at seq began brought whole (w, if
 // a walk did).
 func (c *contents) add(f *content, began uint64, w *walk) {
+	c.spill(f)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if w != nil {
@@ -584,6 +708,9 @@ func (c *contents) hold(f *content, began uint64) bool {
 	f.read = false
 	c.ents[f.path] = c.unread.PushFront(f)
 	c.size += f.size
+	if f.onDisk && f.data != nil {
+		c.inMem += f.size
+	}
 	c.trim()
 	c.stats.peak = max(c.stats.peak, c.size)
 	return true
@@ -624,6 +751,10 @@ func (c *contents) trim() {
 			e = prev
 		}
 	}
+	// In disk mode the oldest files not yet read leave memory first.
+	for e := c.unread.Back(); e != nil && c.inMem > c.memMax; e = e.Prev() {
+		c.unload(e.Value.(*content))
+	}
 }
 
 // removeLocked drops one file.
@@ -636,6 +767,7 @@ func (c *contents) removeLocked(e *list.Element) {
 	}
 	delete(c.ents, f.path)
 	c.size -= f.size
+	c.unload(f)
 }
 
 // drop forgets p and, with tree, everything below it. The metadata cache

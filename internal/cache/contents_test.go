@@ -15,7 +15,17 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/local"
+	"github.com/ferryfs/ferry/internal/store"
 )
+
+// chunkCache returns disk as a store.ChunkCache: nil (memory mode) if it
+// is nil.
+func chunkCache(disk *store.Cache) store.ChunkCache {
+	if disk == nil {
+		return nil
+	}
+	return disk
+}
 
 // sentBytes is a tree that counts the bytes of file data it sends, by
 // path, through FindGet and Get.
@@ -140,15 +150,27 @@ func walkFiles(t *testing.T, fsys ferry.Finder) []ferry.Dir {
 // twice, every read must return the file, the memory held must stay
 // within the budget, and a program that pauses and reads on must find the
 // walk resumed where it stopped.
+//
+// In disk mode the budget is the disk's, and memory holds no file's data
+// once read, and no more than its own budget of files not yet read; with
+// a budget larger than the tree, a second walk sends nothing. With a
+// disk that drops chunks the budget still counts as held (its own
+// eviction, or a backlog it could not write), the files it lost are read
+// again, correctly.
 func TestWalkSendsEachFileOnce(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		budget int64
-		pause  bool // The program stops for longer than idleStop halfway.
+		pause  bool  // The program stops for longer than idleStop halfway.
+		disk   int64 // In disk mode, the bytes the disk holds; 0 in memory mode.
+		again  bool  // A second walk must send nothing.
 	}{
-		{"budget-4M", 4 << 20, false},
-		{"budget-16M", 16 << 20, false},
-		{"budget-4M-pause", 4 << 20, true},
+		{"budget-4M", 4 << 20, false, 0, false},
+		{"budget-16M", 16 << 20, false, 0, false},
+		{"budget-4M-pause", 4 << 20, true, 0, false},
+		{"disk-4M", 4 << 20, false, 64 << 20, false},
+		{"disk-64M-again", 64 << 20, false, 128 << 20, true},
+		{"disk-losing", 16 << 20, false, 2 << 20, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.pause && testing.Short() {
@@ -162,31 +184,61 @@ func TestWalkSendsEachFileOnce(t *testing.T) {
 			}
 			defer tree.Close()
 			s := &sentBytes{FS: tree, sent: map[string]int64{}}
-			c := newContents(s, testLog(t), tc.budget)
-			defer c.close()
-			files := walkFiles(t, tree)
-			var total int64
-			for i, d := range files {
-				if tc.pause && i == len(files)/2 {
-					time.Sleep(idleStop + time.Second)
-				}
-				total += d.Size()
-				data, ok := c.open(context.Background(), d)
-				if !ok {
-					r := s.Get(context.Background(), d.Path(), 0, -1)
-					data, err = io.ReadAll(r)
-					r.Close()
-					if err != nil {
-						t.Fatal(err)
-					}
-				}
-				want, err := os.ReadFile(filepath.Join(dir, d.Path()))
+			var disk *store.Cache
+			if tc.disk > 0 {
+				disk, err = store.OpenCache(t.TempDir(), tc.disk)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if string(data) != string(want) {
-					t.Fatalf("%s: read %d bytes unlike the file's %d", d.Path(), len(data), len(want))
+				defer disk.Close()
+			}
+			c := newContents(s, testLog(t), tc.budget, chunkCache(disk), 1<<20)
+			defer c.close()
+			files := walkFiles(t, tree)
+			var total int64
+			readAll := func() {
+				for i, d := range files {
+					if tc.pause && i == len(files)/2 {
+						time.Sleep(idleStop + time.Second)
+					}
+					data, ok := c.open(context.Background(), d)
+					if !ok {
+						r := s.Get(context.Background(), d.Path(), 0, -1)
+						data, err = io.ReadAll(r)
+						r.Close()
+						if err != nil {
+							t.Fatal(err)
+						}
+					}
+					want, err := os.ReadFile(filepath.Join(dir, d.Path()))
+					if err != nil {
+						t.Fatal(err)
+					}
+					if string(data) != string(want) {
+						t.Fatalf("%s: read %d bytes unlike the file's %d", d.Path(), len(data), len(want))
+					}
 				}
+			}
+			for _, d := range files {
+				total += d.Size()
+			}
+			readAll()
+			if disk != nil {
+				c.mu.Lock()
+				var inMem int64
+				for p, e := range c.ents {
+					f := e.Value.(*content)
+					if !f.onDisk || f.read && f.data != nil {
+						t.Errorf("%s: held in memory after its read in disk mode", p)
+					}
+					if f.data != nil {
+						inMem += f.size
+					}
+				}
+				if inMem != c.inMem || inMem > c.memMax {
+					t.Errorf("in disk mode memory holds %d bytes of files (counted %d), over %d", inMem, c.inMem, c.memMax)
+				}
+				c.mu.Unlock()
 			}
 			var sent int64
 			var twice []string
@@ -207,14 +259,39 @@ func TestWalkSendsEachFileOnce(t *testing.T) {
 			if tc.pause {
 				allowed = 1
 			}
+			losing := tc.disk > 0 && tc.disk < tc.budget
+			if losing {
+				// Each file lost is read again by a Get.
+				allowed = int(st.lost)
+			}
 			if len(twice) > allowed {
 				t.Errorf("%d files sent more than once: %s", len(twice), strings.Join(twice[:min(len(twice), 10)], ", "))
 			}
 			if st.peak > tc.budget {
 				t.Errorf("held %d bytes at the peak, over the budget of %d", st.peak, tc.budget)
 			}
-			if st.hits < int64(len(files))*9/10 {
+			if st.hits < int64(len(files))*9/10 && !losing {
 				t.Errorf("only %d of %d files came from the prefetch", st.hits, len(files))
+			}
+			if losing && st.lost == 0 {
+				t.Errorf("a disk of 2 MiB lost no file of %d bytes", total)
+			}
+			if !tc.again {
+				return
+			}
+			before := sent
+			s.mu.Lock()
+			clear(s.sent)
+			s.mu.Unlock()
+			readAll()
+			var again int64
+			for _, d := range files {
+				if d.Size() <= treeFile {
+					again += s.sent[d.Path()]
+				}
+			}
+			if again > 0 {
+				t.Errorf("a second walk sent %d bytes of files of 1 MiB or less (the first %d)", again, before)
 			}
 		})
 	}

@@ -78,7 +78,7 @@ func TestListingRacesOwnChanges(t *testing.T) {
 			}
 			h := heldFind{FS: tree, release: make(chan struct{}), walkFirst: tc.walkFirst}
 			m := newMeta(h, 16, 1000, 0, time.Hour)
-			m.data = newContents(h, slog.New(slog.DiscardHandler), 1<<20)
+			m.data = newContents(h, slog.New(slog.DiscardHandler), 1<<20, nil, 0)
 			m.setLease(true)
 			ctx := context.Background()
 
@@ -175,7 +175,7 @@ func TestMetaBounded(t *testing.T) {
 	}
 	const max = 100
 	m := newMeta(tree, 16, 1000, max, time.Hour)
-	m.data = newContents(tree, slog.New(slog.DiscardHandler), 1<<20)
+	m.data = newContents(tree, slog.New(slog.DiscardHandler), 1<<20, nil, 0)
 	m.setLease(true)
 	ctx := context.Background()
 	for round := range 3 {

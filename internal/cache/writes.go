@@ -232,7 +232,7 @@ func (c *FS) landed(what, p string, gen uint64, got ferry.Dir, err error, also .
 	c.meta.set(got)
 	c.meta.dropPending(p)
 	if held != nil && held.size == got.Size() {
-		c.data.keep(got, held.data)
+		c.data.keepHeld(got, held)
 	}
 	return true
 }
@@ -498,7 +498,7 @@ func (c *FS) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Dir]
 			// A file written and renamed into place (git's
 			// index.lock, an editor's save) is read back under its
 			// new name.
-			c.data.keep(d, kept.data)
+			c.data.keepHeld(d, kept)
 		}
 		var nlink int64
 		if d.IsDir() && path.Dir(from) != path.Dir(to) {
@@ -598,7 +598,7 @@ func (c *FS) moveBehind(ctx context.Context, from, to string) (*ferry.Future[fer
 		c.meta.addPending(local)
 	}
 	if kept != nil {
-		c.data.keep(local, kept.data)
+		c.data.keepHeld(local, kept)
 	}
 	var nlink int64
 	if local.IsDir() && path.Dir(from) != path.Dir(to) {
@@ -670,7 +670,7 @@ func (c *FS) wstatBehind(ctx context.Context, p string, d ferry.Dir) (*ferry.Fut
 	held, _ := c.data.held(p)
 	c.meta.update(local)
 	if held != nil {
-		c.data.keep(local, held.data)
+		c.data.keepHeld(local, held)
 	}
 	// A file whose store has not started is stored with the new
 	// attributes (a linker's chmod of what it wrote).

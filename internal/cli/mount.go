@@ -38,7 +38,7 @@ func mountCmd() *cobra.Command {
 		writeBack, readOnly           bool
 		kernelOpens                   bool
 		options                       []string
-		logFile                       string
+		logFile, contents             string
 		readyFd                       int
 		ttl, timeout                  time.Duration
 		depth                         int
@@ -85,13 +85,15 @@ below). Reading one small file of a directory fetches
 the directory's small files (up to 64 KiB each) in the same request, so
 that grep or a compiler does not wait a round trip per file. A program
 seen going through a tree (grep -r, git status) gets the rest of the tree
-streamed in the order it reads, files up to 1 MiB, each once. The
-mount's memory stays within --memory: a quarter of it holds file
-contents, of which at most 16 MiB ahead of the program, and the Go heap
-is collected sooner as the whole nears it; the stream stops 5 s after
-the program stops reading.
-Bigger files move by chunks through the chunk cache on disk (--cache,
---cache-max). Once the watch is in place, on a --read-only mount (and,
+streamed in the order it reads, files up to 1 MiB, each once; the
+stream stops 5 s after the program stops reading, and holds at most
+16 MiB ahead of it. What it brings is kept in the chunk cache on disk
+(--cache), up to half of --cache-max, least recently used dropped
+first, so a second walk of a tree much larger than --memory sends no
+file data (--contents memory keeps it in a quarter of --memory
+instead). Bigger files move by chunks through the same cache. The
+mount's memory stays within --memory: a quarter of it holds metadata,
+and the Go heap is collected sooner as the whole nears it. Once the watch is in place, on a --read-only mount (and,
 with --kernel-opens, on one that writes back) the kernel opens, creates
 and closes files without asking the mount, so a warm grep -r runs at
 about the speed of the local disk; another client's change still
@@ -200,6 +202,9 @@ Limitations:
 					return ferry.E("mount", o, ferry.KindInvalid, "unknown mount option (known: ro, rw, allow_other, default_permissions, uid=N, gid=N)")
 				}
 			}
+			if contents != "disk" && contents != "memory" {
+				return ferry.E("mount", contents, ferry.KindInvalid, "--contents takes disk or memory")
+			}
 			if err := notMounted(args[1]); err != nil {
 				return err
 			}
@@ -217,7 +222,7 @@ Limitations:
 				WriteBack:   writeBack,
 				KernelOpens: kernelOpens,
 				CallTimeout: timeout,
-			}, int64(memory))
+			}, int64(memory), contents == "disk")
 		},
 	}
 	c.Flags().BoolVarP(&foreground, "foreground", "f", false, "stay in the foreground and log to stderr")
@@ -231,7 +236,8 @@ Limitations:
 	c.Flags().BoolVar(&writeBack, "writeback", true, "let close return before the file is stored, under write leases that keep close-to-open (--writeback=false: close waits for the server); fsync still waits")
 	c.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long a call waits for the server (reconnecting meanwhile) before it fails with EIO")
 	c.Flags().IntVar(&depth, "prefetch-depth", 16, "how many levels below a directory its first use fetches")
-	c.Flags().Var(&memory, "memory", "the mount's memory budget, a quarter of it for file contents fetched ahead (128M, 512M, 1G)")
+	c.Flags().Var(&memory, "memory", "the mount's memory budget, a quarter of it for metadata, and a quarter for file contents fetched ahead with --contents memory (128M, 512M, 1G)")
+	c.Flags().StringVar(&contents, "contents", "disk", "where file contents fetched ahead are held: disk (in the chunk cache, up to half of --cache-max) or memory (a quarter of --memory); memory without a chunk cache")
 	c.Flags().IntVar(&readyFd, "ready-fd", 0, "descriptor on which to report readiness (used by the background start)")
 	c.Flags().MarkHidden("ready-fd")
 	return c
@@ -323,7 +329,7 @@ func mountBackground(cmd *cobra.Command, mountpoint, logFile string) error {
 }
 
 // mountForeground mounts and serves until unmounted or signalled.
-func mountForeground(cmd *cobra.Command, target, mountpoint string, readyFd int, opt fusefs.Options, memory int64) error {
+func mountForeground(cmd *cobra.Command, target, mountpoint string, readyFd int, opt fusefs.Options, memory int64, onDisk bool) error {
 	var ready io.WriteCloser
 	if readyFd > 0 {
 		ready = os.NewFile(uintptr(readyFd), "ready")
@@ -361,6 +367,12 @@ func mountForeground(cmd *cobra.Command, target, mountpoint string, readyFd int,
 	c, err := dial(cmd, t.Addr, func(c *remote.Config) {
 		c.Window = window
 		c.Log = log
+		if onDisk {
+			// The cache layer holds the contents it fetches ahead in
+			// the chunk cache too: a tree larger than the memory
+			// budget stays cached for the next walk.
+			opt.Cache.Disk = c.Cache
+		}
 	})
 	if err != nil {
 		return fail(err)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferryfs/ferry/internal/cache"
 	"github.com/ferryfs/ferry/internal/remote"
 	"github.com/ferryfs/ferry/internal/servertest"
 	"github.com/ferryfs/ferry/internal/store"
@@ -37,14 +38,15 @@ func TestServeHelper(t *testing.T) {
 	f := strings.Fields(arg)
 	srv := servertest.StartChunked(t, f[0])
 	// A chunk cache, as ferry mount has: files of 64 KiB or more are then
-	// read by chunks.
+	// read by chunks, and the cache layer holds what it fetches ahead
+	// there (disk mode, the mount's default).
 	chunks, err := store.OpenCache(t.TempDir(), 256<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := srv.ClientVia(t, "root", srv.Addr, func(cfg *remote.Config) { cfg.Cache, cfg.CloseCache = chunks, true })
 	s, err := Mount(f[1], c, Options{AllowOther: true, Log: testLog(t), TempDir: t.TempDir(),
-		WriteBack: len(f) > 2 && f[2] == "writeback"})
+		WriteBack: len(f) > 2 && f[2] == "writeback", Cache: cache.Options{Disk: chunks}})
 	if err != nil {
 		t.Fatal(err)
 	}
