@@ -265,7 +265,7 @@ func (c *FS) Close() error {
 	<-c.done
 	st := c.data.report()
 	c.log.Info("file contents prefetched", "files", st.files, "bytes", st.bytes, "hits", st.hits,
-		"directories", st.dirFetches, "walks", st.walks, "evicted", st.evicted, "lost", st.lost, "peak", st.peak, "budget", c.data.max, "on", c.data.where())
+		"directories", st.dirFetches, "walks", st.walks, "evicted", st.evicted, "lost", st.lost, "recalled", st.recalled, "peak", st.peak, "budget", c.data.max, "on", c.data.where())
 	return nil
 }
 
@@ -451,7 +451,7 @@ func (c *FS) Status(context.Context) string {
 	d.mu.Unlock()
 	fmt.Fprintf(&b, "contents.on: %s\n", d.where())
 	fmt.Fprintf(&b, "contents.bytes: %d of %d\ncontents.files: %d\ncontents.peak: %d\n", size, d.max, files, st.peak)
-	fmt.Fprintf(&b, "contents.fetched: %d files, %d bytes\ncontents.evicted: %d\ncontents.lost: %d\ncontents.walks: %d\n", st.files, st.bytes, st.evicted, st.lost, st.walks)
+	fmt.Fprintf(&b, "contents.fetched: %d files, %d bytes\ncontents.evicted: %d\ncontents.lost: %d\ncontents.recalled: %d\ncontents.walks: %d\n", st.files, st.bytes, st.evicted, st.lost, st.recalled, st.walks)
 	finds, stats := c.meta.counts()
 	fmt.Fprintf(&b, "meta.finds: %d\nmeta.stats: %d\n", finds, stats)
 	ents, evicted := c.meta.size()

@@ -65,7 +65,8 @@ type contents struct {
 	// where to find it, and the data of files not yet read, up to
 	// memMax; nil in memory mode.
 	disk   store.ChunkCache
-	max    int64 // The budget: bytes of data held at most, in memory or on disk.
+	recs   records // The disk's records by path, if it keeps them.
+	max    int64   // The budget: bytes of data held at most, in memory or on disk.
 	memMax int64
 	// window bounds what a walk holds ahead of the program.
 	window int64
@@ -82,7 +83,11 @@ type contents struct {
 	// program that reads a file seldom reads it again soon.
 	read, unread *list.List
 	dirs         map[string]bool // Directories whose small files were fetched or are being fetched.
-	walks        []*walk         // Oldest first.
+	// recalledDirs holds the directories where the disk's records gave
+	// a file: a file there they lack changed since, and is fetched
+	// alone.
+	recalledDirs map[string]bool
+	walks        []*walk // Oldest first.
 	// evicted holds the paths the budget pushed out, which a fetch may
 	// bring again.
 	evicted map[string]bool
@@ -109,29 +114,36 @@ type contentStats struct {
 	evicted                 int64
 	peak                    int64 // The most bytes held at once.
 	// lost counts files whose chunks the disk no longer had when read
-	// (its own budget dropped them, or a write was not kept).
-	lost int64
+	// (its own budget dropped them, or a write was not kept); recalled
+	// the files found through the disk's records.
+	lost, recalled int64
 }
 
 type content struct {
 	path  string
 	mtime string
 	size  int64
-	data  []byte
+	// ino and ctime name the version, with size and mtime, for a
+	// record (see records).
+	ino, ctime string
+	data       []byte
 	// hashes, in disk mode, are the chunks that hold the data. The data
 	// stays in memory too until it is first read: a program walking a
 	// tree reads a file soon after it arrives, and the disk's store has
 	// not settled yet.
 	hashes []chunk.Hash
 	onDisk bool
-	w      *walk // The walk that brought it, if one did.
-	read   bool
+	// recorded is set when the disk's records have f already.
+	recorded bool
+	w        *walk // The walk that brought it, if one did.
+	read     bool
 }
 
 // with returns a copy of f describing the file d, with f's data: the same
 // content under another name or attributes.
 func (f *content) with(d ferry.Dir) *content {
-	return &content{path: d.Path(), mtime: d[ferry.AttrMtime], size: d.Size(), data: f.data, hashes: f.hashes, onDisk: f.onDisk}
+	return &content{path: d.Path(), mtime: d[ferry.AttrMtime], size: d.Size(), ino: d[ferry.AttrIno], ctime: d[ferry.AttrCtime],
+		data: f.data, hashes: f.hashes, onDisk: f.onDisk}
 }
 
 // walk is a stream of the files of a tree below root, from the path from
@@ -181,9 +193,9 @@ func (w *walk) advance(p string) {
 // maxWindow.
 func newContents(fsys ferry.Finder, log *slog.Logger, budget int64, disk store.ChunkCache, memory int64) *contents {
 	ctx, stop := context.WithCancel(context.Background())
-	c := &contents{fsys: fsys, log: log, disk: disk, max: budget, memMax: memory, window: min(max(budget/4, 1<<20), maxWindow),
+	c := &contents{fsys: fsys, log: log, disk: disk, recs: recordsOf(disk), max: budget, memMax: memory, window: min(max(budget/4, 1<<20), maxWindow),
 		ctx: ctx, stop: stop,
-		ents: map[string]*list.Element{}, read: list.New(), unread: list.New(), dirs: map[string]bool{},
+		ents: map[string]*list.Element{}, read: list.New(), unread: list.New(), dirs: map[string]bool{}, recalledDirs: map[string]bool{},
 		evicted: map[string]bool{}, dropped: map[string]uint64{}, droppedTrees: map[string]uint64{},
 		running: map[string]bool{}}
 	c.changed = sync.NewCond(&c.mu)
@@ -224,11 +236,48 @@ func (c *contents) open(ctx context.Context, d ferry.Dir) ([]byte, bool) {
 func (c *contents) get(d ferry.Dir) ([]byte, bool) {
 	c.mu.Lock()
 	f, data, ok := c.getLocked(d)
+	began := c.seq
 	c.mu.Unlock()
 	if !ok {
-		return nil, false
+		if f = c.recorded(d); f == nil {
+			return nil, false
+		}
+		c.mu.Lock()
+		if c.hold(f, began) {
+			c.stats.recalled++
+			if len(c.recalledDirs) >= 1<<16 {
+				clear(c.recalledDirs)
+			}
+			c.recalledDirs[path.Dir(f.path)] = true
+			f, data, ok = c.getLocked(d)
+		}
+		c.mu.Unlock()
+		if !ok {
+			return nil, false
+		}
 	}
 	return c.load(f, data)
+}
+
+// recorded returns what the disk's records say it holds of the file d
+// describes, or nil.
+func (c *contents) recorded(d ferry.Dir) *content {
+	if c.recs == nil || d.Type() != ferry.TypeFile || d.Size() > treeFile {
+		return nil
+	}
+	b, ok := c.recs.Get(d.Path())
+	if !ok {
+		return nil
+	}
+	f, err := decodeRecord(d.Path(), b)
+	if err != nil {
+		c.recs.Delete(d.Path())
+		return nil
+	}
+	if !f.versionOf(d) {
+		return nil
+	}
+	return f
 }
 
 // AwaitMax bounds how long await waits for a fetch that brings nothing:
@@ -418,7 +467,7 @@ func (c *contents) want(d ferry.Dir) {
 		c.changed.Broadcast()
 		return
 	}
-	if d.Size() > SmallFile || c.running[dir] {
+	if d.Size() > SmallFile || c.running[dir] || c.recalledDirs[dir] {
 		return
 	}
 	again := c.evicted[p]
@@ -624,7 +673,7 @@ func receive(st *ferry.Stream[ferry.Entry], next func(ferry.Dir) bool, add func(
 				return nil
 			}
 			cur = &content{path: e.Dir.Path(), mtime: e.Dir[ferry.AttrMtime], size: e.Dir.Size(),
-				data: make([]byte, 0, e.Dir.Size())}
+				ino: e.Dir[ferry.AttrIno], ctime: e.Dir[ferry.AttrCtime], data: make([]byte, 0, e.Dir.Size())}
 		case cur != nil:
 			if int64(len(cur.data)+len(e.Data)) > cur.size {
 				// The file grew while it was read: leave it to Get.
@@ -708,6 +757,10 @@ func (c *contents) hold(f *content, began uint64) bool {
 	f.read = false
 	c.ents[f.path] = c.unread.PushFront(f)
 	c.size += f.size
+	if c.recs != nil && f.onDisk && !f.recorded && f.ino != "" && f.ctime != "" {
+		c.recs.Set(f.path, encodeRecord(f))
+		f.recorded = true
+	}
 	if f.onDisk && f.data != nil {
 		c.inMem += f.size
 	}
@@ -757,8 +810,19 @@ func (c *contents) trim() {
 	}
 }
 
-// removeLocked drops one file.
+// removeLocked drops one file, and its record.
 func (c *contents) removeLocked(e *list.Element) {
+	c.forgetLocked(e)
+	if f := e.Value.(*content); f.recorded {
+		c.recs.Delete(f.path)
+	}
+}
+
+// forgetLocked drops one file, keeping its record: what a record names is
+// checked against the file's attributes when it is used, so a tree
+// dropped because events were lost, or the lease ended (an unmount), is
+// still found there later.
+func (c *contents) forgetLocked(e *list.Element) {
 	f := e.Value.(*content)
 	if f.read {
 		c.read.Remove(e)
@@ -785,19 +849,20 @@ func (c *contents) drop(p string, tree bool) {
 		c.allDropped = c.seq
 	}
 	c.dropped[p] = c.seq
-	if e, ok := c.ents[p]; ok {
-		c.removeLocked(e)
-	}
 	if !tree {
+		if e, ok := c.ents[p]; ok {
+			c.removeLocked(e)
+		}
 		return
 	}
 	c.droppedTrees[p] = c.seq
 	for q, e := range c.ents {
 		if ferry.HasPrefix(q, p) {
-			c.removeLocked(e)
+			c.forgetLocked(e)
 		}
 	}
 	deleteBelow(c.dirs, p)
+	deleteBelow(c.recalledDirs, p)
 	deleteBelow(c.evicted, p)
 	keep := c.walks[:0]
 	for _, w := range c.walks {

@@ -201,22 +201,7 @@ func TestWalkSendsEachFileOnce(t *testing.T) {
 					if tc.pause && i == len(files)/2 {
 						time.Sleep(idleStop + time.Second)
 					}
-					data, ok := c.open(context.Background(), d)
-					if !ok {
-						r := s.Get(context.Background(), d.Path(), 0, -1)
-						data, err = io.ReadAll(r)
-						r.Close()
-						if err != nil {
-							t.Fatal(err)
-						}
-					}
-					want, err := os.ReadFile(filepath.Join(dir, d.Path()))
-					if err != nil {
-						t.Fatal(err)
-					}
-					if string(data) != string(want) {
-						t.Fatalf("%s: read %d bytes unlike the file's %d", d.Path(), len(data), len(want))
-					}
+					readChecked(t, c, s, dir, d)
 				}
 			}
 			for _, d := range files {
@@ -294,6 +279,30 @@ func TestWalkSendsEachFileOnce(t *testing.T) {
 				t.Errorf("a second walk sent %d bytes of files of 1 MiB or less (the first %d)", again, before)
 			}
 		})
+	}
+}
+
+// readChecked reads the file d describes as the mount does, from c or
+// else by a Get of s, and fails unless it reads what the file in dir
+// holds.
+func readChecked(t *testing.T, c *contents, s ferry.FS, dir string, d ferry.Dir) {
+	t.Helper()
+	data, ok := c.open(context.Background(), d)
+	if !ok {
+		r := s.Get(context.Background(), d.Path(), 0, -1)
+		var err error
+		data, err = io.ReadAll(r)
+		r.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(filepath.Join(dir, d.Path()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(data) != string(want) {
+		t.Fatalf("%s: read %d bytes unlike the file's %d", d.Path(), len(data), len(want))
 	}
 }
 

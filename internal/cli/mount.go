@@ -89,9 +89,11 @@ streamed in the order it reads, files up to 1 MiB, each once; the
 stream stops 5 s after the program stops reading, and holds at most
 16 MiB ahead of it. What it brings is kept in the chunk cache on disk
 (--cache), up to half of --cache-max, least recently used dropped
-first, so a second walk of a tree much larger than --memory sends no
-file data (--contents memory keeps it in a quarter of --memory
-instead). Bigger files move by chunks through the same cache. The
+first, with a record of which version of each file it holds: a second
+walk of a tree much larger than --memory, in this mount or a later one
+of the same server, sends no data of the files unchanged since
+(--contents memory keeps them in a quarter of --memory, for this mount
+only). Bigger files move by chunks through the same cache. The
 mount's memory stays within --memory: a quarter of it holds metadata,
 and the Go heap is collected sooner as the whole nears it. Once the watch is in place, on a --read-only mount (and,
 with --kernel-opens, on one that writes back) the kernel opens, creates

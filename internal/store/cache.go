@@ -18,15 +18,22 @@ import (
 //
 // Keys: 'd'+hash holds the chunk's bytes; 'a'+hash holds its last use (a
 // sequence number) and length; 'u'+use+hash orders chunks by last use for
-// eviction.
+// eviction; 'n'+path holds a record of Names.
 type Cache struct {
 	db  *pebble.DB
 	max int64
 
-	mu    sync.Mutex // mu orders the store's writes and guards seq, bytes and n.
+	mu    sync.Mutex // mu orders the store's writes and guards seq, bytes, n, held and names.
 	seq   uint64
 	bytes int64
 	n     int64
+	// held maps the first 8 bytes of each chunk's hash to its length,
+	// so that finding whether a chunk is held reads no table: with many
+	// small tables (a mount's small memtables), each such read cost
+	// several block reads. Two chunks whose hashes begin alike count as
+	// one: the second is then not cached, and a Get of it misses.
+	held  map[uint64]uint32
+	names int64 // The records of Names.
 
 	hits, misses, corrupt atomic.Int64
 
@@ -49,10 +56,12 @@ type Cache struct {
 	unshare []func()
 }
 
-// added is a chunk on its way to the store.
+// added is a chunk on its way to the store, or a record of Names (name
+// set, with data nil for a removal).
 type added struct {
 	h    chunk.Hash
 	data []byte
+	name string
 }
 
 // AddBacklog bounds the bytes that Add holds for the background writer:
@@ -89,15 +98,20 @@ func OpenCacheMem(dir string, maxBytes, memtable int64) (*Cache, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Cache{db: db, max: maxBytes}
-	err = scan(db, []byte{'a'}, func(_, v []byte) bool {
-		if len(v) == 12 {
+	c := &Cache{db: db, max: maxBytes, held: map[uint64]uint32{}}
+	err = scan(db, []byte{'a'}, func(k, v []byte) bool {
+		if len(v) == 12 && len(k) == 1+chunk.HashSize {
 			c.seq = max(c.seq, binary.BigEndian.Uint64(v))
-			c.bytes += int64(binary.BigEndian.Uint32(v[8:]))
+			n := binary.BigEndian.Uint32(v[8:])
+			c.held[binary.BigEndian.Uint64(k[1:])] = n
+			c.bytes += int64(n)
 			c.n++
 		}
 		return true
 	})
+	if err == nil {
+		c.names, err = countNames(db)
+	}
 	if err != nil {
 		db.Close()
 		return nil, ferry.E(op, dir, ferry.KindIO, err)
@@ -150,22 +164,8 @@ func (c *Cache) Add(h chunk.Hash, data []byte) {
 		c.dropped.Add(1)
 		return
 	}
-	if c.adds == nil {
-		c.adds = make(chan added, AddBacklog/chunk.Default.Min)
-		c.queued = map[chunk.Hash][]byte{}
-		c.writer.Add(1)
-		go func() {
-			defer c.writer.Done()
-			for a := range c.adds {
-				c.Put(a.h, a.data)
-				c.qmu.Lock()
-				delete(c.queued, a.h)
-				c.queuedBytes -= int64(len(a.data))
-				c.qmu.Unlock()
-			}
-		}()
-	}
-	a := added{h, bytes.Clone(data)}
+	c.startWriter()
+	a := added{h: h, data: bytes.Clone(data)}
 	select {
 	case c.adds <- a:
 		c.queued[h] = a.data
@@ -173,6 +173,31 @@ func (c *Cache) Add(h chunk.Hash, data []byte) {
 	default:
 		c.dropped.Add(1)
 	}
+}
+
+// startWriter starts the background writer of what Add and Names hand
+// it, if it has not started. c.qmu is held.
+func (c *Cache) startWriter() {
+	if c.adds != nil {
+		return
+	}
+	c.adds = make(chan added, AddBacklog/chunk.Default.Min)
+	c.queued = map[chunk.Hash][]byte{}
+	c.writer.Add(1)
+	go func() {
+		defer c.writer.Done()
+		for a := range c.adds {
+			if a.name != "" {
+				c.writeName(a.name, a.data)
+				continue
+			}
+			c.Put(a.h, a.data)
+			c.qmu.Lock()
+			delete(c.queued, a.h)
+			c.queuedBytes -= int64(len(a.data))
+			c.qmu.Unlock()
+		}
+	}()
 }
 
 // fromQueue returns a copy of the chunk h if Add holds it.
@@ -217,9 +242,14 @@ func (c *Cache) HasMany(hs []chunk.Hash) []bool {
 
 // stored reports whether the store holds the chunk.
 func (c *Cache) stored(h chunk.Hash) bool {
-	_, ok, _ := get(c.db, key('a', h))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.held[prefix(h)]
 	return ok
 }
+
+// prefix is the key of h in Cache.held.
+func prefix(h chunk.Hash) uint64 { return binary.BigEndian.Uint64(h[:8]) }
 
 // Get returns the chunk's bytes, which the caller owns, after checking that
 // they hash to h. A corrupt entry is dropped and reported as a miss. Get
@@ -278,7 +308,7 @@ func (c *Cache) Put(h chunk.Hash, data []byte) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok, _ := get(c.db, key('a', h)); ok {
+	if _, ok := c.held[prefix(h)]; ok {
 		return nil // Added meanwhile.
 	}
 	b := c.db.NewBatch()
@@ -289,6 +319,7 @@ func (c *Cache) Put(h chunk.Hash, data []byte) error {
 	if err := b.Commit(noSync); err != nil {
 		return ferry.E(op, h.String(), ferry.KindIO, err)
 	}
+	c.held[prefix(h)] = uint32(len(data))
 	c.bytes += int64(len(data))
 	c.n++
 	return c.evict()
@@ -306,9 +337,10 @@ func (c *Cache) evict() error {
 			return false
 		}
 		h, _ := chunk.FromBytes(k[9:])
-		if a, ok, _ := get(c.db, key('a', h)); ok && len(a) == 12 {
-			c.bytes -= int64(binary.BigEndian.Uint32(a[8:]))
+		if n, ok := c.held[prefix(h)]; ok {
+			c.bytes -= int64(n)
 			c.n--
+			delete(c.held, prefix(h))
 		}
 		b.Delete(append([]byte(nil), k...), nil)
 		b.Delete(key('a', h), nil)
@@ -334,6 +366,7 @@ func (c *Cache) drop(h chunk.Hash) {
 		b.Delete(append(u64([]byte{'u'}, binary.BigEndian.Uint64(a)), h[:]...), nil)
 		c.bytes -= int64(binary.BigEndian.Uint32(a[8:]))
 		c.n--
+		delete(c.held, prefix(h))
 	}
 	b.Delete(key('a', h), nil)
 	b.Delete(key('d', h), nil)

@@ -18,6 +18,7 @@ import (
 	"errors"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/sstable"
 	"github.com/cockroachdb/pebble/v2/vfs"
 
@@ -47,10 +48,23 @@ func (Quiet) Fatalf(format string, args ...any) {
 // store, tuned so.
 func open(op, dir string, memtable int64) (*pebble.DB, error) {
 	opts := &pebble.Options{Logger: Quiet{}, CacheSize: 8 << 20}
+	// Many lookups are of a hash not there (the index asked for the
+	// chunks of a new file): a bloom filter per table answers them
+	// without reading the table's blocks.
+	for i := range opts.Levels {
+		opts.Levels[i].FilterPolicy = bloom.FilterPolicy(10)
+	}
 	if bulk := memtable > 0; bulk {
 		opts.MemTableSize = uint64(memtable)
+		// Chunks are large values written once: fewer, larger
+		// compactions and blocks rewrite them less often (with 4 MiB
+		// memtables, a mount's at 128M, Puts went from 30 to 52 MB/s).
+		opts.L0CompactionThreshold = 8
+		opts.L0StopWritesThreshold = 64
+		opts.LBaseMaxBytes = 256 << 20
 		for i := range opts.Levels {
 			opts.Levels[i].Compression = func() *sstable.CompressionProfile { return sstable.NoCompression }
+			opts.Levels[i].BlockSize = 32 << 10
 		}
 	}
 	if dir == "" {
