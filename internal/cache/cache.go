@@ -447,9 +447,12 @@ func (c *FS) Status(context.Context) string {
 	}
 	d := c.data
 	d.mu.Lock()
-	size, files, st := d.size, len(d.ents), d.stats
+	size, inMem, files, st := d.size, d.inMem, len(d.ents), d.stats
 	d.mu.Unlock()
 	fmt.Fprintf(&b, "contents.on: %s\n", d.where())
+	if d.disk != nil {
+		fmt.Fprintf(&b, "contents.memory: %d of %d bytes of files not yet read\n", inMem, d.memMax)
+	}
 	fmt.Fprintf(&b, "contents.bytes: %d of %d\ncontents.files: %d\ncontents.peak: %d\n", size, d.max, files, st.peak)
 	fmt.Fprintf(&b, "contents.fetched: %d files, %d bytes\ncontents.evicted: %d\ncontents.lost: %d\ncontents.recalled: %d\ncontents.walks: %d\n", st.files, st.bytes, st.evicted, st.lost, st.recalled, st.walks)
 	finds, stats := c.meta.counts()

@@ -423,7 +423,8 @@ func (c *contents) lose(f *content) {
 }
 
 // spill, in disk mode, stores f's data on the disk, as the chunks a
-// chunked read of the file would find there too.
+// chunked read of the file would find there too. Nothing changes f.data
+// once it is held, so the disk may keep it as it is.
 func (c *contents) spill(f *content) {
 	if c.disk == nil || f.onDisk {
 		return
@@ -433,7 +434,7 @@ func (c *contents) spill(f *content) {
 	for len(b) > 0 {
 		n := chunk.Default.Cut(b)
 		h := chunk.Sum(b[:n])
-		c.disk.Add(h, b[:n])
+		c.disk.AddFixed(h, b[:n])
 		hs = append(hs, h)
 		b = b[n:]
 	}

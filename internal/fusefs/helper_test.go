@@ -10,7 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/cache"
+	"github.com/ferryfs/ferry/internal/ctl"
 	"github.com/ferryfs/ferry/internal/remote"
 	"github.com/ferryfs/ferry/internal/servertest"
 	"github.com/ferryfs/ferry/internal/store"
@@ -23,7 +25,7 @@ import (
 // the world, the process that serves the mount deadlocks.
 
 // helperEnv names the directories of a helper process and its mode:
-// "SERVED MOUNTPOINT [writeback]".
+// "SERVED MOUNTPOINT [writeback] [cache=DIR]".
 const helperEnv = "FERRY_FUSEFS_HELPER"
 
 // TestServeHelper is not a test: started by serveElsewhere, it serves a
@@ -37,16 +39,28 @@ func TestServeHelper(t *testing.T) {
 	}
 	f := strings.Fields(arg)
 	srv := servertest.StartChunked(t, f[0])
+	writeBack, cacheDir := false, t.TempDir()
+	for _, o := range f[2:] {
+		if o == "writeback" {
+			writeBack = true
+		} else if d, ok := strings.CutPrefix(o, "cache="); ok {
+			cacheDir = d
+		}
+	}
 	// A chunk cache, as ferry mount has: files of 64 KiB or more are then
 	// read by chunks, and the cache layer holds what it fetches ahead
 	// there (disk mode, the mount's default).
-	chunks, err := store.OpenCache(t.TempDir(), 256<<20)
+	chunks, err := store.OpenCache(cacheDir, 256<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := srv.ClientVia(t, "root", srv.Addr, func(cfg *remote.Config) { cfg.Cache, cfg.CloseCache = chunks, true })
 	s, err := Mount(f[1], c, Options{AllowOther: true, Log: testLog(t), TempDir: t.TempDir(),
-		WriteBack: len(f) > 2 && f[2] == "writeback", Cache: cache.Options{Disk: chunks}})
+		WriteBack: writeBack, Cache: cache.Options{Disk: chunks},
+		// The control file, stacked as ferry mount stacks it.
+		Control: func(mount, cache ferry.Controller) ferry.FS {
+			return ctl.New("mount", ctl.New("cache", ctl.New("client", c, c), cache), mount)
+		}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,12 +76,22 @@ func TestServeHelper(t *testing.T) {
 // mount writes back (Options.WriteBack) if writeBack is set.
 func serveElsewhere(t *testing.T, dir string, writeBack bool) (mnt string) {
 	t.Helper()
+	return serveWithCache(t, dir, writeBack, "")
+}
+
+// serveWithCache is serveElsewhere with the mount's chunk cache in
+// cacheDir, if it is not "" (else in a directory of its own).
+func serveWithCache(t *testing.T, dir string, writeBack bool, cacheDir string) (mnt string) {
+	t.Helper()
 	needFUSE(t)
 	mnt = t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^TestServeHelper$", "-test.v")
 	arg := dir + " " + mnt
 	if writeBack {
 		arg += " writeback"
+	}
+	if cacheDir != "" {
+		arg += " cache=" + cacheDir
 	}
 	cmd.Env = append(os.Environ(), helperEnv+"="+arg, "GORACE=atexit_sleep_ms=0")
 	stdin, err := cmd.StdinPipe()

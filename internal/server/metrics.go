@@ -128,7 +128,12 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		}
 		return g
 	}
-	for _, cn := range s.connections() {
+	// The live connections and the ended ones are summed under one hold
+	// of s.mu, so that a connection ending meanwhile (HandleConn) counts
+	// in one of them, with the totals this scrape saw, and never in
+	// both or neither.
+	s.mu.Lock()
+	for cn := range s.conns {
 		cn.mu.Lock()
 		k := hostUser{host: hostOf(cn.addr), user: cn.user}
 		if s.cfg.MetricsPerConn {
@@ -155,7 +160,6 @@ func (c collector) Collect(ch chan<- prometheus.Metric) {
 		g.re += float64(info.Retrans)
 		g.congestion[info.Congestion] = true
 	}
-	s.mu.Lock()
 	for k, t := range s.ended {
 		g := get(k)
 		g.tx, g.rx, g.re = g.tx+t.tx, g.rx+t.rx, g.re+t.re

@@ -23,7 +23,7 @@ type Cache struct {
 	db  *pebble.DB
 	max int64
 
-	mu    sync.Mutex // mu orders the store's writes and guards seq, bytes, n, held and names.
+	mu    sync.Mutex // mu orders the store's writes and guards seq, bytes, n and names.
 	seq   uint64
 	bytes int64
 	n     int64
@@ -31,7 +31,10 @@ type Cache struct {
 	// so that finding whether a chunk is held reads no table: with many
 	// small tables (a mount's small memtables), each such read cost
 	// several block reads. Two chunks whose hashes begin alike count as
-	// one: the second is then not cached, and a Get of it misses.
+	// one: the second is then not cached, and a Get of it misses. It is
+	// changed with mu held too, and read without mu, which a write
+	// holds through its commit.
+	hmu   sync.RWMutex
 	held  map[uint64]uint32
 	names int64 // The records of Names.
 
@@ -150,7 +153,15 @@ func (c *Cache) Close() error {
 // transfers that add chunks have hashed them already). A chunk that would
 // take the backlog over AddBacklog, or comes after Close, is not cached
 // (counted in CacheStats.Dropped); nor is one whose bytes do not match h.
-func (c *Cache) Add(h chunk.Hash, data []byte) {
+func (c *Cache) Add(h chunk.Hash, data []byte) { c.add(h, data, true) }
+
+// AddFixed is Add of data the caller never changes, which it keeps
+// without copying: the cache layer's contents, which it holds as they
+// came, spare the collector a copy of every file they write.
+func (c *Cache) AddFixed(h chunk.Hash, data []byte) { c.add(h, data, false) }
+
+// add is Add, copying data if clone is set.
+func (c *Cache) add(h chunk.Hash, data []byte, clone bool) {
 	n := int64(len(data))
 	if n > c.max {
 		return // Put would not keep it either.
@@ -165,7 +176,10 @@ func (c *Cache) Add(h chunk.Hash, data []byte) {
 		return
 	}
 	c.startWriter()
-	a := added{h: h, data: bytes.Clone(data)}
+	if clone {
+		data = bytes.Clone(data)
+	}
+	a := added{h: h, data: data}
 	select {
 	case c.adds <- a:
 		c.queued[h] = a.data
@@ -242,8 +256,8 @@ func (c *Cache) HasMany(hs []chunk.Hash) []bool {
 
 // stored reports whether the store holds the chunk.
 func (c *Cache) stored(h chunk.Hash) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.hmu.RLock()
+	defer c.hmu.RUnlock()
 	_, ok := c.held[prefix(h)]
 	return ok
 }
@@ -308,7 +322,7 @@ func (c *Cache) Put(h chunk.Hash, data []byte) error {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if _, ok := c.held[prefix(h)]; ok {
+	if c.stored(h) {
 		return nil // Added meanwhile.
 	}
 	b := c.db.NewBatch()
@@ -319,7 +333,9 @@ func (c *Cache) Put(h chunk.Hash, data []byte) error {
 	if err := b.Commit(noSync); err != nil {
 		return ferry.E(op, h.String(), ferry.KindIO, err)
 	}
+	c.hmu.Lock()
 	c.held[prefix(h)] = uint32(len(data))
+	c.hmu.Unlock()
 	c.bytes += int64(len(data))
 	c.n++
 	return c.evict()
@@ -337,11 +353,13 @@ func (c *Cache) evict() error {
 			return false
 		}
 		h, _ := chunk.FromBytes(k[9:])
+		c.hmu.Lock()
 		if n, ok := c.held[prefix(h)]; ok {
 			c.bytes -= int64(n)
 			c.n--
 			delete(c.held, prefix(h))
 		}
+		c.hmu.Unlock()
 		b.Delete(append([]byte(nil), k...), nil)
 		b.Delete(key('a', h), nil)
 		b.Delete(key('d', h), nil)
@@ -366,7 +384,9 @@ func (c *Cache) drop(h chunk.Hash) {
 		b.Delete(append(u64([]byte{'u'}, binary.BigEndian.Uint64(a)), h[:]...), nil)
 		c.bytes -= int64(binary.BigEndian.Uint32(a[8:]))
 		c.n--
+		c.hmu.Lock()
 		delete(c.held, prefix(h))
+		c.hmu.Unlock()
 	}
 	b.Delete(key('a', h), nil)
 	b.Delete(key('d', h), nil)

@@ -27,6 +27,9 @@ type ChunkCache interface {
 	// does ctx. A Shared cache streams them in one call.
 	GetMany(ctx context.Context, hs []chunk.Hash) func() ([]byte, bool)
 	Add(h chunk.Hash, data []byte)
+	// AddFixed is Add of data the caller never changes, which a cache
+	// may then keep without copying it.
+	AddFixed(h chunk.Hash, data []byte)
 	Stats() CacheStats
 	Close() error
 }
@@ -238,6 +241,9 @@ func (s *Shared) Add(h chunk.Hash, data []byte) {
 	defer cancel()
 	s.cc.Add(ctx, &proto.CacheChunk{Hash: h[:], Data: data})
 }
+
+// AddFixed implements ChunkCache: the call copies data anyway.
+func (s *Shared) AddFixed(h chunk.Hash, data []byte) { s.Add(h, data) }
 
 // Stats implements ChunkCache: the holder's figures, or none if it cannot
 // be reached.
