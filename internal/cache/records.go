@@ -25,7 +25,7 @@ type records interface {
 }
 
 // recordsOf returns disk's records, if it keeps any.
-func recordsOf(disk any) records {
+func recordsOf(disk store.ChunkCache) records {
 	if d, ok := disk.(interface{ Names() *store.Names }); ok {
 		return d.Names()
 	}

@@ -23,17 +23,16 @@ type Cache struct {
 	db  *pebble.DB
 	max int64
 
-	mu    sync.Mutex // mu orders the store's writes and guards seq, bytes, n and names.
+	mu    sync.Mutex // mu orders the store's writes and guards seq, bytes and names.
 	seq   uint64
 	bytes int64
-	n     int64
 	// held maps the first 8 bytes of each chunk's hash to its length,
 	// so that finding whether a chunk is held reads no table: with many
 	// small tables (a mount's small memtables), each such read cost
 	// several block reads. Two chunks whose hashes begin alike count as
 	// one: the second is then not cached, and a Get of it misses. It is
 	// changed with mu held too, and read without mu, which a write
-	// holds through its commit.
+	// holds through its commit. Its size is the count of chunks.
 	hmu   sync.RWMutex
 	held  map[uint64]uint32
 	names int64 // The records of Names.
@@ -108,7 +107,6 @@ func OpenCacheMem(dir string, maxBytes, memtable int64) (*Cache, error) {
 			n := binary.BigEndian.Uint32(v[8:])
 			c.held[binary.BigEndian.Uint64(k[1:])] = n
 			c.bytes += int64(n)
-			c.n++
 		}
 		return true
 	})
@@ -337,7 +335,6 @@ func (c *Cache) Put(h chunk.Hash, data []byte) error {
 	c.held[prefix(h)] = uint32(len(data))
 	c.hmu.Unlock()
 	c.bytes += int64(len(data))
-	c.n++
 	return c.evict()
 }
 
@@ -356,7 +353,6 @@ func (c *Cache) evict() error {
 		c.hmu.Lock()
 		if n, ok := c.held[prefix(h)]; ok {
 			c.bytes -= int64(n)
-			c.n--
 			delete(c.held, prefix(h))
 		}
 		c.hmu.Unlock()
@@ -383,7 +379,6 @@ func (c *Cache) drop(h chunk.Hash) {
 	if ok && len(a) == 12 {
 		b.Delete(append(u64([]byte{'u'}, binary.BigEndian.Uint64(a)), h[:]...), nil)
 		c.bytes -= int64(binary.BigEndian.Uint32(a[8:]))
-		c.n--
 		c.hmu.Lock()
 		delete(c.held, prefix(h))
 		c.hmu.Unlock()
@@ -397,6 +392,9 @@ func (c *Cache) drop(h chunk.Hash) {
 func (c *Cache) Stats() CacheStats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return CacheStats{Bytes: c.bytes, Chunks: c.n, MaxBytes: c.max,
+	c.hmu.RLock()
+	n := int64(len(c.held))
+	c.hmu.RUnlock()
+	return CacheStats{Bytes: c.bytes, Chunks: n, MaxBytes: c.max,
 		Hits: c.hits.Load(), Misses: c.misses.Load(), Corrupt: c.corrupt.Load(), Dropped: c.dropped.Load()}
 }

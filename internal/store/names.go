@@ -38,14 +38,6 @@ func (n *Names) Get(p string) ([]byte, bool) {
 	return v, ok && err == nil
 }
 
-// Len returns how many records there were when the cache was opened, and
-// how many were set since: what MaxNames bounds.
-func (n *Names) Len() int64 {
-	n.c.mu.Lock()
-	defer n.c.mu.Unlock()
-	return n.c.names
-}
-
 // queueName hands the background writer the record v of p (nil: its
 // removal), unless the cache is closed or the backlog full.
 func (c *Cache) queueName(p string, v []byte) {

@@ -43,7 +43,7 @@ func TestNames(t *testing.T) {
 			t.Errorf("Get(%s) = %q, %v; want %q, %v", tc.p, v, ok, tc.want, tc.ok)
 		}
 	}
-	if got := n.Len(); got != 2 {
+	if got := c.names; got != 2 {
 		t.Errorf("after reopening, Len = %d, want 2", got)
 	}
 }
@@ -61,11 +61,11 @@ func TestNamesBounded(t *testing.T) {
 	c.mu.Unlock()
 	// What the background writer does with each Set.
 	c.writeName("/x", []byte("x"))
-	if got := n.Len(); got != MaxNames {
+	if got := c.names; got != MaxNames {
 		t.Fatalf("Len = %d, want %d", got, MaxNames)
 	}
 	c.writeName("/y", []byte("y"))
-	if got := n.Len(); got != 1 {
+	if got := c.names; got != 1 {
 		t.Errorf("past the bound, Len = %d, want 1", got)
 	}
 	if _, ok := n.Get("/x"); ok {
