@@ -234,6 +234,8 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	}
 	s.unclosed.files = map[*fileNode]struct{}{}
 	s.unclosed.own = map[*fileNode]struct{}{}
+	s.unclosed.storing = map[*fileNode]int{}
+	s.unclosed.stored = make(chan struct{})
 	co := opt.Cache
 	co.Root, co.Log, co.TTL, co.CallTimeout, co.WriteBehind = root, opt.Log, opt.TTL, opt.CallTimeout, opt.WriteBack
 	co.Uid, co.Gid, co.HeldDir, co.Handover = s.rootUid, s.rootGid, s.heldDir, s.storeUnclosed

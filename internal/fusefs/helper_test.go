@@ -2,9 +2,12 @@ package fusefs
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -76,16 +79,38 @@ func TestServeHelper(t *testing.T) {
 // mount writes back (Options.WriteBack) if writeBack is set.
 func serveElsewhere(t *testing.T, dir string, writeBack bool) (mnt string) {
 	t.Helper()
-	return serveWithCache(t, dir, writeBack, "")
+	return serveHelper(t, helper{dir: dir, writeBack: writeBack})
+}
+
+// helper says how serveHelper serves a directory.
+type helper struct {
+	dir       string
+	writeBack bool
+	// cacheDir holds the mount's chunk cache, if not "" (else a
+	// directory of the helper's own).
+	cacheDir string
+	// bin is the test binary the helper runs, if not this one's.
+	bin string
 }
 
 // serveWithCache is serveElsewhere with the mount's chunk cache in
-// cacheDir, if it is not "" (else in a directory of its own).
+// cacheDir.
 func serveWithCache(t *testing.T, dir string, writeBack bool, cacheDir string) (mnt string) {
+	t.Helper()
+	return serveHelper(t, helper{dir: dir, writeBack: writeBack, cacheDir: cacheDir})
+}
+
+// serveHelper serves h.dir as serveElsewhere says.
+func serveHelper(t *testing.T, h helper) (mnt string) {
 	t.Helper()
 	needFUSE(t)
 	mnt = t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestServeHelper$", "-test.v")
+	bin := h.bin
+	if bin == "" {
+		bin = os.Args[0]
+	}
+	cmd := exec.Command(bin, "-test.run=^TestServeHelper$", "-test.v")
+	dir, writeBack, cacheDir := h.dir, h.writeBack, h.cacheDir
 	arg := dir + " " + mnt
 	if writeBack {
 		arg += " writeback"
@@ -142,4 +167,28 @@ func serveWithCache(t *testing.T, dir string, writeBack bool, cacheDir string) (
 		}
 	})
 	return mnt
+}
+
+// withoutRace returns this package's test binary built without the race
+// detector, for a helper that serves a long run of programs: pjdfstest on
+// a mount served by a race-detecting helper takes six times as long.
+// Under a build without the race detector, it is this binary.
+func withoutRace(t *testing.T) string {
+	t.Helper()
+	if !raceBuild {
+		return os.Args[0]
+	}
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	if _, err := os.Stat(goBin); err != nil {
+		if goBin, err = exec.LookPath("go"); err != nil {
+			t.Fatalf("building the helper without the race detector: no go command: %v", err)
+		}
+	}
+	bin := filepath.Join(t.TempDir(), "fusefs.test")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, goBin, "test", "-c", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("building the helper without the race detector: %v\n%s", err, out)
+	}
+	return bin
 }

@@ -35,7 +35,14 @@ type unclosed struct {
 	mu    sync.Mutex
 	files map[*fileNode]struct{} // Written since last stored.
 	own   map[*fileNode]struct{} // With a buffer of their own (fileNode.own).
-	timer *time.Timer
+	// storing holds the files taken from files whose store is under
+	// way, and stored is closed (and made anew) when one ends: a
+	// recall that finds a file's store begun by another caller (the
+	// idle timer, a change of another kind) waits for it rather than
+	// acknowledge before the store is queued.
+	storing map[*fileNode]int
+	stored  chan struct{}
+	timer   *time.Timer
 	// trimming is set while more than ownMax files have a buffer of
 	// their own and a trim (trimOwn) is under way.
 	trimming bool
@@ -213,30 +220,60 @@ func (s *Server) storeUnclosed(ctx context.Context, root string) {
 	s.storeUnclosedBut(ctx, root, nil)
 }
 
-// storeUnclosedBut is storeUnclosed but for the file of the node but.
+// storeUnclosedBut is storeUnclosed but for the file of the node but. It
+// returns once the stores of those files begun by other callers have
+// ended too, or ctx has.
 func (s *Server) storeUnclosedBut(ctx context.Context, root string, but *node) {
 	u := &s.unclosed
-	u.mu.Lock()
-	if len(u.files) == 0 {
-		u.mu.Unlock()
-		return
+	under := func(n *fileNode) bool {
+		if &n.node == but {
+			return false
+		}
+		p, ok := n.path()
+		return !ok || ferry.HasPrefix(p, root)
 	}
+	u.mu.Lock()
 	var ns []*fileNode
 	for n := range u.files {
-		if &n.node == but {
-			continue
-		}
-		if p, ok := n.path(); !ok || ferry.HasPrefix(p, root) {
+		if under(n) {
 			ns = append(ns, n)
 			delete(u.files, n)
+			u.storing[n]++
 		}
 	}
 	u.mu.Unlock()
 	for _, n := range ns {
-		if e := n.flush(ctx); e != 0 {
+		e := n.flush(ctx)
+		if e != 0 {
 			p, _ := n.path()
 			s.log.Warn("storing a file written failed; tried again later", "path", p, "errno", e)
 			s.unclosedWrite(n)
+		}
+		u.mu.Lock()
+		if u.storing[n]--; u.storing[n] == 0 {
+			delete(u.storing, n)
+		}
+		close(u.stored)
+		u.stored = make(chan struct{})
+		u.mu.Unlock()
+	}
+	for {
+		u.mu.Lock()
+		busy := false
+		for n := range u.storing {
+			if busy = under(n); busy {
+				break
+			}
+		}
+		stored := u.stored
+		u.mu.Unlock()
+		if !busy {
+			return
+		}
+		select {
+		case <-stored:
+		case <-ctx.Done():
+			return
 		}
 	}
 }

@@ -1,0 +1,6 @@
+//go:build race
+
+package fusefs
+
+// raceBuild is set when the tests run under the race detector.
+const raceBuild = true
