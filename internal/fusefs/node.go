@@ -451,6 +451,10 @@ func (n *node) change(ctx context.Context, fh fs.FileHandle, want ferry.Dir, has
 			if e := n.storeBuffer(ctx); e != 0 {
 				return e
 			}
+		} else if f := n.file(); f != nil && hasSize && n.s.kernel.noOpen.Load() {
+			// ftruncate(2) on a descriptor whose close will not be
+			// heard: as a write through it (unclosed.go).
+			return f.written(ctx)
 		}
 	} else {
 		if hasSize {

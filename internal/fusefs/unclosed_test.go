@@ -110,6 +110,48 @@ func TestWritesOpenNothing(t *testing.T) {
 	}
 }
 
+// TestTruncateThroughHandle: a descriptor opened with a handle before the
+// kernel was told it need not open files, then truncated (ftruncate(2)
+// comes with the handle) and closed once closes are no longer heard, is
+// stored before another client's read of the file recalls the lease,
+// as a write through it would be.
+func TestTruncateThroughHandle(t *testing.T) {
+	srv := servertest.Start(t, "")
+	writeFile(t, filepath.Join(srv.Dir, "other"), "other\n")
+	mnt, s := mountFS(t, srv.Client(t, "a"), Options{TTL: time.Hour, WriteBack: true, KernelOpens: true})
+	if !waitFor(5*time.Second, s.cache.Leased) {
+		t.Fatal("the mount got no watch")
+	}
+	reader := srv.Client(t, "b")
+	for i := range 10 {
+		name := fmt.Sprintf("f%d", i)
+		// Created before the kernel opens files by itself: a handle.
+		f, err := os.OpenFile(filepath.Join(mnt, name), os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			// This open and close tell the kernel it need open and
+			// close nothing more.
+			readFile(t, filepath.Join(mnt, "other"))
+			if !s.kernel.noOpen.Load() {
+				t.Fatal("the kernel was not told it need not open files")
+			}
+		}
+		size := int64(1000 + i)
+		if err := f.Truncate(size); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		d, err := reader.Stat(t.Context(), "/"+name).Wait()
+		if err != nil || d.Size() != size {
+			t.Errorf("%s read by another client right after the close: %v, %v; want size %d", name, d, err, size)
+		}
+	}
+}
+
 // TestOwnBuffersBounded: appends to many files with no other change
 // between them, on a mount where the kernel opens files by itself, keep
 // at most about ownMax buffers of their own (a temporary file each), not
