@@ -329,3 +329,35 @@ func TestKeptAcrossBackgroundChanges(t *testing.T) {
 		t.Errorf("reading back what was written took %d Gets of the tree below, want 0", n)
 	}
 }
+
+// TestRemoveOfAGoneName: a removal the tree refuses because the name is
+// not there makes the cache forget the name, so the next look asks the
+// tree instead of finding it here again (a stale name, in a listing held
+// until it changes, used to cost every later rm -rf a refused call).
+func TestRemoveOfAGoneName(t *testing.T) {
+	dir := t.TempDir()
+	tree, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tree.Close()
+	// No watch: what the cache holds stays for the TTL.
+	c := cache.New(tree, cache.Options{TTL: time.Hour})
+	defer c.Close()
+	ctx := context.Background()
+	if err := os.Mkdir(filepath.Join(dir, "x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Stat(ctx, "/x").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(dir, "x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Remove(ctx, "/x").Wait(); !ferry.IsKind(err, ferry.KindNotExist) {
+		t.Fatalf("removing the gone name: %v, want not found", err)
+	}
+	if d, err := c.Stat(ctx, "/x").Wait(); !ferry.IsKind(err, ferry.KindNotExist) {
+		t.Errorf("after the refused removal the cache still shows the name: %v, %v", d, err)
+	}
+}

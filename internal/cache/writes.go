@@ -418,6 +418,15 @@ func (c *FS) Remove(ctx context.Context, p string) *ferry.Future[struct{}] {
 			return struct{}{}, err
 		}
 		if _, err := c.below.Remove(ctx, p).Wait(); err != nil {
+			if ferry.IsKind(err, ferry.KindNotExist) && known != nil {
+				// The cache held a name the tree does not have:
+				// forgotten, the next look asks the tree rather
+				// than find it here again; above, the kernel's
+				// entry goes too (not from here, as in
+				// makeBehind).
+				c.meta.invalidate(p)
+				go c.emit(ferry.Event{Path: p, Gone: true})
+			}
 			return struct{}{}, err
 		}
 		if known != nil {
@@ -439,6 +448,10 @@ func (c *FS) Remove(ctx context.Context, p string) *ferry.Future[struct{}] {
 // tree refuses, the directory is still there: the cache forgets what it
 // thought and says so above.
 func (c *FS) removeDirBehind(p string) {
+	// The answer of a making of p still in the background (the mkdir
+	// of a directory removed soon after, as configure's conftest.dir)
+	// must not record p again when it lands.
+	c.nextGen(p)
 	c.wback.start(p, 0, func(ctx context.Context, t changer) error {
 		_, err := t.Remove(ctx, p).Wait()
 		if err != nil {

@@ -493,3 +493,44 @@ func TestStoreBesideNameChange(t *testing.T) {
 		}
 	}
 }
+
+// TestRemovedDirStaysRemoved: a directory made and removed under a write
+// lease before its making reached the server (configure's conftest.dir,
+// 120 ms away) stays removed once the making's answer arrives: it used to
+// come back into its parent's listing, where every later `rm -rf
+// conftest*` found it and waited for the server to refuse an rmdir.
+func TestRemovedDirStaysRemoved(t *testing.T) {
+	srv := servertest.Start(t, "")
+	c := srv.ClientVia(t, "a", servertest.DelayProxy(t, srv.Addr, 100*time.Millisecond))
+	mnt, s := mountFS(t, c, Options{TTL: time.Hour, WriteBack: true})
+	if !waitFor(5*time.Second, s.cache.Leased) {
+		t.Fatal("the mount got no watch")
+	}
+	if err := os.Mkdir(filepath.Join(mnt, "src"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(mnt, "src", "conftest.dir")
+	for round := range 3 {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		// Long enough for the making to leave, not to be answered.
+		time.Sleep(50 * time.Millisecond)
+		if err := os.Remove(dir); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err := s.cache.Drain(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(dir); !os.IsNotExist(err) {
+			t.Errorf("round %d: once stored, the removed directory is there: %v", round, err)
+		}
+		ents, err := os.ReadDir(filepath.Join(mnt, "src"))
+		if err != nil || len(ents) != 0 {
+			t.Errorf("round %d: src lists %v (%v), want nothing", round, ents, err)
+		}
+	}
+}
