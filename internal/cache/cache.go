@@ -230,6 +230,7 @@ func New(below ferry.FS, opt Options) *FS {
 	}
 	c.meta.data = c.data
 	c.meta.settle = func(ctx context.Context, p string) error { return c.wback.wait(ctx, p) }
+	c.meta.busy = c.wback.busy
 	return c
 }
 

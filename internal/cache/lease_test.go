@@ -781,3 +781,53 @@ func TestRmdirBehind(t *testing.T) {
 		t.Errorf("/d/x on the server after its last rmdir and a sync: %v", err)
 	}
 }
+
+// TestLookupBesideABacklog: under a write lease, a lookup of a name in a
+// directory the cache has not listed, while changes below it are still
+// kept back (an unpack's, thousands at a long round trip), asks for that
+// name alone: it used to list the directory, which waits until every one
+// of those changes is stored (`tar xf && touch done` waited seconds).
+func TestLookupBesideABacklog(t *testing.T) {
+	s := servertest.Start(t, "")
+	ctx := context.Background()
+	// A long round trip: stores that aged out are still under way for
+	// as long again.
+	slow := servertest.DelayProxy(t, s.Addr, 200*time.Millisecond)
+	c := open(t, s.ClientVia(t, "a", slow), cache.Options{WriteBehind: true})
+	if _, err := c.Make(ctx, "/d", ferry.Dir{ferry.AttrType: ferry.TypeDir}); err != nil {
+		t.Fatal(err)
+	}
+	const files = 40
+	kept := 0
+	for i := range files {
+		f := c.Put(ctx, fmt.Sprintf("/d/f%d", i), ferry.Dir{}, ferry.Whole, strings.NewReader("x"))
+		if done(f) {
+			kept++
+		}
+		if _, err := f.Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if kept < files/2 {
+		t.Fatalf("only %d of %d stores were kept back", kept, files)
+	}
+	// The root, which the cache has not listed.
+	if _, err := c.Lookup(ctx, "/", "done"); !ferry.IsKind(err, ferry.KindNotExist) {
+		t.Fatalf("looking up a name not there: %v", err)
+	}
+	// Stores age a second before they go and then take a round trip:
+	// had the lookup waited for them, none would be left.
+	st := c.Status(ctx)
+	i := strings.Index(st, "writeback.pending: ")
+	var pending int
+	if i < 0 {
+		t.Fatalf("no writeback.pending in the status:\n%s", st)
+	}
+	fmt.Sscanf(st[i+len("writeback.pending: "):], "%d", &pending)
+	if pending == 0 {
+		t.Errorf("the lookup waited for the %d files kept back to be stored", files)
+	}
+	if _, err := c.Stat(ctx, "/d/f1").Wait(); err != nil {
+		t.Errorf("a file kept back: %v", err)
+	}
+}

@@ -64,6 +64,9 @@ type meta struct {
 	// (writeback.wait) before the tree is asked about it: until they are
 	// done the tree's answer is older than what this mount did.
 	settle func(ctx context.Context, p string) error
+	// busy, if set, reports whether changes at, above or below p are
+	// still in the background (what settle would wait for).
+	busy func(p string) bool
 
 	// Counters, for tests and the log.
 	finds, stats, evicted uint64
@@ -397,6 +400,18 @@ func (m *meta) lookup(ctx context.Context, dir, name string) (ferry.Dir, error) 
 		if f == nil {
 			if started {
 				break // The prefetch ended without an answer (budget, error).
+			}
+			if m.busy != nil {
+				m.mu.Unlock()
+				busy := m.busy(dir)
+				m.mu.Lock()
+				if busy {
+					// A prefetch of dir would wait until every
+					// change kept back below it is stored (an
+					// unpack's, seconds at a long round trip); a
+					// Stat of p waits only for those of p.
+					break
+				}
 			}
 			started = true
 			m.startFetch(dir)
