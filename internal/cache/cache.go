@@ -77,10 +77,11 @@ type Options struct {
 	// their reads (default DefaultMemory), in memory mode.
 	Memory int64
 	// Disk, if set, puts the cache in disk mode: the contents fetched
-	// ahead, and those kept of files just written, are held on it as
-	// chunks (where a chunked read of the same file finds them too), and
-	// memory holds only where they are. A tree much larger than the
-	// memory budget then stays cached for warm walks.
+	// ahead are held on it as chunks (where a chunked read of the same
+	// file finds them too), and memory holds only where they are; those
+	// kept of files just written go there when Memory must make room. A
+	// tree much larger than the memory budget then stays cached for warm
+	// walks.
 	Disk store.ChunkCache
 	// DiskBytes bounds the bytes of contents held on Disk (default half
 	// of what Disk may hold, leaving the rest to whole files read by

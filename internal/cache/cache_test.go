@@ -15,6 +15,7 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/cache"
+	"github.com/ferryfs/ferry/internal/chunk"
 	"github.com/ferryfs/ferry/internal/fstest"
 	"github.com/ferryfs/ferry/internal/local"
 	"github.com/ferryfs/ferry/internal/remote"
@@ -359,5 +360,76 @@ func TestRemoveOfAGoneName(t *testing.T) {
 	}
 	if d, err := c.Stat(ctx, "/x").Wait(); !ferry.IsKind(err, ferry.KindNotExist) {
 		t.Errorf("after the refused removal the cache still shows the name: %v, %v", d, err)
+	}
+}
+
+// TestKeptGoesToDiskUnderPressure: in disk mode, what the cache keeps of
+// the files written through it stays in memory until memory must make
+// room, and only then goes to the disk: a file stored again and again
+// (configure's config.log) is not cut, hashed and written at each store.
+// Everything kept is read back with no Get of the tree below.
+func TestKeptGoesToDiskUnderPressure(t *testing.T) {
+	fsys, _, chunks := belowWith(t, false, true)
+	g := &gets{FS: fsys}
+	const memory = 64 << 10
+	c := open(t, g, cache.Options{WriteBehind: true, Disk: chunks, Memory: memory})
+	ctx := context.Background()
+	if _, err := c.List(ctx, "/"); err != nil {
+		t.Fatal(err)
+	}
+	content := func(name string, n int) string {
+		return strings.Repeat(fmt.Sprintf("%s line %d\n", name, n), 2000)[:16<<10]
+	}
+	onDisk := func(data string) bool {
+		b := []byte(data)
+		for len(b) > 0 {
+			n := chunk.Default.Cut(b)
+			if !chunks.HasMany([]chunk.Hash{chunk.Sum(b[:n])})[0] {
+				return false
+			}
+			b = b[n:]
+		}
+		return true
+	}
+	put := func(name, data string) {
+		t.Helper()
+		if _, err := c.Put(ctx, name, ferry.Dir{}, ferry.Whole, strings.NewReader(data)).Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A log rewritten ten times, well within the memory budget.
+	for i := range 10 {
+		put("/log", content("log", i))
+	}
+	if err := c.Sync(ctx, "/"); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 10 {
+		if onDisk(content("log", i)) {
+			t.Errorf("version %d of a file kept in memory went to the disk", i)
+		}
+	}
+	// Then more than memory holds: the oldest go to the disk.
+	const files = 12
+	for i := range files {
+		put(fmt.Sprintf("/f%d", i), content("f", i))
+	}
+	if err := c.Sync(ctx, "/"); err != nil {
+		t.Fatal(err)
+	}
+	if !onDisk(content("log", 9)) || !onDisk(content("f", 0)) {
+		t.Errorf("the oldest files kept are not on the disk once memory was full")
+	}
+	want := map[string]string{"/log": content("log", 9)}
+	for i := range files {
+		want[fmt.Sprintf("/f%d", i)] = content("f", i)
+	}
+	for p, data := range want {
+		if got, err := readAll(ctx, c, p); err != nil || got != data {
+			t.Errorf("%s read back: %d bytes (%v), want %d", p, len(got), err, len(data))
+		}
+	}
+	if n := g.n.Load(); n != 0 {
+		t.Errorf("reading back what was written took %d Gets of the tree below, want 0", n)
 	}
 }

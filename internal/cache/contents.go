@@ -702,13 +702,15 @@ func (c *contents) keep(d ferry.Dir, data []byte) {
 }
 
 // keepHeld holds f's data as the content of the file d describes: what
-// was held under another name, or with other attributes.
+// was held under another name, or with other attributes. In disk mode it
+// goes to the disk only when memory must make room (trim): a file stored
+// again and again (configure's config.log, rewritten at each of its
+// thousand closes) would otherwise be cut, hashed and written each time.
 func (c *contents) keepHeld(d ferry.Dir, f *content) {
 	if f.size != d.Size() {
 		return
 	}
 	f = f.with(d)
-	c.spill(f)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.hold(f, c.seq)
@@ -758,11 +760,8 @@ func (c *contents) hold(f *content, began uint64) bool {
 	f.read = false
 	c.ents[f.path] = c.unread.PushFront(f)
 	c.size += f.size
-	if c.recs != nil && f.onDisk && !f.recorded && f.ino != "" && f.ctime != "" {
-		c.recs.Set(f.path, encodeRecord(f))
-		f.recorded = true
-	}
-	if f.onDisk && f.data != nil {
+	c.record(f)
+	if c.disk != nil && f.data != nil {
 		c.inMem += f.size
 	}
 	c.trim()
@@ -805,9 +804,27 @@ func (c *contents) trim() {
 			e = prev
 		}
 	}
-	// In disk mode the oldest files not yet read leave memory first.
-	for e := c.unread.Back(); e != nil && c.inMem > c.memMax; e = e.Prev() {
-		c.unload(e.Value.(*content))
+	// In disk mode the files read leave memory first (those still there
+	// were kept after a store, and go to the disk now), then the oldest
+	// not yet read.
+	for _, l := range []*list.List{c.read, c.unread} {
+		for e := l.Back(); e != nil && c.inMem > c.memMax; e = e.Prev() {
+			f := e.Value.(*content)
+			if f.data != nil && !f.onDisk {
+				c.spill(f)
+				c.record(f)
+			}
+			c.unload(f)
+		}
+	}
+}
+
+// record writes the record of f, held on the disk, if it has none yet.
+// c.mu is held.
+func (c *contents) record(f *content) {
+	if c.recs != nil && f.onDisk && !f.recorded && f.ino != "" && f.ctime != "" {
+		c.recs.Set(f.path, encodeRecord(f))
+		f.recorded = true
 	}
 }
 
@@ -832,7 +849,10 @@ func (c *contents) forgetLocked(e *list.Element) {
 	}
 	delete(c.ents, f.path)
 	c.size -= f.size
-	c.unload(f)
+	if c.disk != nil && f.data != nil {
+		f.data = nil
+		c.inMem -= f.size
+	}
 }
 
 // drop forgets p and, with tree, everything below it. The metadata cache
