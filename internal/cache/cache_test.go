@@ -302,9 +302,25 @@ func (g *gets) Get(ctx context.Context, p string, off, count int64) io.ReadClose
 // back from the cache once those changes are stored, not fetched again
 // (git writes its index so, and reads it at once).
 func TestKeptAcrossBackgroundChanges(t *testing.T) {
-	fsys, _ := below(t, false)
+	for _, c := range []struct {
+		name              string
+		disk, writeBehind bool
+	}{
+		{"memory", false, true},
+		{"disk", true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) { testKeptAcrossBackgroundChanges(t, c.disk, c.writeBehind) })
+	}
+}
+
+func testKeptAcrossBackgroundChanges(t *testing.T, disk, writeBehind bool) {
+	fsys, _, chunks := belowWith(t, false, disk)
 	g := &gets{FS: fsys}
-	c := open(t, g, cache.Options{WriteBehind: true})
+	opt := cache.Options{WriteBehind: writeBehind}
+	if disk {
+		opt.Disk = chunks
+	}
+	c := open(t, g, opt)
 	ctx := context.Background()
 	data := strings.Repeat("index entry\n", 1000)
 	if _, err := c.List(ctx, "/"); err != nil {

@@ -711,6 +711,9 @@ func (c *contents) keepHeld(d ferry.Dir, f *content) {
 		return
 	}
 	f = f.with(d)
+	if f.data == nil && !f.onDisk {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.hold(f, c.seq)
@@ -850,8 +853,12 @@ func (c *contents) forgetLocked(e *list.Element) {
 	delete(c.ents, f.path)
 	c.size -= f.size
 	if c.disk != nil && f.data != nil {
-		f.data = nil
 		c.inMem -= f.size
+		// Data the disk does not hold stays with f: a caller may
+		// hold f under another name or version (keepHeld).
+		if f.onDisk {
+			f.data = nil
+		}
 	}
 }
 
