@@ -363,6 +363,13 @@ func (c *contents) getLocked(d ferry.Dir) (*content, []byte, bool) {
 		return nil, nil, false
 	}
 	data := f.data
+	if c.disk != nil && data != nil && !f.onDisk {
+		// Kept after a store and read now: to the disk, as what a
+		// prefetch brings is on arrival, so that memory holds data
+		// only of files not yet read (trim).
+		c.spill(f)
+		c.record(f)
+	}
 	c.unload(f)
 	if f.read {
 		c.read.MoveToFront(e)
@@ -703,9 +710,10 @@ func (c *contents) keep(d ferry.Dir, data []byte) {
 
 // keepHeld holds f's data as the content of the file d describes: what
 // was held under another name, or with other attributes. In disk mode it
-// goes to the disk only when memory must make room (trim): a file stored
-// again and again (configure's config.log, rewritten at each of its
-// thousand closes) would otherwise be cut, hashed and written each time.
+// goes to the disk only when it is first read or memory must make room
+// (getLocked, trim): a file stored again and again (configure's
+// config.log, rewritten at each of its thousand closes) would otherwise
+// be cut, hashed and written each time.
 func (c *contents) keepHeld(d ferry.Dir, f *content) {
 	if f.size != d.Size() {
 		return
@@ -807,18 +815,15 @@ func (c *contents) trim() {
 			e = prev
 		}
 	}
-	// In disk mode the files read leave memory first (those still there
-	// were kept after a store, and go to the disk now), then the oldest
-	// not yet read.
-	for _, l := range []*list.List{c.read, c.unread} {
-		for e := l.Back(); e != nil && c.inMem > c.memMax; e = e.Prev() {
-			f := e.Value.(*content)
-			if f.data != nil && !f.onDisk {
-				c.spill(f)
-				c.record(f)
-			}
-			c.unload(f)
+	// In disk mode the oldest files not yet read leave memory first;
+	// those kept after a store go to the disk then.
+	for e := c.unread.Back(); e != nil && c.inMem > c.memMax; e = e.Prev() {
+		f := e.Value.(*content)
+		if f.data != nil && !f.onDisk {
+			c.spill(f)
+			c.record(f)
 		}
+		c.unload(f)
 	}
 }
 
