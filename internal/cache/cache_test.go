@@ -302,21 +302,17 @@ func (g *gets) Get(ctx context.Context, p string, off, count int64) io.ReadClose
 // back from the cache once those changes are stored, not fetched again
 // (git writes its index so, and reads it at once).
 func TestKeptAcrossBackgroundChanges(t *testing.T) {
-	for _, c := range []struct {
-		name              string
-		disk, writeBehind bool
-	}{
-		{"memory", false, true},
-		{"disk", true, true},
-	} {
-		t.Run(c.name, func(t *testing.T) { testKeptAcrossBackgroundChanges(t, c.disk, c.writeBehind) })
+	for _, disk := range []bool{false, true} {
+		t.Run(map[bool]string{false: "memory", true: "disk"}[disk], func(t *testing.T) {
+			testKeptAcrossBackgroundChanges(t, disk)
+		})
 	}
 }
 
-func testKeptAcrossBackgroundChanges(t *testing.T, disk, writeBehind bool) {
+func testKeptAcrossBackgroundChanges(t *testing.T, disk bool) {
 	fsys, _, chunks := belowWith(t, false, disk)
 	g := &gets{FS: fsys}
-	opt := cache.Options{WriteBehind: writeBehind}
+	opt := cache.Options{WriteBehind: true}
 	if disk {
 		opt.Disk = chunks
 	}

@@ -363,13 +363,10 @@ func (c *contents) getLocked(d ferry.Dir) (*content, []byte, bool) {
 		return nil, nil, false
 	}
 	data := f.data
-	if c.disk != nil && data != nil && !f.onDisk {
-		// Kept after a store and read now: to the disk, as what a
-		// prefetch brings is on arrival, so that memory holds data
-		// only of files not yet read (trim).
-		c.spill(f)
-		c.record(f)
-	}
+	// Kept after a store and read now: to the disk, as what a prefetch
+	// brings is on arrival, so that memory holds data only of files not
+	// yet read (trim).
+	c.toDisk(f)
 	c.unload(f)
 	if f.read {
 		c.read.MoveToFront(e)
@@ -819,11 +816,17 @@ func (c *contents) trim() {
 	// those kept after a store go to the disk then.
 	for e := c.unread.Back(); e != nil && c.inMem > c.memMax; e = e.Prev() {
 		f := e.Value.(*content)
-		if f.data != nil && !f.onDisk {
-			c.spill(f)
-			c.record(f)
-		}
+		c.toDisk(f)
 		c.unload(f)
+	}
+}
+
+// toDisk, in disk mode, puts on the disk, with its record, the data of f
+// that memory alone holds (a file kept after a store). c.mu is held.
+func (c *contents) toDisk(f *content) {
+	if f.data != nil && !f.onDisk {
+		c.spill(f)
+		c.record(f)
 	}
 }
 

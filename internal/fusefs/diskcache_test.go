@@ -54,7 +54,7 @@ func TestRemountReadsFromDisk(t *testing.T) {
 	// returns the file bytes its client received and the files the
 	// cache's records gave.
 	readAll := func(t *testing.T) (wire, recalled int64) {
-		mnt := serveWithCache(t, served, false, cacheDir)
+		mnt := serveHelper(t, helper{dir: served, cacheDir: cacheDir})
 		for _, p := range names {
 			got, err := os.ReadFile(filepath.Join(mnt, p))
 			if err != nil {

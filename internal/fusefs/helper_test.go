@@ -93,13 +93,6 @@ type helper struct {
 	bin string
 }
 
-// serveWithCache is serveElsewhere with the mount's chunk cache in
-// cacheDir.
-func serveWithCache(t *testing.T, dir string, writeBack bool, cacheDir string) (mnt string) {
-	t.Helper()
-	return serveHelper(t, helper{dir: dir, writeBack: writeBack, cacheDir: cacheDir})
-}
-
 // serveHelper serves h.dir as serveElsewhere says.
 func serveHelper(t *testing.T, h helper) (mnt string) {
 	t.Helper()
