@@ -7,6 +7,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"path"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -443,5 +444,104 @@ func TestKeptGoesToDiskUnderPressure(t *testing.T) {
 	}
 	if n := g.n.Load(); n != 0 {
 		t.Errorf("reading back what was written took %d Gets of the tree below, want 0", n)
+	}
+}
+
+// changes counts the Moves and Puts that reach the tree below.
+type changes struct {
+	ferry.FS
+	moves, puts atomic.Int64
+}
+
+func (c *changes) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
+	c.moves.Add(1)
+	return c.FS.Move(ctx, from, to)
+}
+
+func (c *changes) Put(ctx context.Context, p string, d ferry.Dir, off int64, r io.Reader) *ferry.Future[ferry.Dir] {
+	c.puts.Add(1)
+	return c.FS.Put(ctx, p, d, off, r)
+}
+
+// TestHide: Hide renames a file to a hidden name at once, in the
+// background under write-behind; a file written and hidden, then
+// removed, before its store started never reaches the tree below. MoveHiding keeps the file it
+// replaces under a hidden name, and one that fails puts it back.
+func TestHide(t *testing.T) {
+	fsys, dir, _ := belowWith(t, false, false)
+	below := &changes{FS: fsys}
+	c := open(t, below, cache.Options{WriteBehind: true})
+	ctx := context.Background()
+	for name, data := range map[string]string{"d/old": "old\n", "d/new": "new\n"} {
+		if err := os.MkdirAll(filepath.Join(dir, "d"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, filepath.FromSlash(name)), []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Stat(ctx, "/"+name).Wait(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	onDisk := func(p string) string {
+		b, err := os.ReadFile(filepath.Join(dir, filepath.FromSlash(p)))
+		if err != nil {
+			return "(" + err.Error() + ")"
+		}
+		return string(b)
+	}
+
+	// A file written (in the background, its directory listed) and
+	// hidden before its store starts.
+	if _, err := c.List(ctx, "/"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Put(ctx, "/tmp", ferry.Dir{}, ferry.Whole, strings.NewReader("never stored\n")).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	hidden, err := c.Hide(ctx, "/tmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !cache.Hidden(path.Base(hidden)) || path.Dir(hidden) != "/" {
+		t.Errorf("hidden as %q", hidden)
+	}
+	if _, err := c.Stat(ctx, "/tmp").Wait(); !ferry.IsKind(err, ferry.KindNotExist) {
+		t.Errorf("the hidden file's name: %v", err)
+	}
+	if _, err := c.Remove(ctx, hidden).Wait(); err != nil {
+		t.Fatal(err)
+	}
+
+	// A rename over d/old keeps d/old hidden, and waits for nothing
+	// below.
+	kept, _, err := c.MoveHiding(ctx, "/d/new", "/d/old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := below.moves.Load(); n != 0 {
+		t.Errorf("MoveHiding waited for %d Moves below", n)
+	}
+	// One that fails (no d/new any more) puts the file it hid back.
+	if h, _, err := c.MoveHiding(ctx, "/d/new", "/d/old"); !ferry.IsKind(err, ferry.KindNotExist) || h != "" {
+		t.Errorf("a rename of a missing file over d/old: %q, %v", h, err)
+	}
+	if err := c.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := onDisk("d/old"); got != "new\n" {
+		t.Errorf("d/old below: %q, want the renamed file", got)
+	}
+	if got := onDisk(kept); got != "old\n" {
+		t.Errorf("the hidden file below: %q, want the replaced file", got)
+	}
+	if got := onDisk("tmp"); !strings.HasPrefix(got, "(") {
+		t.Errorf("tmp below: %q", got)
+	}
+	if got := onDisk(hidden); !strings.HasPrefix(got, "(") {
+		t.Errorf("the file hidden and removed is below: %q", got)
+	}
+	if n := below.puts.Load(); n != 0 {
+		t.Errorf("%d Puts reached the tree below, want none", n)
 	}
 }

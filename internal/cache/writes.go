@@ -482,7 +482,12 @@ func (c *FS) RemoveAll(ctx context.Context, p string) *ferry.Future[struct{}] {
 
 // Move implements ferry.Tree.
 func (c *FS) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
-	if f, ok := c.moveBehind(ctx, from, to); ok {
+	return c.move(ctx, from, to, false)
+}
+
+// move is Move; free says the caller knows no file is at to (see Hide).
+func (c *FS) move(ctx context.Context, from, to string, free bool) *ferry.Future[ferry.Dir] {
+	if f, ok := c.moveBehind(ctx, from, to, free); ok {
 		return f
 	}
 	return ferry.Go(func() (ferry.Dir, error) {
@@ -548,8 +553,8 @@ func (c *FS) Link(ctx context.Context, from, to string) *ferry.Future[ferry.Dir]
 }
 
 // moveBehind renames a file or directory the cache knows in the
-// background, if it may (see behind).
-func (c *FS) moveBehind(ctx context.Context, from, to string) (*ferry.Future[ferry.Dir], bool) {
+// background, if it may (see behind); free is as in move.
+func (c *FS) moveBehind(ctx context.Context, from, to string, free bool) (*ferry.Future[ferry.Dir], bool) {
 	base := c.meta.last(from)
 	if base == nil || base.Linked() || ferry.HasPrefix(to, from) || base.IsDir() && c.meta.pendingBelow(from) {
 		return nil, false
@@ -563,7 +568,7 @@ func (c *FS) moveBehind(ctx context.Context, from, to string) (*ferry.Future[fer
 	}
 	// Only a rename that cannot fail goes behind: onto a name known to
 	// be free, or a file over a file.
-	if r == nil && !c.meta.absent(to) || r != nil && (r.IsDir() || base.IsDir()) {
+	if r == nil && !free && !c.meta.absent(to) || r != nil && (r.IsDir() || base.IsDir()) {
 		return nil, false
 	}
 	queued, ok := c.behind(ctx, from, to)

@@ -95,20 +95,24 @@ of the same server, sends no data of the files unchanged since
 (--contents memory keeps them in a quarter of --memory, for this mount
 only). Bigger files move by chunks through the same cache. The
 mount's memory stays within --memory: a quarter of it holds metadata,
-and the Go heap is collected sooner as the whole nears it. Once the watch is in place, on a --read-only mount (and,
-with --kernel-opens, on one that writes back) the kernel opens, creates
-and closes files without asking the mount, so a warm grep -r runs at
-about the speed of the local disk; another client's change still
-reaches the reader before that client's call returns. With no close to
-hear, a file written is stored before the mount's next change of another
-kind, before another client's call recalls the write lease, on fsync or
-sync, or a second after the last write. --kernel-opens is not the
-default yet: a file whose last name is removed while a descriptor is
-open on it can be read or written through it only while the mount
-still holds a buffer of it, and later gets ENOENT; and a file replaced
-by another client (or on the server's disk) while a descriptor is open
-on it here is the new file to that descriptor, whose later writes then
-go into the new file.
+and the Go heap is collected sooner as the whole nears it.
+
+Once the watch is in place the kernel opens, creates and closes files
+without asking the mount (on a write-back mount; --kernel-opens=false
+turns it off), so a warm grep -r asks the mount about once per
+directory; another client's change still reaches the reader before that
+client's call returns. With no close to hear, a file written is stored
+before the mount's next change of another kind, before another client's
+call recalls the write lease, on fsync or sync, or a second after the
+last write. And since the mount cannot tell whether a descriptor is open
+on a file, a file whose last name is removed, or which a rename
+replaces, is renamed to a hidden name in its directory (.ferry-gone-N,
+as NFS clients keep such files), where a descriptor open on it reads and
+writes on; it is removed once the kernel forgets the file, when its
+directory is removed, or at unmount. One difference from a local disk
+remains: a file replaced by another client (or on the server's disk)
+while a descriptor is open on it here is the new file to that
+descriptor once the mount holds no buffer of the old one.
 
 By default (--writeback), close returns at once: the file is copied into memory
 and stored in the background, and so are new directories, removals,
@@ -234,7 +238,7 @@ Limitations:
 	c.Flags().BoolVar(&debug, "debug", false, "log every FUSE request")
 	c.Flags().StringVar(&logFile, "log", "", "log file of the background process (default $FERRY_HOME/mount-PATH.log for the mount point PATH)")
 	c.Flags().DurationVar(&ttl, "ttl", time.Second, "how long metadata is trusted without a watch from the server")
-	c.Flags().BoolVar(&kernelOpens, "kernel-opens", false, "with --writeback, let the kernel open and close files without asking the mount, as on a --read-only mount (a file removed while open may then fail later reads and writes, and one replaced elsewhere while open takes its later writes)")
+	c.Flags().BoolVar(&kernelOpens, "kernel-opens", true, "with --writeback, let the kernel open and close files without asking the mount, as on a --read-only mount (a file replaced by another client while open here is the new file to its descriptor once the mount holds no buffer of the old one)")
 	c.Flags().BoolVar(&writeBack, "writeback", true, "let close return before the file is stored, under write leases that keep close-to-open (--writeback=false: close waits for the server); fsync still waits")
 	c.Flags().DurationVar(&timeout, "timeout", time.Minute, "how long a call waits for the server (reconnecting meanwhile) before it fails with EIO")
 	c.Flags().IntVar(&depth, "prefetch-depth", 16, "how many levels below a directory its first use fetches")

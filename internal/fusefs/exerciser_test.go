@@ -70,7 +70,7 @@ func TestExerciser(t *testing.T) {
 		seed = uint64(time.Now().UnixNano())
 	}
 	t.Logf("seed %d (go test -run TestExerciser -exercise.seed %d to repeat)", seed, seed)
-	for _, mode := range []string{"default", "writeback", "two clients", "two clients, write-back"} {
+	for _, mode := range []string{"default", "writeback", "two clients", "two clients, write-back", "two clients, kernel opens"} {
 		t.Run(mode, func(t *testing.T) {
 			var dir, mnt, other string
 			var native ferry.Tree
@@ -82,7 +82,7 @@ func TestExerciser(t *testing.T) {
 				var sa, sb *Server
 				// With write-back the first keeps its changes back
 				// under write leases, which the second's calls recall.
-				mnt, sa = mountFS(t, srv.Client(t, "a"), Options{TTL: time.Hour, WriteBack: mode != "two clients"})
+				mnt, sa = mountFS(t, srv.Client(t, "a"), Options{TTL: time.Hour, WriteBack: mode != "two clients", KernelOpens: mode == "two clients, kernel opens"})
 				other, sb = mountFS(t, srv.ClientVia(t, "b", servertest.DelayProxy(t, srv.Addr, 5*time.Millisecond)), Options{TTL: time.Hour})
 				if !waitFor(5*time.Second, func() bool { return sa.cache.Leased() && sb.cache.Leased() }) {
 					t.Fatal("the mounts got no watch")

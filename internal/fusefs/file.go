@@ -368,6 +368,9 @@ func (n *fileNode) openWrite(ctx context.Context, trunc bool) (*wbuf, syscall.Er
 	if err != nil {
 		return nil, errno(err)
 	}
+	// A hidden file is removed once no descriptor can be open on it
+	// (gone.go): what is written to it is never stored.
+	wb.unlinked = n.gone.Load() != nil
 	if trunc {
 		wb.dirty = d.Size() != 0
 	} else if d.Size() > 0 {

@@ -103,10 +103,9 @@ type Options struct {
 	// KernelOpens lets the kernel open, create and close files by
 	// itself on a write-back mount too, once a lease is held, as it does
 	// on a read-only one (kernelFS): a warm grep -r then asks the mount
-	// once per directory rather than three times per file. Not by
-	// default: a file whose last name goes while a descriptor is open on
-	// it can then be written or read through it only while the mount
-	// still holds a buffer of it (unclosed.go).
+	// once per directory rather than three times per file. A file whose
+	// last name goes while the kernel holds it is hidden rather than
+	// removed (gone.go). ferry mount sets it by default.
 	KernelOpens bool
 	// Debug logs every FUSE request.
 	Debug bool
@@ -172,6 +171,8 @@ type Server struct {
 	// relists holds directories whose listings are to be dropped
 	// (unopened.go).
 	relists relists
+	// gone holds the files hidden rather than removed (gone.go).
+	gone goneFiles
 
 	// ctl serves the control file (Options.Control), if set.
 	ctl      ferry.FS
@@ -333,6 +334,7 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 // Wait blocks until the file system is unmounted.
 func (s *Server) Wait() {
 	s.srv.Wait()
+	s.removeAllGone()
 	s.drain()
 	s.cancel()
 	<-s.done

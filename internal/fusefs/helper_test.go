@@ -59,7 +59,9 @@ func TestServeHelper(t *testing.T) {
 	}
 	c := srv.ClientVia(t, "root", srv.Addr, func(cfg *remote.Config) { cfg.Cache, cfg.CloseCache = chunks, true })
 	s, err := Mount(f[1], c, Options{AllowOther: true, Log: testLog(t), TempDir: t.TempDir(),
-		WriteBack: writeBack, Cache: cache.Options{Disk: chunks},
+		// A write-back mount lets the kernel open files, as ferry mount's
+		// does by default.
+		WriteBack: writeBack, KernelOpens: writeBack, Cache: cache.Options{Disk: chunks},
 		// The control file, stacked as ferry mount stacks it.
 		Control: func(mount, cache ferry.Controller) ferry.FS {
 			return ctl.New("mount", ctl.New("cache", ctl.New("client", c, c), cache), mount)

@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -49,6 +50,13 @@ type kernelFS struct {
 	// noOpendir is set once the kernel was told it need not open
 	// directories, noOpen once it was told so of files.
 	noOpendir, noOpen atomic.Bool
+	// handles counts the file handles given out (and being made) and
+	// not yet released, under mu. The kernel is told it need not open
+	// files only while there are none: once told, it sends no FLUSH and
+	// no RELEASE for a handle it got before (Linux 6.18), so the file a
+	// handle created and the writes it buffered would never be stored.
+	mu      sync.Mutex
+	handles int
 	// opendirs, opens, creates, flushes, lookups, lseeks and getattrs
 	// count the OPENDIR, OPEN, CREATE, FLUSH, LOOKUP, LSEEK and GETATTR
 	// requests that came, for tests.
@@ -94,11 +102,44 @@ func (k *kernelFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenO
 			return st
 		}
 	}
-	if k.s.kernelOpens() && k.s.cache.Leased() {
-		k.noOpen.Store(true)
+	if !k.handle(k.s.kernelOpens() && k.s.cache.Leased()) {
 		return fuse.ENOSYS
 	}
-	return k.RawFileSystem.Open(cancel, in, out)
+	st := k.RawFileSystem.Open(cancel, in, out)
+	if !st.Ok() {
+		k.released()
+	}
+	return st
+}
+
+// handle reports whether a request is to get a handle, and counts one
+// if so: not once the kernel opens files by itself, nor when it may be
+// told to (mayTell) and no handle is out, which tells it.
+func (k *kernelFS) handle(mayTell bool) bool {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.noOpen.Load() {
+		return false
+	}
+	if mayTell && k.handles == 0 {
+		k.noOpen.Store(true)
+		return false
+	}
+	k.handles++
+	return true
+}
+
+// released counts a handle fewer.
+func (k *kernelFS) released() {
+	k.mu.Lock()
+	k.handles--
+	k.mu.Unlock()
+}
+
+// Release implements fuse.RawFileSystem.
+func (k *kernelFS) Release(cancel <-chan struct{}, in *fuse.ReleaseIn) {
+	k.RawFileSystem.Release(cancel, in)
+	k.released()
 }
 
 // Create answers ENOSYS once the kernel opens files by itself on a mount
@@ -107,10 +148,14 @@ func (k *kernelFS) Open(cancel <-chan struct{}, in *fuse.OpenIn, out *fuse.OpenO
 // (dirNode.Mknod, createUnopened).
 func (k *kernelFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
 	k.creates.Add(1)
-	if k.noOpen.Load() {
+	if !k.handle(false) {
 		return fuse.ENOSYS
 	}
-	return k.RawFileSystem.Create(cancel, in, name, out)
+	st := k.RawFileSystem.Create(cancel, in, name, out)
+	if !st.Ok() {
+		k.released()
+	}
+	return st
 }
 
 // Flush answers ENOSYS once the kernel opens files by itself, after

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/cache"
 )
 
 // node is what every kind of file of the mount has: its place in the tree,
@@ -31,6 +33,9 @@ type node struct {
 
 	mu   sync.Mutex
 	last ferry.Dir // The last attributes reported, for a node that is gone.
+	// gone is the hidden name of a file removed while the kernel may
+	// hold it open (gone.go), where its node goes on.
+	gone atomic.Pointer[string]
 }
 
 // dirNode is a directory: lookups, listings, and the calls that make,
@@ -157,6 +162,9 @@ func nodeOf(in *fs.Inode) *node {
 // path returns the node's path in the tree, and false if it has been
 // removed (it or a directory above it is no longer in the tree).
 func (n *node) path() (string, bool) {
+	if g := n.gone.Load(); g != nil {
+		return *g, true
+	}
 	var elems []string
 	in := &n.Inode
 	for !in.IsRoot() {
@@ -264,6 +272,10 @@ func (n *node) attrs(ctx context.Context) (ferry.Dir, syscall.Errno) {
 	if err != nil {
 		return nil, errno(err)
 	}
+	if n.gone.Load() != nil {
+		d = d.Clone()
+		d.SetInt(ferry.AttrNlink, 0)
+	}
 	n.remember(d)
 	return d, 0
 }
@@ -333,7 +345,7 @@ func (dn *dirNode) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 		return n.ctlLookup(ctx, out), 0
 	}
 	dir, ok := n.path()
-	if !ok {
+	if !ok || cache.Hidden(name) {
 		return nil, syscall.ENOENT
 	}
 	// A file created here and not yet stored, or open for writing, is
@@ -577,6 +589,7 @@ func (dn *dirNode) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 		return nil, errno(err)
 	}
 	n.expireListing()
+	ds = shown(ds)
 	out := make([]fuse.DirEntry, 0, len(ds)+2)
 	out = append(out,
 		fuse.DirEntry{Name: ".", Mode: syscall.S_IFDIR, Ino: n.StableAttr().Ino},
@@ -825,9 +838,24 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 	if n.s.opt.beforeNameChange != nil {
 		n.s.opt.beforeNameChange(p)
 	}
+	if nlink == 0 && n.s.hides(cn, wb, known) {
+		// No buffer to unlock (see hides).
+		hidden, err := n.s.cache.Hide(cctx, p)
+		if err != nil {
+			return errno(err)
+		}
+		n.s.hidden(cn, hidden)
+		n.s.inos.drop(p)
+		return 0
+	}
 	// With write-back a file's removal may go in the background, after
 	// the calls on it before it (see cache.FS.Remove).
-	if _, err := n.s.cache.Remove(cctx, p).Wait(); err != nil {
+	_, err := n.s.cache.Remove(cctx, p).Wait()
+	if errno(err) == syscall.ENOTEMPTY && n.s.removeHiddenIn(cctx, p) {
+		// Hidden files kept it (gone.go): they go with it.
+		_, err = n.s.cache.Remove(cctx, p).Wait()
+	}
+	if err != nil {
 		unlock()
 		return errno(err)
 	}
@@ -963,7 +991,17 @@ func (dn *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEm
 	if n.s.opt.beforeNameChange != nil {
 		n.s.opt.beforeNameChange(from)
 	}
-	d, err := n.s.cache.Move(cctx, from, to).Wait()
+	var d ferry.Dir
+	var err error
+	if dst != nil && dst != src && n.s.hides(dst, dw, replaced) {
+		var hidden string
+		hidden, d, err = n.s.cache.MoveHiding(cctx, from, to)
+		if hidden != "" {
+			n.s.hidden(dst, hidden)
+		}
+	} else {
+		d, err = n.s.cache.Move(cctx, from, to).Wait()
+	}
 	if err != nil {
 		unlock()
 		return errno(err)

@@ -162,7 +162,8 @@ func (h *handle) named() bool {
 var _ fs.NodeOnForgetter = (*fileNode)(nil)
 
 // OnForget implements fs.NodeOnForgetter: the kernel holds the file no
-// more, so no descriptor does; the file's own handles go.
+// more, so no descriptor does; the file's own handles go, and the file
+// too if it was hidden (gone.go).
 func (n *fileNode) OnForget() {
 	u := &n.s.unclosed
 	u.mu.Lock()
@@ -180,6 +181,7 @@ func (n *fileNode) OnForget() {
 		go h.Release(context.Background())
 	}
 	n.dropUnopened()
+	n.s.removeGone(&n.node)
 }
 
 // doneOwn ends a use of the file's own handle (ownWriter).

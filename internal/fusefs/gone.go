@@ -1,0 +1,116 @@
+package fusefs
+
+import (
+	"context"
+	"slices"
+	"sync"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/cache"
+)
+
+// When the kernel opens files by itself (kernelFS) the mount hears no open
+// and no close, so it cannot tell whether a descriptor is open on a file
+// whose last name a program removes or a rename replaces. On a local disk
+// such a descriptor reads and writes on; here, once the file's buffer is
+// dropped, its reads and writes would find it by a name it no longer has.
+// So the mount hides the file instead (cache.Hide, as NFS clients rename
+// such files to ".nfsXXXX"): its node goes on under the hidden name, and the
+// file is removed when the kernel forgets the node (no descriptor can be
+// open then), when its directory is removed, or at unmount.
+
+// goneFiles holds the nodes of hidden files not yet removed.
+type goneFiles struct {
+	mu    sync.Mutex
+	files map[*node]string
+}
+
+// hides reports whether the removal of the last name of cn, whose buffer
+// is wb, leaves a hidden file rather than none (see above). A file with a
+// buffer keeps it until the kernel forgets it (dropOwn), and needs no
+// name.
+func (s *Server) hides(cn *node, wb *wbuf, known ferry.Dir) bool {
+	return s.kernel.noOpen.Load() && cn != nil && cn.file() != nil && wb == nil && !known.Linked()
+}
+
+// hidden records that n's file lives on as hidden.
+func (s *Server) hidden(n *node, hidden string) {
+	n.gone.Store(&hidden)
+	g := &s.gone
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.files == nil {
+		g.files = map[*node]string{}
+	}
+	g.files[n] = hidden
+}
+
+// removeGone removes n's hidden file, if it has one.
+func (s *Server) removeGone(n *node) {
+	g := &s.gone
+	g.mu.Lock()
+	p, ok := g.files[n]
+	delete(g.files, n)
+	g.mu.Unlock()
+	if ok {
+		s.removeHidden(p)
+	}
+}
+
+// removeHidden removes the hidden file p; one already gone is no failure.
+func (s *Server) removeHidden(p string) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.opt.CallTimeout)
+	defer cancel()
+	if _, err := s.cache.Remove(ctx, p).Wait(); err != nil && !ferry.IsKind(err, ferry.KindNotExist) {
+		s.log.Warn("removing a hidden file failed", "path", p, "err", err)
+	}
+}
+
+// removeAllGone removes every hidden file still there, at unmount.
+func (s *Server) removeAllGone() {
+	g := &s.gone
+	g.mu.Lock()
+	files := g.files
+	g.files = nil
+	g.mu.Unlock()
+	for _, p := range files {
+		s.removeHidden(p)
+	}
+}
+
+// removeHiddenIn removes the hidden files in the directory dir, which is
+// to be removed: a descriptor open on one of them loses it, as the
+// directory cannot go while they are there. It reports whether there
+// were any.
+func (s *Server) removeHiddenIn(ctx context.Context, dir string) bool {
+	ds, err := s.cache.List(ctx, dir)
+	if err != nil {
+		return false
+	}
+	found := false
+	for _, d := range ds {
+		if !cache.Hidden(d.Name()) {
+			continue
+		}
+		found = true
+		g := &s.gone
+		g.mu.Lock()
+		for n, p := range g.files {
+			if p == d.Path() {
+				delete(g.files, n)
+			}
+		}
+		g.mu.Unlock()
+		s.removeHidden(d.Path())
+	}
+	return found
+}
+
+// shown returns a listing without its hidden names, in a copy if any
+// were there: the cache's listing is not changed.
+func shown(ds []ferry.Dir) []ferry.Dir {
+	if !slices.ContainsFunc(ds, func(d ferry.Dir) bool { return cache.Hidden(d.Name()) }) {
+		return ds
+	}
+	return slices.DeleteFunc(slices.Clone(ds), func(d ferry.Dir) bool { return cache.Hidden(d.Name()) })
+}
