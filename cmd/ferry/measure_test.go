@@ -121,13 +121,13 @@ func TestMeasureSSHBuild(t *testing.T) {
 	link := netem.Link{Delay: 60 * time.Millisecond}
 	m := netemtest.MeshForTest(t, 3, func(int, int) netem.Link { return link })
 	at := func(i int) []string { return netem.Enter(m.Sites[i].NS) }
-	// mounted serves through e a mount at site b and returns its mount
-	// point.
-	mounted := func(t *testing.T, e *env) string {
+	// mounted serves through e a mount at site b, with the mount's
+	// flags args, and returns its mount point.
+	mounted := func(t *testing.T, e *env, args ...string) string {
 		mnt := mountPoint(t)
 		cl := *e
 		cl.via = at(1)
-		cl.run(true, "mount", e.at("/"), mnt)
+		cl.run(true, append(append([]string{"mount"}, args...), e.at("/"), mnt)...)
 		t.Cleanup(func() { cl.run(true, "umount", mnt) })
 		return mnt
 	}
@@ -141,6 +141,9 @@ func TestMeasureSSHBuild(t *testing.T) {
 		}},
 		{"one server 120 ms from the builder", func(t *testing.T) string {
 			return mounted(t, startIn(t, t.TempDir(), at(0), "--listen", m.Sites[0].Addr.String()+":0"))
+		}},
+		{"one server 120 ms from the builder, opens heard", func(t *testing.T) string {
+			return mounted(t, startIn(t, t.TempDir(), at(0), "--listen", m.Sites[0].Addr.String()+":0"), "--kernel-opens=false")
 		}},
 		{"one server 120 ms from the builder, 4 Mbit/s up", func(t *testing.T) string {
 			up := link

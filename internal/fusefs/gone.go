@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"path"
 	"slices"
 	"sync"
 
@@ -19,10 +20,12 @@ import (
 // file is removed when the kernel forgets the node (no descriptor can be
 // open then), when its directory is removed, or at unmount.
 
-// goneFiles holds the nodes of hidden files not yet removed.
+// goneFiles holds the nodes of hidden files not yet removed, and counts
+// the removals under way (fileNode.OnForget starts them).
 type goneFiles struct {
-	mu    sync.Mutex
-	files map[*node]string
+	mu       sync.Mutex
+	files    map[*node]string
+	removing sync.WaitGroup
 }
 
 // hides reports whether the removal of the last name of cn, whose buffer
@@ -45,16 +48,38 @@ func (s *Server) hidden(n *node, hidden string) {
 	g.files[n] = hidden
 }
 
-// removeGone removes n's hidden file, if it has one.
+// removeGone removes n's hidden file, if it has one, in the background:
+// the kernel's FORGET waits for no call to the server.
 func (s *Server) removeGone(n *node) {
 	g := &s.gone
 	g.mu.Lock()
 	p, ok := g.files[n]
 	delete(g.files, n)
+	if ok {
+		g.removing.Add(1)
+	}
 	g.mu.Unlock()
 	if ok {
-		s.removeHidden(p)
+		go func() {
+			defer g.removing.Done()
+			s.removeHidden(p)
+		}()
 	}
+}
+
+// takeGone takes out of s.gone the hidden files that keep match.
+func (s *Server) takeGone(keep func(p string) bool) []string {
+	g := &s.gone
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var ps []string
+	for n, p := range g.files {
+		if keep(p) {
+			ps = append(ps, p)
+			delete(g.files, n)
+		}
+	}
+	return ps
 }
 
 // removeHidden removes the hidden file p; one already gone is no failure.
@@ -66,22 +91,27 @@ func (s *Server) removeHidden(p string) {
 	}
 }
 
-// removeAllGone removes every hidden file still there, at unmount.
+// removeAllGone removes every hidden file still there, at unmount, once
+// the removals under way have ended.
 func (s *Server) removeAllGone() {
-	g := &s.gone
-	g.mu.Lock()
-	files := g.files
-	g.files = nil
-	g.mu.Unlock()
-	for _, p := range files {
+	s.gone.removing.Wait()
+	for _, p := range s.takeGone(func(string) bool { return true }) {
 		s.removeHidden(p)
 	}
 }
 
-// removeHiddenIn removes the hidden files in the directory dir, which is
-// to be removed: a descriptor open on one of them loses it, as the
-// directory cannot go while they are there. It reports whether there
-// were any.
+// removeGoneIn removes the hidden files this mount made in the directory
+// dir, which is to be removed: a descriptor open on one of them loses it,
+// as the directory cannot go while they are there.
+func (s *Server) removeGoneIn(dir string) {
+	for _, p := range s.takeGone(func(p string) bool { return path.Dir(p) == dir }) {
+		s.removeHidden(p)
+	}
+}
+
+// removeHiddenIn removes the hidden files the cache lists in dir, which a
+// removal of dir found there (another mount's, or one whose removal is
+// under way), and reports whether there were any.
 func (s *Server) removeHiddenIn(ctx context.Context, dir string) bool {
 	ds, err := s.cache.List(ctx, dir)
 	if err != nil {
@@ -89,19 +119,11 @@ func (s *Server) removeHiddenIn(ctx context.Context, dir string) bool {
 	}
 	found := false
 	for _, d := range ds {
-		if !cache.Hidden(d.Name()) {
-			continue
+		if cache.Hidden(d.Name()) {
+			found = true
+			s.takeGone(func(p string) bool { return p == d.Path() })
+			s.removeHidden(d.Path())
 		}
-		found = true
-		g := &s.gone
-		g.mu.Lock()
-		for n, p := range g.files {
-			if p == d.Path() {
-				delete(g.files, n)
-			}
-		}
-		g.mu.Unlock()
-		s.removeHidden(d.Path())
 	}
 	return found
 }

@@ -848,6 +848,9 @@ func (n *node) remove(ctx context.Context, name string, nlink int64) syscall.Err
 		n.s.inos.drop(p)
 		return 0
 	}
+	if nlink < 0 {
+		n.s.removeGoneIn(p)
+	}
 	// With write-back a file's removal may go in the background, after
 	// the calls on it before it (see cache.FS.Remove).
 	_, err := n.s.cache.Remove(cctx, p).Wait()
