@@ -2,11 +2,15 @@ package fusefs
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/ctl"
 	"github.com/ferryfs/ferry/internal/servertest"
 )
@@ -215,5 +219,82 @@ func TestOwnBuffersBounded(t *testing.T) {
 		if got, err := os.ReadFile(filepath.Join(srv.Dir, "d", fmt.Sprintf("f%d", i))); err != nil || string(got) != "first\nmore\n" {
 			t.Fatalf("f%d on the server: %q, %v", i, got, err)
 		}
+	}
+}
+
+// seenThrough is counting with the tree below it found through it, as a
+// layer is: the cache takes its watch from the client below.
+type seenThrough struct{ *counting }
+
+func (s seenThrough) Unwrap() ferry.FS { return s.FS }
+
+// TestReadBackAfterStore: with the kernel opening files by itself, a file
+// written here is read back, once stored and its buffer dropped, from what
+// the cache keeps of the store, not from the server: a handle the file
+// had for reads while the buffer was there (an assembler reads back what
+// it writes) used to go on reading from the server, a round trip per
+// read (make -j2 took twice as long).
+func TestReadBackAfterStore(t *testing.T) {
+	srv := servertest.Start(t, "")
+	writeFile(t, filepath.Join(srv.Dir, "other"), "other\n")
+	c := &counting{FS: srv.Client(t, "a")}
+	mnt, s := mountFS(t, seenThrough{c}, Options{TTL: time.Hour, WriteBack: true, KernelOpens: true})
+	if !waitFor(5*time.Second, s.cache.Leased) {
+		t.Fatal("the mount got no watch")
+	}
+	if !waitFor(5*time.Second, func() bool {
+		readFile(t, filepath.Join(mnt, "other"))
+		return s.kernel.noOpen.Load()
+	}) {
+		t.Fatal("the kernel was not told it need not open files")
+	}
+	f, err := os.OpenFile(filepath.Join(mnt, "out.o"), os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	readBack := func(want string) {
+		t.Helper()
+		// The kernel's copy of the page goes, so the read reaches the
+		// mount.
+		if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 64)
+		k, err := f.ReadAt(b, 0)
+		if err != nil && err != io.EOF {
+			t.Fatal(err)
+		}
+		if got := string(b[:k]); got != want {
+			t.Fatalf("read back %q, want %q", got, want)
+		}
+	}
+	if _, err := f.WriteString("first part\n"); err != nil {
+		t.Fatal(err)
+	}
+	readBack("first part\n")
+	// A change of another kind stores the file and drops its buffer.
+	if err := os.Mkdir(filepath.Join(mnt, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if !waitFor(5*time.Second, func() bool {
+		s.unclosed.mu.Lock()
+		defer s.unclosed.mu.Unlock()
+		return len(s.unclosed.own) == 0
+	}) {
+		t.Fatal("the file's buffer was not dropped")
+	}
+	c.reset()
+	readBack("first part\n")
+	if _, err := f.WriteString("second\n"); err != nil {
+		t.Fatal(err)
+	}
+	readBack("first part\nsecond\n")
+	if err := os.Mkdir(filepath.Join(mnt, "e"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	readBack("first part\nsecond\n")
+	if n := c.gets.Load(); n != 0 {
+		t.Errorf("reading back what was written fetched from the server %d times", n)
 	}
 }
