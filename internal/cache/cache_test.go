@@ -447,14 +447,18 @@ func TestKeptGoesToDiskUnderPressure(t *testing.T) {
 	}
 }
 
-// changes counts the Moves and Puts that reach the tree below.
+// changes counts the Puts that reach the tree below, and holds its Moves
+// while gate is open.
 type changes struct {
 	ferry.FS
-	moves, puts atomic.Int64
+	puts atomic.Int64
+	gate chan struct{}
 }
 
 func (c *changes) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
-	c.moves.Add(1)
+	if c.gate != nil {
+		<-c.gate
+	}
 	return c.FS.Move(ctx, from, to)
 }
 
@@ -469,7 +473,8 @@ func (c *changes) Put(ctx context.Context, p string, d ferry.Dir, off int64, r i
 // replaces under a hidden name, and one that fails puts it back.
 func TestHide(t *testing.T) {
 	fsys, dir, _ := belowWith(t, false, false)
-	below := &changes{FS: fsys}
+	// The Moves below wait until MoveHiding has returned.
+	below := &changes{FS: fsys, gate: make(chan struct{})}
 	c := open(t, below, cache.Options{WriteBehind: true})
 	ctx := context.Background()
 	for name, data := range map[string]string{"d/old": "old\n", "d/new": "new\n"} {
@@ -513,14 +518,24 @@ func TestHide(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// A rename over d/old keeps d/old hidden, and waits for nothing
-	// below.
-	kept, _, err := c.MoveHiding(ctx, "/d/new", "/d/old")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n := below.moves.Load(); n != 0 {
-		t.Errorf("MoveHiding waited for %d Moves below", n)
+	// A rename over d/old keeps d/old hidden, and waits for no Move
+	// below: they are held until it has returned.
+	var kept string
+	done := make(chan error, 1)
+	go func() {
+		var err error
+		kept, _, err = c.MoveHiding(ctx, "/d/new", "/d/old")
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		close(below.gate)
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(10 * time.Second):
+		close(below.gate)
+		t.Fatalf("MoveHiding waited for the Moves below: %v", <-done)
 	}
 	// One that fails (no d/new any more) puts the file it hid back.
 	if h, _, err := c.MoveHiding(ctx, "/d/new", "/d/old"); !ferry.IsKind(err, ferry.KindNotExist) || h != "" {
