@@ -327,6 +327,23 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	case <-s.cache.Ready():
 	case <-time.After(5 * time.Second):
 	}
+	// So are the root's attributes and listing, which the first command
+	// in a fresh mount (tar x, ls) otherwise waits for, a round trip
+	// each; the listing of a large tree goes on in the background.
+	if s.cache.Leased() {
+		fetched := make(chan struct{})
+		go func() {
+			defer close(fetched)
+			ctx, cancel := s.ctx(context.Background())
+			defer cancel()
+			s.cache.Stat(ctx, root).Wait()
+			s.cache.List(ctx, root)
+		}()
+		select {
+		case <-fetched:
+		case <-time.After(time.Second):
+		}
+	}
 	opt.Log.Info("mounted", "tree", root, "at", mnt)
 	return s, nil
 }
