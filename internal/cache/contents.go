@@ -64,10 +64,13 @@ type contents struct {
 	// disk, in disk mode, holds the data as chunks, and memory only
 	// where to find it, and the data of files not yet read, up to
 	// memMax; nil in memory mode.
-	disk   store.ChunkCache
-	recs   records // The disk's records by path, if it keeps them.
-	max    int64   // The budget: bytes of data held at most, in memory or on disk.
-	memMax int64
+	disk store.ChunkCache
+	recs records // The disk's records by path, if it keeps them.
+	max  int64   // The budget: bytes of data held at most, in memory or on disk.
+	// awaitMax is AwaitMax but in tests that must not fall back to a
+	// Get of their own on a machine too loaded to fetch in time.
+	awaitMax time.Duration
+	memMax   int64
 	// window bounds what a walk holds ahead of the program.
 	window int64
 	ctx    context.Context
@@ -193,7 +196,7 @@ func (w *walk) advance(p string) {
 // maxWindow.
 func newContents(fsys ferry.Finder, log *slog.Logger, budget int64, disk store.ChunkCache, memory int64) *contents {
 	ctx, stop := context.WithCancel(context.Background())
-	c := &contents{fsys: fsys, log: log, disk: disk, recs: recordsOf(disk), max: budget, memMax: memory, window: min(max(budget/4, 1<<20), maxWindow),
+	c := &contents{fsys: fsys, log: log, disk: disk, recs: recordsOf(disk), max: budget, awaitMax: AwaitMax, memMax: memory, window: min(max(budget/4, 1<<20), maxWindow),
 		ctx: ctx, stop: stop,
 		ents: map[string]*list.Element{}, read: list.New(), unread: list.New(), dirs: map[string]bool{}, recalledDirs: map[string]bool{},
 		evicted: map[string]bool{}, dropped: map[string]uint64{}, droppedTrees: map[string]uint64{},
@@ -319,7 +322,7 @@ func (c *contents) awaitLocked(ctx context.Context, d ferry.Dir) (*content, []by
 		if c.arrived.After(since) {
 			since = c.arrived
 		}
-		left := AwaitMax - time.Since(since)
+		left := c.awaitMax - time.Since(since)
 		if left <= 0 {
 			return nil, nil, false
 		}

@@ -41,6 +41,10 @@ func TestRecordsOutliveTheCache(t *testing.T) {
 		s := &sentBytes{FS: tree, sent: map[string]int64{}}
 		c := newContents(s, testLog(t), 64<<20, chunks, 1<<20)
 		defer c.close()
+		// Each read waits for the fetch that brings its file, however
+		// slow the machine: one read by a Get of its own would leave
+		// the file out of the cache, and the next pass would fetch it.
+		c.awaitMax = time.Minute
 		for _, d := range walkFiles(t, tree) {
 			readChecked(t, c, s, dir, d)
 			if d.Size() <= treeFile {
