@@ -680,6 +680,11 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 		h.wb.f.Close()
 		h.wb.snap = nil
 		h.wb.mu.Unlock()
+		// The file's own read handle (unopened.go) read through the
+		// buffer, and would now read from the server, or what it held
+		// before the writes: the next read opens one anew, from what
+		// the cache keeps of the store.
+		h.n.dropUnopened()
 	}
 	return 0
 }

@@ -20,11 +20,12 @@ import (
 // file is removed when the kernel forgets the node (no descriptor can be
 // open then), when its directory is removed, or at unmount.
 
-// goneFiles holds the nodes of hidden files not yet removed, and counts
-// the removals under way (fileNode.OnForget starts them).
+// goneFiles holds the nodes of hidden files not yet removed (each node's
+// gone says where), and counts the removals under way
+// (fileNode.OnForget starts them).
 type goneFiles struct {
 	mu       sync.Mutex
-	files    map[*node]string
+	files    map[*node]struct{}
 	removing sync.WaitGroup
 }
 
@@ -43,9 +44,9 @@ func (s *Server) hidden(n *node, hidden string) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.files == nil {
-		g.files = map[*node]string{}
+		g.files = map[*node]struct{}{}
 	}
-	g.files[n] = hidden
+	g.files[n] = struct{}{}
 }
 
 // removeGone removes n's hidden file, if it has one, in the background:
@@ -53,7 +54,7 @@ func (s *Server) hidden(n *node, hidden string) {
 func (s *Server) removeGone(n *node) {
 	g := &s.gone
 	g.mu.Lock()
-	p, ok := g.files[n]
+	_, ok := g.files[n]
 	delete(g.files, n)
 	if ok {
 		g.removing.Add(1)
@@ -62,7 +63,7 @@ func (s *Server) removeGone(n *node) {
 	if ok {
 		go func() {
 			defer g.removing.Done()
-			s.removeHidden(p)
+			s.removeHidden(*n.gone.Load())
 		}()
 	}
 }
@@ -73,8 +74,8 @@ func (s *Server) takeGone(keep func(p string) bool) []string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	var ps []string
-	for n, p := range g.files {
-		if keep(p) {
+	for n := range g.files {
+		if p := *n.gone.Load(); keep(p) {
 			ps = append(ps, p)
 			delete(g.files, n)
 		}

@@ -347,11 +347,6 @@ func (s *Server) dropOwn(ctx context.Context, keep ...*fs.Inode) {
 		}
 		if h != nil {
 			h.Release(ctx)
-			// The file's own read handle read through the buffer,
-			// and would now read from the server, or what it held
-			// before the writes: the next read opens one anew, from
-			// what the cache keeps of the store.
-			n.dropUnopened()
 		} else {
 			// Kept: recorded again, with no trim of its own.
 			u.mu.Lock()
