@@ -610,3 +610,12 @@ func (c *FS) settledStream(ctx context.Context, p string, open func() *ferry.Str
 		return st.Err()
 	})
 }
+
+// Held returns the content of the file d describes if the cache holds it
+// now, without fetching or waiting for it.
+func (c *FS) Held(d ferry.Dir) ([]byte, bool) {
+	if data, ok := c.pending(d); ok {
+		return data, true
+	}
+	return c.data.get(d)
+}

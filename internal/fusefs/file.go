@@ -395,6 +395,7 @@ func (n *fileNode) openWrite(ctx context.Context, trunc bool) (*wbuf, syscall.Er
 	}
 	wb.refs = 1
 	n.wb = wb
+	n.pages.gen.Add(1) // Writes go into the kernel's pages: none may be given.
 	n.seenMtime, n.seenSize = d[ferry.AttrMtime], d.Size()
 	return wb, 0
 }

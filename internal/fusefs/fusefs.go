@@ -163,6 +163,8 @@ type Server struct {
 
 	// readdirs counts the listings the kernel asked for, for tests.
 	readdirs atomic.Int64
+	// pushed counts the files given to the kernel unasked (push.go).
+	pushed atomic.Int64
 	// kernel stands between the kernel and go-fuse's file system.
 	kernel *kernelFS
 	// unclosed holds the files written with no close to come, when the
@@ -184,6 +186,8 @@ type Server struct {
 	spaceVal ferry.Space
 	spaceOK  bool
 	spaceAt  time.Time
+	// spaceAsking is set while the room is asked for in the background.
+	spaceAsking bool
 }
 
 // Mount mounts the tree fsys at mountpoint and serves it in the

@@ -57,10 +57,10 @@ type kernelFS struct {
 	// handle created and the writes it buffered would never be stored.
 	mu      sync.Mutex
 	handles int
-	// opendirs, opens, creates, flushes, lookups, lseeks and getattrs
-	// count the OPENDIR, OPEN, CREATE, FLUSH, LOOKUP, LSEEK and GETATTR
-	// requests that came, for tests.
-	opendirs, opens, creates, flushes, lookups, lseeks, getattrs atomic.Int64
+	// opendirs, opens, creates, flushes, lookups, lseeks, getattrs and
+	// reads count the OPENDIR, OPEN, CREATE, FLUSH, LOOKUP, LSEEK,
+	// GETATTR and READ requests that came, for tests.
+	opendirs, opens, creates, flushes, lookups, lseeks, getattrs, reads atomic.Int64
 	// srv is the server the kernel's requests come from, for the
 	// notifications a request's answer makes (Init sets it before the
 	// first request).
@@ -77,6 +77,12 @@ func (k *kernelFS) Init(srv *fuse.Server) {
 func (k *kernelFS) GetAttr(cancel <-chan struct{}, in *fuse.GetAttrIn, out *fuse.AttrOut) fuse.Status {
 	k.getattrs.Add(1)
 	return k.RawFileSystem.GetAttr(cancel, in, out)
+}
+
+// Read implements fuse.RawFileSystem.
+func (k *kernelFS) Read(cancel <-chan struct{}, in *fuse.ReadIn, buf []byte) (fuse.ReadResult, fuse.Status) {
+	k.reads.Add(1)
+	return k.RawFileSystem.Read(cancel, in, buf)
 }
 
 // Lseek answers ENOSYS: the tree has no holes to report, and the kernel

@@ -59,6 +59,8 @@ type fileNode struct {
 	unopened *unopened
 	own      *handle
 	ownUses  int
+	// pages is what the kernel holds of the file (push.go).
+	pages pages
 }
 
 // file returns the node as a regular file's, or nil.
@@ -517,6 +519,8 @@ func (dn *dirNode) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHand
 type dirHandle struct {
 	d  *dirNode
 	ds fs.DirStream
+	// skipped is set by a seek past the start, gave by an entry read.
+	skipped, gave bool
 }
 
 var (
@@ -542,8 +546,13 @@ func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		return nil, e
 	}
 	if !h.ds.HasNext() {
+		if h.skipped && !h.gave {
+			// The kernel read the listing to its end (see push).
+			h.d.s.push(h.d)
+		}
 		return nil, 0
 	}
+	h.gave = true
 	de, e := h.ds.Next()
 	return &de, e
 }
@@ -561,6 +570,7 @@ func (h *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	if e := h.stream(ctx); e != 0 {
 		return e
 	}
+	h.skipped = true
 	if sd, ok := h.ds.(fs.FileSeekdirer); ok {
 		return sd.Seekdir(ctx, off)
 	}
@@ -1126,28 +1136,45 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	return 0
 }
 
-// spaceFor is how long the tree's answer to Space is kept: df and file
-// managers ask often, and free space seldom matters to the second.
+// spaceFor is how long the tree's answer to Space is kept before it is
+// asked again: df and file managers ask often, and free space seldom
+// matters to the second.
 const spaceFor = 2 * time.Second
 
 // space returns the room of the file system below, from the tree if it
-// can say (ferry.Spacer), kept for spaceFor.
+// can say (ferry.Spacer). Only the first call waits for the tree: later
+// ones get the last answer, asked again in the background once it is
+// older than spaceFor (grep and find ask at each run, and would each wait
+// a round trip).
 func (s *Server) space(ctx context.Context) (ferry.Space, bool) {
 	sp, ok := ferry.As[ferry.Spacer](s.fsys)
 	if !ok {
 		return ferry.Space{}, false
 	}
 	s.spaceMu.Lock()
-	defer s.spaceMu.Unlock()
-	if time.Since(s.spaceAt) < spaceFor {
-		return s.spaceVal, s.spaceOK
+	known, stale := !s.spaceAt.IsZero(), time.Since(s.spaceAt) >= spaceFor
+	if known && stale && !s.spaceAsking {
+		s.spaceAsking = true
+		go s.askSpace(context.Background(), sp)
 	}
+	v, ok := s.spaceVal, s.spaceOK
+	s.spaceMu.Unlock()
+	if !known {
+		return s.askSpace(ctx, sp)
+	}
+	return v, ok
+}
+
+// askSpace asks the tree for its room and keeps the answer.
+func (s *Server) askSpace(ctx context.Context, sp ferry.Spacer) (ferry.Space, bool) {
 	cctx, cancel := s.ctx(ctx)
 	defer cancel()
 	v, err := sp.Space(cctx, s.opt.Root).Wait()
 	if err != nil {
 		s.log.Debug("the tree did not say how much room it has", "err", err)
 	}
-	s.spaceVal, s.spaceOK, s.spaceAt = v, err == nil, time.Now()
+	s.spaceMu.Lock()
+	defer s.spaceMu.Unlock()
+	s.spaceVal, s.spaceOK, s.spaceAt, s.spaceAsking = v, err == nil, time.Now(), false
 	return v, err == nil
 }

@@ -29,6 +29,7 @@ var _ fs.NodeReader = (*fileNode)(nil)
 // Read implements fs.NodeReader: through the descriptor's handle, or,
 // for a read the kernel makes with none, through the file's own.
 func (n *fileNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n.pages.held.Store(true)
 	if r, ok := f.(fs.FileReader); ok {
 		return r.Read(ctx, dest, off)
 	}
@@ -183,6 +184,7 @@ func (n *fileNode) dropUnopened() {
 func dropContent(in *fs.Inode) {
 	if n := nodeOf(in); n != nil {
 		if f := n.file(); f != nil {
+			f.pages.dropped()
 			f.dropUnopened()
 		}
 	}
