@@ -117,6 +117,11 @@ type Options struct {
 	// with no close to come) before the cache waits for what it keeps
 	// back there: a recall, a release, a sync, a drain.
 	Handover func(ctx context.Context, root string)
+	// Arrived, if set, is told the path of each file whose content a
+	// fetch brought, once the cache holds it, outside the cache's locks:
+	// the layer above may pass it on unasked (the FUSE adaptor gives it
+	// to the kernel). It must not block.
+	Arrived func(p string)
 }
 
 // FS is a caching layer over a ferry.FS.
@@ -229,6 +234,7 @@ func New(below ferry.FS, opt Options) *FS {
 		c.leases = &writeLeases{wl: wl, roots: map[string]time.Time{}, shallow: map[string]bool{}, refused: map[string]time.Time{},
 			asking: map[string]chan struct{}{}, revoked: map[string]bool{}, echoes: map[string]*echoSet{}}
 	}
+	c.data.arrival = opt.Arrived
 	c.meta.data = c.data
 	c.meta.settle = func(ctx context.Context, p string) error { return c.wback.wait(ctx, p) }
 	c.meta.busy = c.wback.busy

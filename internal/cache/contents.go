@@ -73,8 +73,10 @@ type contents struct {
 	memMax   int64
 	// window bounds what a walk holds ahead of the program.
 	window int64
-	ctx    context.Context
-	stop   context.CancelFunc
+	// arrival is Options.Arrived.
+	arrival func(p string)
+	ctx     context.Context
+	stop    context.CancelFunc
 
 	mu    sync.Mutex
 	size  int64                    // Bytes of data held.
@@ -743,7 +745,6 @@ func (c *contents) held(p string) (*content, bool) {
 func (c *contents) add(f *content, began uint64, w *walk) {
 	c.spill(f)
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	if w != nil {
 		w.last = f.path
 		f.w = w
@@ -752,9 +753,14 @@ func (c *contents) add(f *content, began uint64, w *walk) {
 	c.changed.Broadcast()
 	c.stats.files++
 	c.stats.bytes += f.size
-	if c.hold(f, began) && w != nil && walkLess(w.pos, f.path) {
+	held := c.hold(f, began)
+	if held && w != nil && walkLess(w.pos, f.path) {
 		w.ahead = append(w.ahead, f)
 		w.aheadBytes += f.size
+	}
+	c.mu.Unlock()
+	if held && c.arrival != nil {
+		c.arrival(f.path)
 	}
 }
 

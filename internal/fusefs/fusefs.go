@@ -163,8 +163,10 @@ type Server struct {
 
 	// readdirs counts the listings the kernel asked for, for tests.
 	readdirs atomic.Int64
-	// pushed counts the files given to the kernel unasked (push.go).
-	pushed atomic.Int64
+	// pushed counts the files given to the kernel unasked (push.go);
+	// arrivals queues files whose content arrived, to be given.
+	pushed   atomic.Int64
+	arrivals chan string
 	// kernel stands between the kernel and go-fuse's file system.
 	kernel *kernelFS
 	// unclosed holds the files written with no close to come, when the
@@ -244,6 +246,8 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	co := opt.Cache
 	co.Root, co.Log, co.TTL, co.CallTimeout, co.WriteBehind = root, opt.Log, opt.TTL, opt.CallTimeout, opt.WriteBack
 	co.Uid, co.Gid, co.HeldDir, co.Handover = s.rootUid, s.rootGid, s.heldDir, s.storeUnclosed
+	s.arrivals = make(chan string, 4096)
+	co.Arrived = s.arrived
 	s.cache = cache.New(fsys, co)
 	s.fsys = s.cache
 	if opt.Control != nil {
@@ -319,6 +323,7 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 		defer close(s.done)
 		s.watch(wctx)
 	}()
+	go s.pushArrivals(wctx)
 	go func() {
 		srv.Wait()
 		wcancel()

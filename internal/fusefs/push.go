@@ -1,7 +1,10 @@
 package fusefs
 
 import (
+	"context"
 	"sync/atomic"
+
+	"github.com/hanwen/go-fuse/v2/fs"
 
 	"github.com/ferryfs/ferry"
 )
@@ -34,11 +37,15 @@ const (
 // holds it. It runs when the kernel has read dn's listing to its end,
 // before the kernel has that end, so a program that lists a directory
 // and then reads its files (grep -r, git status) finds them in the
-// kernel's pages. A file the kernel reads with a READ costs a request,
-// and the kernel then takes the file's access time for stale: the next
-// stat of it asks the mount again (see relists). Only once the kernel
-// opens files by itself: otherwise an open without FOPEN_KEEP_CACHE drops
-// the pages given.
+// kernel's pages; files that arrive later are given as they arrive
+// (pushArrivals). A file read with a READ instead costs a request, and
+// the kernel then holds its access time for stale, so the next stat of
+// it asks the mount again (see relists). Only once the kernel opens
+// files by itself: an open without FOPEN_KEEP_CACHE drops the pages.
+//
+// A store waits for the pages it fills that a READ holds locked, until
+// that READ is answered, so no READ's answer may wait for a store: stores
+// run in a listing's answer and in pushArrivals, never in a READ's.
 //
 // A file changed meanwhile (a WRITE here, an event from the server) may
 // have been given stale: its pages are then dropped again. The kernel
@@ -48,39 +55,75 @@ const (
 // which marks the file held, so that needs the page faulted in and
 // written within the store's microseconds.
 func (s *Server) push(dn *dirNode) {
-	if s.kernel == nil || !s.kernel.noOpen.Load() {
+	if !s.kernel.noOpen.Load() {
 		return
 	}
 	budget := int64(pushListing)
 	for _, c := range dn.Children() {
-		n := nodeOf(c)
-		if n == nil {
-			continue
+		budget -= s.pushFile(c, budget)
+	}
+}
+
+// pushFile gives the kernel the content of the file c, if it is a file
+// the kernel has not read, with no write buffer, whose content the cache
+// holds and is no larger than budget; it returns the bytes given.
+func (s *Server) pushFile(c *fs.Inode, budget int64) int64 {
+	n := nodeOf(c)
+	if n == nil {
+		return 0
+	}
+	f := n.file()
+	if f == nil || f.pages.held.Load() || f.hasBuffer() {
+		return 0
+	}
+	d := f.lastAttrs()
+	if d == nil || d.Type() != ferry.TypeFile || d.Size() == 0 || d.Size() > pushMax || d.Size() > budget {
+		return 0
+	}
+	gen := f.pages.gen.Load()
+	data, ok := s.cache.Held(d)
+	if !ok || int64(len(data)) != d.Size() {
+		return 0
+	}
+	if c.WriteCache(0, data) != 0 {
+		return 0
+	}
+	s.pushed.Add(1)
+	if f.pages.gen.Load() != gen || f.hasBuffer() {
+		// Changed while it was given: what was given may be stale.
+		f.pages.dropped()
+		c.NotifyContent(0, 0)
+		return d.Size()
+	}
+	f.pages.held.Store(true)
+	return d.Size()
+}
+
+// arrived queues the file at p, whose content the cache now holds, to
+// be given to the kernel (cache.Options.Arrived). A full queue loses the
+// gift, not the file: the kernel then reads it.
+func (s *Server) arrived(p string) {
+	select {
+	case s.arrivals <- p:
+	default:
+	}
+}
+
+// pushArrivals gives the kernel the files queued by arrived that it
+// knows, until ctx ends: a walk's files that arrive after the program
+// listed their directory, before it reads them.
+func (s *Server) pushArrivals(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case p := <-s.arrivals:
+			if !s.kernel.noOpen.Load() || !ferry.HasPrefix(p, s.opt.Root) {
+				continue
+			}
+			if in := s.inode(p); in != nil {
+				s.pushFile(in, pushMax)
+			}
 		}
-		f := n.file()
-		if f == nil || f.pages.held.Load() || f.hasBuffer() {
-			continue
-		}
-		d := f.lastAttrs()
-		if d == nil || d.Type() != ferry.TypeFile || d.Size() == 0 || d.Size() > pushMax || d.Size() > budget {
-			continue
-		}
-		gen := f.pages.gen.Load()
-		data, ok := s.cache.Held(d)
-		if !ok || int64(len(data)) != d.Size() {
-			continue
-		}
-		if c.WriteCache(0, data) != 0 {
-			continue
-		}
-		budget -= d.Size()
-		s.pushed.Add(1)
-		if f.pages.gen.Load() != gen || f.hasBuffer() {
-			// Changed while it was given: what was given may be stale.
-			f.pages.dropped()
-			c.NotifyContent(0, 0)
-			continue
-		}
-		f.pages.held.Store(true)
 	}
 }

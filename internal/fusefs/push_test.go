@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"testing"
 	"time"
@@ -11,20 +12,11 @@ import (
 	"github.com/ferryfs/ferry/internal/servertest"
 )
 
-// TestListingGivesContents: once the kernel opens files by itself, a
-// listing read to its end gives the kernel the content the cache holds
-// of the files in it (push), so reading them asks the mount nothing; a
-// change on the server drops what was given, and a file written here is
-// never given the server's older content over the kernel's pages.
-func TestListingGivesContents(t *testing.T) {
+// pushMount mounts a new server's tree with the kernel opening files by
+// itself, and has it told so (a first file read).
+func pushMount(t *testing.T) (*servertest.Server, string, *Server) {
+	t.Helper()
 	srv := servertest.Start(t, "")
-	const files = 30
-	want := map[string]string{}
-	for i := range files {
-		name := fmt.Sprintf("f%02d", i)
-		want[name] = fmt.Sprintf("file %d of b\n", i)
-		writeFile(t, filepath.Join(srv.Dir, "b", name), want[name])
-	}
 	writeFile(t, filepath.Join(srv.Dir, "a", "f"), "a file\n")
 	mnt, s := mountFS(t, srv.Client(t, "a"), Options{TTL: time.Hour, WriteBack: true, KernelOpens: true})
 	if !waitFor(5*time.Second, s.cache.Leased) {
@@ -34,37 +26,77 @@ func TestListingGivesContents(t *testing.T) {
 	if !s.kernel.noOpen.Load() {
 		t.Fatal("the kernel was not told it need not open files")
 	}
-	ctx := context.Background()
-	hold := func(name string) {
-		t.Helper()
-		d, err := s.cache.Lookup(ctx, "/b", name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !waitFor(5*time.Second, func() bool { _, ok := s.cache.Contents(ctx, d); return ok }) {
-			t.Fatalf("the cache does not hold b/%s", name)
-		}
-	}
-	for name := range want {
-		hold(name)
-	}
+	return srv, mnt, s
+}
 
-	ents, err := os.ReadDir(filepath.Join(mnt, "b"))
-	if err != nil || len(ents) != files {
-		t.Fatalf("listing b: %d entries, %v; want %d", len(ents), err, files)
+// makeFiles makes n small files in dir on the server, and returns their
+// contents by name.
+func makeFiles(t *testing.T, srv *servertest.Server, dir string, n int) map[string]string {
+	t.Helper()
+	want := map[string]string{}
+	for i := range n {
+		name := fmt.Sprintf("f%02d", i)
+		want[name] = fmt.Sprintf("file %d of %s\n", i, dir)
+		writeFile(t, filepath.Join(srv.Dir, dir, name), want[name])
 	}
-	if n := s.pushed.Load(); n != files {
-		t.Errorf("%d files given with the listing, want %d", n, files)
+	return want
+}
+
+// hold has the cache hold the content of the file dir/name.
+func hold(t *testing.T, s *Server, dir, name string) {
+	t.Helper()
+	ctx := context.Background()
+	// Looked up each time: the server's events for the file's making may
+	// still be coming.
+	if !waitFor(5*time.Second, func() bool {
+		d, err := s.cache.Lookup(ctx, dir, name)
+		if err != nil {
+			return false
+		}
+		_, ok := s.cache.Contents(ctx, d)
+		return ok
+	}) {
+		t.Fatalf("the cache does not hold %s", path.Join(dir, name))
 	}
+}
+
+// readAsksNothing reads the files of want in dir through the mount and
+// checks that it took no READ.
+func readAsksNothing(t *testing.T, s *Server, mnt, dir string, want map[string]string) {
+	t.Helper()
 	reads := s.kernel.reads.Load()
 	for name, w := range want {
-		if got := readFile(t, filepath.Join(mnt, "b", name)); got != w {
-			t.Errorf("b/%s: %q, want %q", name, got, w)
+		if got := readFile(t, filepath.Join(mnt, dir, name)); got != w {
+			t.Errorf("%s/%s: %q, want %q", dir, name, got, w)
 		}
 	}
 	if n := s.kernel.reads.Load() - reads; n != 0 {
 		t.Errorf("reading the files given asked the mount %d times", n)
 	}
+}
+
+// TestListingGivesContents: once the kernel opens files by itself, a
+// listing read to its end gives the kernel the content the cache holds
+// of the files in it (push), so reading them asks the mount nothing; a
+// change on the server drops what was given, and a file written here is
+// never given the server's older content over the kernel's pages.
+func TestListingGivesContents(t *testing.T) {
+	srv, mnt, s := pushMount(t)
+	const files = 30
+	want := makeFiles(t, srv, "b", files)
+	for name := range want {
+		hold(t, s, "/b", name)
+	}
+	ents, err := os.ReadDir(filepath.Join(mnt, "b"))
+	if err != nil || len(ents) != files {
+		t.Fatalf("listing b: %d entries, %v; want %d", len(ents), err, files)
+	}
+	for name := range want {
+		if in := s.inode("/b/" + name); in == nil || !nodeOf(in).file().pages.held.Load() {
+			t.Errorf("b/%s not given with the listing", name)
+		}
+	}
+	readAsksNothing(t, s, mnt, "b", want)
 
 	// A change on the server drops the pages given.
 	writeFile(t, filepath.Join(srv.Dir, "b", "f00"), "changed on the server\n")
@@ -81,7 +113,7 @@ func TestListingGivesContents(t *testing.T) {
 	}) {
 		t.Fatal("b/new does not show on the mount")
 	}
-	hold("new")
+	hold(t, s, "/b", "new")
 	// Written over in place, its size unchanged: the kernel would take
 	// pages given of the server's content for whole.
 	f, err := os.OpenFile(filepath.Join(mnt, "b", "new"), os.O_WRONLY, 0)
@@ -93,14 +125,42 @@ func TestListingGivesContents(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.inode("/b").NotifyContent(0, 0) // The kernel lists b anew.
-	pushed := s.pushed.Load()
 	if _, err := os.ReadDir(filepath.Join(mnt, "b")); err != nil {
 		t.Fatal(err)
-	}
-	if n := s.pushed.Load() - pushed; n != 0 {
-		t.Errorf("%d files given with a listing, want none (b/new has writes here)", n)
 	}
 	if got := readFile(t, filepath.Join(mnt, "b", "new")); got != "THIS MOUNT'S\n" {
 		t.Errorf("b/new reads %q after a write here", got)
 	}
+}
+
+// TestArrivalsGiven: a file whose content arrives after the kernel
+// listed its directory is given to the kernel as it arrives, so reading
+// it asks the mount nothing.
+func TestArrivalsGiven(t *testing.T) {
+	srv, mnt, s := pushMount(t)
+	// Made after the mount's first walks, and listed before anything of
+	// them is read: nothing of them is held to give with the listing.
+	const files = 20
+	want := makeFiles(t, srv, "c", files)
+	if !waitFor(5*time.Second, func() bool {
+		ds, err := s.cache.List(context.Background(), "/c")
+		return err == nil && len(ds) == files
+	}) {
+		t.Fatal("c's files do not show in the cache")
+	}
+	pushed := s.pushed.Load()
+	ents, err := os.ReadDir(filepath.Join(mnt, "c"))
+	if err != nil || len(ents) != files {
+		t.Fatalf("listing c: %d entries, %v; want %d", len(ents), err, files)
+	}
+	if n := s.pushed.Load() - pushed; n != 0 {
+		t.Fatalf("%d files given with c's listing before any was read", n)
+	}
+	for name := range want {
+		hold(t, s, "/c", name)
+	}
+	if !waitFor(5*time.Second, func() bool { return s.pushed.Load()-pushed >= files }) {
+		t.Fatalf("%d files given as they arrived, want %d", s.pushed.Load()-pushed, files)
+	}
+	readAsksNothing(t, s, mnt, "c", want)
 }
