@@ -195,7 +195,12 @@ func (w *writeback) issue(op *wbOp, call func(ctx context.Context, t changer, f 
 		w.mu.Unlock()
 		return false
 	}
-	deps := w.before(op.paths)
+	// Without groups, each op waits for those before it it must follow;
+	// groups keep the order themselves.
+	var deps []*wbOp
+	if w.grouper == nil {
+		deps = w.before(op.paths)
+	}
 	w.seq++
 	op.seq, op.touched = w.seq, w.seq
 	op.done, op.hurry = make(chan struct{}), make(chan struct{})
@@ -261,15 +266,20 @@ func (w *writeback) finish(op *wbOp, err error) {
 // last returns the last op on p, if it stores or removes the whole file
 // p and no op issued after it must follow it. w.mu is held.
 func (w *writeback) last(p string) *wbOp {
-	deps := w.before([]string{p})
-	if len(deps) == 0 {
-		return nil
+	// From the end: an unpack queues thousands of ops, and the last on
+	// a file is most often among the last queued.
+	ps := []string{p}
+	for i := len(w.ops) - 1; i >= 0; i-- {
+		op := w.ops[i]
+		if !op.touches(ps) {
+			continue
+		}
+		if op.file == nil || len(op.paths) != 1 || op.paths[0] != p {
+			return nil
+		}
+		return op
 	}
-	op := deps[len(deps)-1]
-	if op.file == nil || len(op.paths) != 1 || op.paths[0] != p {
-		return nil
-	}
-	return op
+	return nil
 }
 
 // rewrite replaces the state of p that an op not yet started leaves with
