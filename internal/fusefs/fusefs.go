@@ -163,6 +163,9 @@ type Server struct {
 
 	// readdirs counts the listings the kernel asked for, for tests.
 	readdirs atomic.Int64
+	// ownMade counts the own buffers made for writes with no handle
+	// (unclosed.go), for tests.
+	ownMade atomic.Int64
 	// pushed counts the files given to the kernel unasked (push.go);
 	// arrivals queues files whose content arrived, to be given.
 	pushed   atomic.Int64

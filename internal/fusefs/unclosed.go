@@ -91,6 +91,7 @@ func (n *fileNode) ownWriter(ctx context.Context, trunc bool) (*handle, syscall.
 	if e != 0 {
 		return nil, e
 	}
+	n.s.ownMade.Add(1)
 	n.mu.Lock()
 	if n.own != nil {
 		// Another write made one meanwhile, over the same buffer.
@@ -284,18 +285,42 @@ func (s *Server) storeUnclosedBut(ctx context.Context, root string, but *node) {
 // change of another kind is made: the tree below gets changes in the
 // order they were made. The file of but, if not nil, is left to the
 // change, which takes what it holds into account: its removal or a
-// change of its attributes. The own buffers of files stored go too, as
-// a close would drop them (a buffer describes its file, its link count
-// among the rest, until it goes, and the change may be a link), but for
-// those of the files in keep, which the change may leave with no name:
-// a descriptor the kernel holds on one may write on. Until the kernel is
-// told it need not open files, every close is heard: nothing to do.
+// change of its attributes. keep are the files whose names or
+// attributes the change touches. Own buffers stay: a file appended to
+// between other changes (configure's config.log) would otherwise be
+// loaded into a new one at each append. But a buffer describes its
+// file, its link count among the rest, until it goes, so where a file
+// the change touches has other names, the own buffers of the files
+// stored go, as a close would drop them, but for those of keep, which
+// the change may leave with no name: a descriptor the kernel holds on
+// one may write on. Until the kernel is told it need not open files,
+// every close is heard: nothing to do.
 func (s *Server) beforeChange(ctx context.Context, but *node, keep ...*fs.Inode) {
 	if !s.kernel.noOpen.Load() {
 		return
 	}
 	s.storeUnclosedBut(ctx, "/", but)
-	s.dropOwn(ctx, keep...)
+	for _, in := range keep {
+		if in == nil {
+			continue
+		}
+		if n := nodeOf(in); n != nil {
+			if d := n.lastAttrs(); d != nil && d.Linked() {
+				s.dropOwn(ctx, keep...)
+				return
+			}
+		}
+	}
+}
+
+// beforeLink is beforeChange for a link, which gives its target another
+// name: every own buffer of a file stored goes.
+func (s *Server) beforeLink(ctx context.Context) {
+	if !s.kernel.noOpen.Load() {
+		return
+	}
+	s.storeUnclosedBut(ctx, "/", nil)
+	s.dropOwn(ctx)
 }
 
 // unclosedIdle stores the files written with no close to come and drops
@@ -327,31 +352,55 @@ func (s *Server) dropOwn(ctx context.Context, keep ...*fs.Inode) {
 	}
 	u.mu.Unlock()
 	for _, n := range idle {
-		n.mu.Lock()
-		h := n.own
-		n.mu.Unlock()
-		// A file with no name left to load it again by keeps its
-		// buffer: a descriptor the kernel holds on it may still write
-		// or read, and the buffer is all there is (see OnForget).
-		if h != nil && h.named() {
-			n.mu.Lock()
-			if n.own != h || n.ownUses > 0 {
-				// In use: its write records it again.
-				h = nil
-			} else {
-				n.own = nil
-			}
-			n.mu.Unlock()
-		} else {
-			h = nil
-		}
-		if h != nil {
-			h.Release(ctx)
-		} else {
-			// Kept: recorded again, with no trim of its own.
-			u.mu.Lock()
-			u.own[n] = struct{}{}
-			u.mu.Unlock()
-		}
+		s.releaseOwn(ctx, n)
 	}
+}
+
+// dropOwnOf drops the own buffer of n if it was stored since its last
+// write: the file changed elsewhere, and a write here must load it anew.
+func (s *Server) dropOwnOf(ctx context.Context, n *fileNode) {
+	u := &s.unclosed
+	u.mu.Lock()
+	_, own := u.own[n]
+	_, written := u.files[n]
+	if !own || written {
+		u.mu.Unlock()
+		return
+	}
+	delete(u.own, n)
+	u.mu.Unlock()
+	s.releaseOwn(ctx, n)
+}
+
+// releaseOwn releases the own buffer of n, taken from the files that
+// have one, unless it is in use or has no name left to load it again by:
+// then it records it again.
+func (s *Server) releaseOwn(ctx context.Context, n *fileNode) {
+	u := &s.unclosed
+	n.mu.Lock()
+	h := n.own
+	n.mu.Unlock()
+	// A file with no name left to load it again by keeps its buffer: a
+	// descriptor the kernel holds on it may still write or read, and the
+	// buffer is all there is (see OnForget).
+	if h != nil && h.named() {
+		n.mu.Lock()
+		if n.own != h || n.ownUses > 0 {
+			// In use: its write records it again.
+			h = nil
+		} else {
+			n.own = nil
+		}
+		n.mu.Unlock()
+	} else {
+		h = nil
+	}
+	if h != nil {
+		h.Release(ctx)
+		return
+	}
+	// Kept: recorded again, with no trim of its own.
+	u.mu.Lock()
+	u.own[n] = struct{}{}
+	u.mu.Unlock()
 }

@@ -1,10 +1,12 @@
 package fusefs
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -296,5 +298,85 @@ func TestReadBackAfterStore(t *testing.T) {
 	readBack("first part\nsecond\n")
 	if n := c.gets.Load(); n != 0 {
 		t.Errorf("reading back what was written fetched from the server %d times", n)
+	}
+}
+
+// TestAppendsKeepTheirBuffer: a file appended to between changes of
+// other files (configure's config.log between its conftest files) keeps
+// its own buffer, rather than being loaded into a new one at each
+// append; another client's change of it drops that buffer, and the next
+// append goes after the other client's content.
+func TestAppendsKeepTheirBuffer(t *testing.T) {
+	srv := servertest.Start(t, "")
+	writeFile(t, filepath.Join(srv.Dir, "d", "config.log"), "start\n")
+	c := srv.Client(t, "a")
+	mnt, s := mountFS(t, c, Options{TTL: time.Hour, WriteBack: true, KernelOpens: true, Control: stackCtl(ctl.New("client", c, c))})
+	if !waitFor(5*time.Second, s.cache.Leased) {
+		t.Fatal("the mount got no watch")
+	}
+	log := filepath.Join(mnt, "d", "config.log")
+	readFile(t, log)
+	if !s.kernel.noOpen.Load() {
+		t.Fatal("the kernel was not told it need not open files")
+	}
+	appendTo := func(line string) {
+		t.Helper()
+		f, err := os.OpenFile(log, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString(line); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	made := s.ownMade.Load()
+	want := "start\n"
+	const rounds = 10
+	for i := range rounds {
+		line := fmt.Sprintf("checking %d\n", i)
+		appendTo(line)
+		want += line
+		conftest := filepath.Join(mnt, "d", "conftest.c")
+		writeFile(t, conftest, "int main(void){return 0;}\n")
+		if err := os.Remove(conftest); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The log's buffer, conftest.c's first and any the idle timer let go.
+	if n := s.ownMade.Load() - made; n > rounds/2 {
+		t.Errorf("%d own buffers made for %d appends to one file and %d files made", n, rounds, rounds)
+	}
+	syncCtl(t, mnt)
+	if got := readFile(t, filepath.Join(srv.Dir, "d", "config.log")); got != want {
+		t.Errorf("the server has %q, want %q", got, want)
+	}
+
+	// Another client writes it (a direct change on the server's disk,
+	// made while this mount writes there, passes for an echo of its own).
+	other := srv.Client(t, "b")
+	if _, err := other.Put(context.Background(), "/d/config.log", ferry.Dir{}, ferry.Whole, strings.NewReader("replaced on the server\n")).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	// Its Put returned once this mount let go of what it held of the
+	// file: an open now sees it (close-to-open).
+	if got := readFile(t, log); got != "replaced on the server\n" {
+		t.Fatalf("the mount reads %q after another client's close", got)
+	}
+	appendTo("after\n")
+	syncCtl(t, mnt)
+	if got, want := readFile(t, filepath.Join(srv.Dir, "d", "config.log")), "replaced on the server\nafter\n"; got != want {
+		t.Errorf("after an append to the server's change, the server has %q, want %q", got, want)
+	}
+}
+
+// syncCtl writes sync to the control file of the mount at mnt, which
+// returns once what the mount holds back is on the server.
+func syncCtl(t *testing.T, mnt string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(mnt, "Ctl"), []byte("sync\n"), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

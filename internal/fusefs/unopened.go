@@ -180,12 +180,14 @@ func (n *fileNode) dropUnopened() {
 }
 
 // dropContent tells the kernel to drop the cached pages of the node in,
-// and a file's own handle with them.
+// and drops a file's own read handle with them, and its own write buffer
+// if that holds nothing unstored.
 func dropContent(in *fs.Inode) {
 	if n := nodeOf(in); n != nil {
 		if f := n.file(); f != nil {
 			f.pages.dropped()
 			f.dropUnopened()
+			f.s.dropOwnOf(context.Background(), f)
 		}
 	}
 	in.NotifyContent(0, 0)
