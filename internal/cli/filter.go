@@ -2,9 +2,12 @@ package cli
 
 import (
 	"path"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ferryfs/ferry/internal/cache"
 )
 
 // filter is what a transfer leaves out (--exclude) or keeps alone
@@ -29,15 +32,16 @@ func filterOf(cmd *cobra.Command) filter {
 }
 
 // filterPred returns the predicate that keeps what pred keeps (every
-// entry if pred is "") of the tree at root, less what f leaves out: an
+// entry if pred is "") of the tree at root, less what f leaves out and
+// the names a mount hides (cache.Hidden): an
 // excluded entry is left out and, being pruned, so is all below it; with
 // includes, only directories and the files that match one are kept. The
 // same predicate serves the server's walk (get, sync) and the local one
 // (put, through pred.Eval), so both sides skip the same entries.
 func filterPred(root, pred string, f filter) string {
-	if len(f.exclude) == 0 && len(f.include) == 0 {
-		return pred
-	}
+	// A mount's hidden files (a file removed while a program there may
+	// hold it open) are its own: never copied, never deleted.
+	f.exclude = append(slices.Clone(f.exclude), cache.HiddenPrefix+"*")
 	keep := "true"
 	if pred != "" {
 		keep = "(" + pred + ")"

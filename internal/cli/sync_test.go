@@ -256,3 +256,55 @@ func TestSyncSendsOnlyChanges(t *testing.T) {
 		t.Errorf("sent %d bytes of file data for %d bytes of files of which two lines changed, want under a tenth", wire, total)
 	}
 }
+
+// TestSyncLeavesHidden: a file a mount hid (removed while a program there
+// may hold it open, cache.Hide) is neither copied from the server nor
+// deleted there by sync --delete as an extra (its directory going takes
+// it, as another client's rm -r would).
+func TestSyncLeavesHidden(t *testing.T) {
+	const hidden = ".ferry-gone-0123456789abcdef"
+	s := servertest.Start(t, "")
+	c := s.Client(t, "tester")
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	old := time.Unix(1_600_000_000, 0)
+	sync := func(src, dst syncSide) syncStats {
+		t.Helper()
+		var out bytes.Buffer
+		st, err := syncTrees(ctx, src, dst, syncOpts{delete: true, out: &out, errOut: &out})
+		if err != nil {
+			t.Fatalf("sync: %v\n%s", err, out.String())
+		}
+		return st
+	}
+	side := func(dir string) syncSide {
+		d, closeD, err := localSide(dir, "/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(closeD)
+		return d
+	}
+
+	// To the server: the hidden file stays, what is not in the source goes.
+	src := t.TempDir()
+	writeTree(t, src, map[string]string{"a.txt": "a\n", "d/b.txt": "b\n"}, old)
+	writeTree(t, filepath.Join(s.Dir, "dst"), map[string]string{"extra.txt": "x\n", "d/" + hidden: "held open\n"}, old)
+	sync(side(src), syncSide{fs: c, root: "/dst", c: c})
+	if _, err := os.Stat(filepath.Join(s.Dir, "dst", "extra.txt")); !os.IsNotExist(err) {
+		t.Errorf("extra.txt not deleted: %v", err)
+	}
+	if got, err := os.ReadFile(filepath.Join(s.Dir, "dst", "d", hidden)); err != nil || string(got) != "held open\n" {
+		t.Errorf("the hidden file after sync --delete: %q, %v", got, err)
+	}
+
+	// From the server: the hidden file is not copied.
+	dst := t.TempDir()
+	sync(syncSide{fs: c, root: "/dst", c: c}, side(dst))
+	if _, err := os.Stat(filepath.Join(dst, "d", hidden)); !os.IsNotExist(err) {
+		t.Errorf("the hidden file was copied from the server: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dst, "a.txt")); err != nil {
+		t.Errorf("a.txt not copied: %v", err)
+	}
+}
