@@ -118,15 +118,17 @@ func (s *Server) removeHiddenIn(ctx context.Context, dir string) bool {
 	if err != nil {
 		return false
 	}
-	found := false
+	var hidden []string
 	for _, d := range ds {
 		if cache.Hidden(d.Name()) {
-			found = true
-			s.takeGone(func(p string) bool { return p == d.Path() })
-			s.removeHidden(d.Path())
+			hidden = append(hidden, d.Path())
 		}
 	}
-	return found
+	s.takeGone(func(p string) bool { return slices.Contains(hidden, p) })
+	for _, p := range hidden {
+		s.removeHidden(p)
+	}
+	return len(hidden) > 0
 }
 
 // shown returns a listing without its hidden names, in a copy if any

@@ -1039,7 +1039,10 @@ func (dn *dirNode) Rename(ctx context.Context, name string, newParent fs.InodeEm
 // new name is the target's node, as on a local disk.
 func (dn *dirNode) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	n := &dn.node
-	n.s.beforeLink(ctx)
+	// The target gets another name: every own buffer of a file stored
+	// goes, as a close would drop it (see beforeChange).
+	n.s.beforeChange(ctx, nil)
+	n.s.dropOwn(ctx)
 	if e := checkName(name); e != 0 {
 		return nil, e
 	}

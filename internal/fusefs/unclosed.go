@@ -313,16 +313,6 @@ func (s *Server) beforeChange(ctx context.Context, but *node, keep ...*fs.Inode)
 	}
 }
 
-// beforeLink is beforeChange for a link, which gives its target another
-// name: every own buffer of a file stored goes.
-func (s *Server) beforeLink(ctx context.Context) {
-	if !s.kernel.noOpen.Load() {
-		return
-	}
-	s.storeUnclosedBut(ctx, "/", nil)
-	s.dropOwn(ctx)
-}
-
 // unclosedIdle stores the files written with no close to come and drops
 // their own buffers, unclosedIdle after the last write.
 func (s *Server) unclosedIdle() {
