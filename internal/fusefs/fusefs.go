@@ -170,6 +170,10 @@ type Server struct {
 	// arrivals queues files whose content arrived, to be given.
 	pushed   atomic.Int64
 	arrivals chan string
+	// restats queues the directories whose listings the kernel read, to
+	// be stated again (push.go); restated counts them, for tests.
+	restats  chan restat
+	restated atomic.Int64
 	// kernel stands between the kernel and go-fuse's file system.
 	kernel *kernelFS
 	// unclosed holds the files written with no close to come, when the
@@ -250,6 +254,7 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 	co.Root, co.Log, co.TTL, co.CallTimeout, co.WriteBehind = root, opt.Log, opt.TTL, opt.CallTimeout, opt.WriteBack
 	co.Uid, co.Gid, co.HeldDir, co.Handover = s.rootUid, s.rootGid, s.heldDir, s.storeUnclosed
 	s.arrivals = make(chan string, 4096)
+	s.restats = make(chan restat, 4096)
 	co.Arrived = s.arrived
 	s.cache = cache.New(fsys, co)
 	s.fsys = s.cache
@@ -327,6 +332,7 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 		s.watch(wctx)
 	}()
 	go s.pushArrivals(wctx)
+	go s.restatListed(wctx)
 	go func() {
 		srv.Wait()
 		wcancel()

@@ -549,6 +549,7 @@ func (h *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		if h.skipped && !h.gave {
 			// The kernel read the listing to its end (see push).
 			h.d.s.push(h.d)
+			h.d.s.listed(h.d)
 		}
 		return nil, 0
 	}

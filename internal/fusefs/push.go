@@ -2,9 +2,12 @@ package fusefs
 
 import (
 	"context"
+	"path/filepath"
 	"sync/atomic"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
+	"golang.org/x/sys/unix"
 
 	"github.com/ferryfs/ferry"
 )
@@ -123,6 +126,61 @@ func (s *Server) pushArrivals(ctx context.Context) {
 			}
 			if in := s.inode(p); in != nil {
 				s.pushFile(in, pushMax)
+			}
+		}
+	}
+}
+
+// restat is a directory whose listing the kernel read to its end, and
+// when it did.
+type restat struct {
+	in *fs.Inode
+	at time.Time
+}
+
+// restatAfter is how long after a listing's end its directory is stated
+// again: the kernel takes the access time for stale once it has the end.
+const restatAfter = 20 * time.Millisecond
+
+// listed queues the directory dn, whose listing the kernel has read from
+// the mount to its end, for restatListed. A full queue loses the restat:
+// the program's next stat then asks the mount.
+func (s *Server) listed(dn *dirNode) {
+	if !s.kernel.noOpendir.Load() || !s.cache.Leased() {
+		return
+	}
+	select {
+	case s.restats <- restat{in: &dn.Inode, at: time.Now()}:
+	default:
+	}
+}
+
+// restatListed states again, through the mount, the directories queued by
+// listed, until ctx ends. A listing read is an access: having read one
+// from the mount, the kernel holds the directory's access time for stale,
+// and the next stat of it asks the mount, once per directory in a second
+// grep -r, most of what that walk asks. Asked here, in the background,
+// the kernel has the attributes again (for the lease's TTL) before the
+// program comes back.
+func (s *Server) restatListed(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case r := <-s.restats:
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Until(r.at.Add(restatAfter))):
+			}
+			// An inode no longer in the tree has no path to state.
+			rel := r.in.Path(&s.root.Inode)
+			if s.inode(s.treePath(rel)) != r.in {
+				continue
+			}
+			var st unix.Statx_t
+			if unix.Statx(unix.AT_FDCWD, filepath.Join(s.mnt, rel), unix.AT_SYMLINK_NOFOLLOW, unix.STATX_ATIME, &st) == nil {
+				s.restated.Add(1)
 			}
 		}
 	}

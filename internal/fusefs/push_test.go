@@ -164,3 +164,38 @@ func TestArrivalsGiven(t *testing.T) {
 	}
 	readAsksNothing(t, s, mnt, "c", want)
 }
+
+// TestListingRestated: a directory whose listing the kernel read from
+// the mount is stated again in the background (restatListed), so a
+// second walk's stat of it asks the mount nothing.
+func TestListingRestated(t *testing.T) {
+	srv, mnt, s := pushMount(t)
+	const dirs = 10
+	for i := range dirs {
+		makeFiles(t, srv, fmt.Sprintf("c/d%d", i), 2)
+	}
+	if !waitFor(5*time.Second, func() bool {
+		ents, err := os.ReadDir(filepath.Join(mnt, "c"))
+		return err == nil && len(ents) == dirs
+	}) {
+		t.Fatal("c's directories do not show on the mount")
+	}
+	restated := s.restated.Load()
+	for i := range dirs {
+		if ents, err := os.ReadDir(filepath.Join(mnt, "c", fmt.Sprintf("d%d", i))); err != nil || len(ents) != 2 {
+			t.Fatalf("listing c/d%d: %d entries, %v", i, len(ents), err)
+		}
+	}
+	if !waitFor(5*time.Second, func() bool { return s.restated.Load()-restated >= dirs }) {
+		t.Fatalf("%d of the %d directories listed were stated again", s.restated.Load()-restated, dirs)
+	}
+	getattrs := s.kernel.getattrs.Load()
+	for i := range dirs {
+		if _, err := os.Stat(filepath.Join(mnt, "c", fmt.Sprintf("d%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := s.kernel.getattrs.Load() - getattrs; n != 0 {
+		t.Errorf("stating the %d directories listed asked the mount %d times", dirs, n)
+	}
+}
