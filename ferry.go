@@ -130,6 +130,14 @@ type Spacer interface {
 	Space(ctx context.Context, path string) *Future[Space]
 }
 
+// CurrentGetter is a tree that can serve a file's content from what it
+// kept of an earlier read of the same version, with no call, when its
+// caller vouches that d is the file's current entry (a cache that holds
+// the watch's lease knows it is). Otherwise GetCurrent is Get of d's path.
+type CurrentGetter interface {
+	GetCurrent(ctx context.Context, d Dir, off, count int64) io.ReadCloser
+}
+
 // Unwrapper is a layer over another FS: Unwrap returns the one below, so
 // that what the layers below can do is found through it (see As).
 type Unwrapper interface {

@@ -157,6 +157,9 @@ type FS struct {
 	// behind from the first.
 	owners atomic.Bool
 	setter ownerSetter
+	// current, if the tree below has it, serves files the lease vouches
+	// for from what it kept (Get).
+	current ferry.CurrentGetter
 	// leases are the write leases held, if the tree below lends them
 	// and Options.WriteBehind is set.
 	leases *writeLeases
@@ -230,6 +233,7 @@ func New(below ferry.FS, opt Options) *FS {
 		made:  map[string]bool{},
 	}
 	c.setter, _ = ferry.As[ownerSetter](below)
+	c.current, _ = ferry.As[ferry.CurrentGetter](below)
 	if wl, ok := ferry.As[ferry.WriteLeaser](below); ok && opt.WriteBehind {
 		c.leases = &writeLeases{wl: wl, roots: map[string]time.Time{}, shallow: map[string]bool{}, refused: map[string]time.Time{},
 			asking: map[string]chan struct{}{}, revoked: map[string]bool{}, echoes: map[string]*echoSet{}}
@@ -561,6 +565,13 @@ func (c *FS) Get(ctx context.Context, p string, off, count int64) io.ReadCloser 
 	return &settledReader{open: func() (io.ReadCloser, error) {
 		if err := c.wback.wait(ctx, p); err != nil {
 			return nil, err
+		}
+		// A file the lease vouches for may be served from what the tree
+		// below kept of an earlier read (a large file's chunk list).
+		if c.current != nil {
+			if d := c.meta.current(p); d != nil && d.Type() == ferry.TypeFile {
+				return c.current.GetCurrent(ctx, d, off, count), nil
+			}
 		}
 		return c.below.Get(ctx, p, off, count), nil
 	}}

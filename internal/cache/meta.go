@@ -295,6 +295,20 @@ func (m *meta) known(p string) ferry.Dir {
 	return m.cached(p)
 }
 
+// current returns p's entry if the watch's lease vouches for it: taken
+// under the lease in place, with no change of it pending.
+func (m *meta) current(p string) ferry.Dir {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, ok := m.pending[p]; ok {
+		return nil
+	}
+	if e := m.ents[p]; e != nil && e.lease != 0 && e.lease == m.lease {
+		return e.d
+	}
+	return nil
+}
+
 // last returns what the cache last held for p, trusted or not: a base
 // for what a change made in the background will show.
 func (m *meta) last(p string) ferry.Dir {

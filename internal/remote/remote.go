@@ -165,7 +165,9 @@ type Client struct {
 	leaseMu sync.Mutex
 	leases  map[*leaseStream]struct{}
 
-	cache      store.ChunkCache
+	cache store.ChunkCache
+	// maps keeps the chunk lists of files read by chunks (GetCurrent).
+	maps       chunkMaps
 	closeCache bool
 	chunkMin   int64
 	noFine     bool     // Config.NoFine.

@@ -205,7 +205,11 @@ func (c *Client) getByChunks(ctx context.Context, p string) io.ReadCloser {
 	pr, pw := io.Pipe()
 	go func() {
 		w := &countWriter{w: pw}
-		_, st, err := c.getChunked(ctx, p, c.cache, w, nil, c.chunkMin)
+		var refs []chunk.Ref
+		d, st, err := c.getChunked(ctx, p, c.cache, w, func(r []chunk.Ref) { refs = r }, c.chunkMin)
+		if err == nil && !st.Inline {
+			c.maps.keep(d, refs)
+		}
 		c.traffic.getBytes.Add(w.n)
 		c.traffic.getWire.Add(st.WireBytes)
 		if err == nil || ctx.Err() != nil || !c.fallBack(err, w.n) {

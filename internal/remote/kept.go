@@ -1,0 +1,168 @@
+package remote
+
+import (
+	"container/list"
+	"context"
+	"io"
+	"sort"
+	"sync"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/chunk"
+)
+
+var _ ferry.CurrentGetter = (*Client)(nil)
+
+// maxKeptRefs bounds the chunk references chunkMaps holds, about 48
+// bytes each: 12 MiB, the lists of 2 GiB of files at the average chunk.
+const maxKeptRefs = 256 << 10
+
+// chunkMaps keeps the chunk lists of the files read by chunks, the
+// version of each (its inode, size, mtime and ctime, as the cache's
+// records name one) with it, most recently used first,
+// so that a read of the same version that a caller vouches for
+// (GetCurrent) is served from the chunk cache with no call. The kernel
+// drops pages of large files it read, and asks for them again; without
+// the list each of those reads waits a round trip for it, or for a
+// ranged Get of the bytes.
+type chunkMaps struct {
+	mu   sync.Mutex
+	lru  list.List // Of *chunkMap.
+	by   map[string]*list.Element
+	refs int
+}
+
+// chunkMap is the chunk list of one version of a file.
+type chunkMap struct {
+	path, version string
+	refs          []chunk.Ref
+}
+
+// version returns what identifies the version of the file d describes.
+// A client can set a file's mtime back, but not its ctime.
+func version(d ferry.Dir) string {
+	return d[ferry.AttrIno] + " " + d[ferry.AttrSize] + " " + d[ferry.AttrMtime] + " " + d[ferry.AttrCtime]
+}
+
+// keep records refs as the chunk list of the file d describes.
+func (m *chunkMaps) keep(d ferry.Dir, refs []chunk.Ref) {
+	var size int64
+	for _, r := range refs {
+		size += int64(r.Len)
+	}
+	if size != d.Size() || len(refs) > maxKeptRefs {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.by == nil {
+		m.by = map[string]*list.Element{}
+	}
+	m.dropLocked(d.Path())
+	m.by[d.Path()] = m.lru.PushFront(&chunkMap{path: d.Path(), version: version(d), refs: refs})
+	m.refs += len(refs)
+	for m.refs > maxKeptRefs {
+		m.dropLocked(m.lru.Back().Value.(*chunkMap).path)
+	}
+}
+
+// get returns the chunk list kept of the version of the file d describes.
+func (m *chunkMaps) get(d ferry.Dir) ([]chunk.Ref, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.by[d.Path()]
+	if !ok {
+		return nil, false
+	}
+	f := e.Value.(*chunkMap)
+	if f.version != version(d) {
+		m.dropLocked(f.path)
+		return nil, false
+	}
+	m.lru.MoveToFront(e)
+	return f.refs, true
+}
+
+// dropLocked forgets the list kept of p; m.mu is held.
+func (m *chunkMaps) dropLocked(p string) {
+	if e, ok := m.by[p]; ok {
+		m.refs -= len(e.Value.(*chunkMap).refs)
+		m.lru.Remove(e)
+		delete(m.by, p)
+	}
+}
+
+// GetCurrent implements ferry.CurrentGetter: bytes off to off+count (to
+// the end if count < 0) of the file d describes, from the chunk cache if
+// a read of d's version by chunks left its chunk list; the bytes of a
+// chunk the cache no longer holds, and after it, come by a plain Get.
+func (c *Client) GetCurrent(ctx context.Context, d ferry.Dir, off, count int64) io.ReadCloser {
+	p := d.Path()
+	refs, ok := c.maps.get(d)
+	if !ok || c.cache == nil || off < 0 {
+		return c.Get(ctx, p, off, count)
+	}
+	end := d.Size()
+	if count >= 0 {
+		end = min(end, off+count)
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	pr, pw := io.Pipe()
+	go func() {
+		pos, err := c.copyKept(ctx, pw, refs, off, end)
+		if err != nil || pos >= end {
+			pw.CloseWithError(err)
+			return
+		}
+		// A chunk the cache no longer holds: the list is of no more use,
+		// and the rest comes from the server.
+		c.maps.mu.Lock()
+		c.maps.dropLocked(p)
+		c.maps.mu.Unlock()
+		left := int64(-1)
+		if count >= 0 {
+			left = end - pos
+		}
+		r := c.getStream(ctx, p, pos, left)
+		_, err = io.Copy(pw, r)
+		r.Close()
+		pw.CloseWithError(err)
+	}()
+	return &pipeReader{PipeReader: pr, ctx: ctx, cancel: cancel, path: p}
+}
+
+// copyKept writes bytes off to end of the file whose chunk list is refs
+// to w from the chunk cache, and returns the offset it reached: end, or
+// that of the first chunk the cache lacks.
+func (c *Client) copyKept(ctx context.Context, w io.Writer, refs []chunk.Ref, off, end int64) (int64, error) {
+	i := sort.Search(len(refs), func(i int) bool { return refs[i].Off+int64(refs[i].Len) > off })
+	pos := off
+	for i < len(refs) && pos < end {
+		batch := refs[i:min(len(refs), i+64)]
+		hs := make([]chunk.Hash, len(batch))
+		for j, r := range batch {
+			hs[j] = r.Hash
+		}
+		bctx, cancel := context.WithCancel(ctx)
+		next := c.cache.GetMany(bctx, hs)
+		for _, r := range batch {
+			data, ok := next()
+			if !ok || len(data) != r.Len {
+				cancel()
+				return pos, ctx.Err()
+			}
+			data = data[pos-r.Off : min(int64(r.Len), end-r.Off)]
+			if _, err := w.Write(data); err != nil {
+				cancel()
+				return pos, err
+			}
+			pos += int64(len(data))
+			if pos >= end {
+				break
+			}
+		}
+		cancel()
+		i += len(batch)
+	}
+	return pos, nil
+}
