@@ -25,115 +25,167 @@ import (
 // large files and reads them again); a change on the server, or a chunk
 // the cache lost, is read from the server.
 func TestLargeFileReadAgainAsksNothing(t *testing.T) {
+	k := newKept(t, 3<<20)
+	if !bytes.Equal(k.read(0, -1), k.want) {
+		t.Fatal("the first read differs from the file")
+	}
+	before := k.s.Srv.Calls()
+	k.check("read again")
+	k.askedNothing(before, "reading again")
+
+	// A chunk the cache lost: the bytes from it on come from the server.
+	k.chunks.lose()
+	before = k.s.Srv.Calls()
+	k.check("with a chunk lost")
+	if n := servertest.CallsSince(k.s.Srv, before, "get", 1); n == 0 {
+		t.Error("with a chunk lost, nothing was read from the server")
+	}
+
+	// Changed on the server: read anew.
+	d := k.write(k.content(2<<20+17), func(d ferry.Dir) bool { return d.Size() == 2<<20+17 })
+	k.check("after a change on the server")
+
+	// Changed again, at the same size, its mtime set back: the ctime
+	// tells the versions apart.
+	k.write(k.content(len(k.want)), func(e ferry.Dir) bool {
+		return e[ferry.AttrCtime] != d[ferry.AttrCtime] && e[ferry.AttrMtime] == d[ferry.AttrMtime]
+	}, d.Mtime())
+	k.check("after a change with the mtime set back")
+}
+
+// TestScatteredReadsFetchWhole: a large file first read past its start is
+// fetched whole by chunks, once, and every read after, at any offset,
+// asks the server nothing: no ranged Get, whose stream would carry bytes
+// past the read that the next read at another offset throws away.
+func TestScatteredReadsFetchWhole(t *testing.T) {
+	k := newKept(t, 3<<20)
+	before := k.s.Srv.Calls()
+	k.check("read at scattered offsets first")
+	for op, want := range map[string]int64{"get": 0, "chunklist": 1} {
+		if n := servertest.CallsSince(k.s.Srv, before, op, want); n != want {
+			t.Errorf("the first reads asked the server %d %s calls, want %d", n, op, want)
+		}
+	}
+	before = k.s.Srv.Calls()
+	k.check("read again")
+	k.askedNothing(before, "reading again")
+}
+
+// kept is a large file on a server, read through a cache (keptSetup).
+type kept struct {
+	t       *testing.T
+	s       *servertest.Server
+	c       *cache.FS
+	chunks  *losingCache
+	content func(n int) []byte
+	want    []byte
+}
+
+// newKept makes the file /big of size random bytes on a new server and
+// waits until the cache sees it.
+func newKept(t *testing.T, size int) *kept {
+	k := &kept{t: t}
+	k.s, k.c, k.chunks, k.content = keptSetup(t)
+	k.write(k.content(size), func(d ferry.Dir) bool { return d.Size() == int64(size) })
+	return k
+}
+
+// write writes data to /big on the server, with mtime if given, and
+// returns its entry once the cache sees it as ok says, under the lease.
+func (k *kept) write(data []byte, ok func(ferry.Dir) bool, mtime ...time.Time) ferry.Dir {
+	t := k.t
+	t.Helper()
+	k.want = data
+	name := filepath.Join(k.s.Dir, "big")
+	if err := os.WriteFile(name, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range mtime {
+		if err := os.Chtimes(name, time.Time{}, m); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ctx := context.Background()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		d, err := k.c.Stat(ctx, "/big").Wait()
+		if err == nil && ok(d) {
+			time.Sleep(2 * keptTTL)
+			d, _ = k.c.Stat(ctx, "/big").Wait()
+			return d
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the cache does not see the change of /big: %v, %v", d, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// read reads count bytes of /big from off (to the end if count < 0)
+// through the cache.
+func (k *kept) read(off, count int64) []byte {
+	k.t.Helper()
+	r := k.c.Get(context.Background(), "/big", off, count)
+	defer r.Close()
+	b, err := io.ReadAll(r)
+	if err != nil {
+		k.t.Fatalf("reading /big at %d: %v", off, err)
+	}
+	return b
+}
+
+// check reads /big at scattered offsets, whole last, and compares.
+func (k *kept) check(round string) {
+	k.t.Helper()
+	size := int64(len(k.want))
+	for _, r := range []struct{ off, count int64 }{{1 << 20, 100_000}, {size - 1, 10}, {2<<20 + 5, -1}, {size, -1}, {5, 1 << 20}, {0, -1}} {
+		end := size
+		if r.count >= 0 {
+			end = min(end, r.off+r.count)
+		}
+		if got := k.read(r.off, r.count); !bytes.Equal(got, k.want[min(r.off, end):end]) {
+			k.t.Errorf("%s: %d bytes at %d: got %d bytes, not the file's", round, r.count, r.off, len(got))
+		}
+	}
+}
+
+// askedNothing checks that the server was asked nothing about /big's
+// content since before.
+func (k *kept) askedNothing(before map[string]int64, what string) {
+	k.t.Helper()
+	for _, op := range []string{"get", "chunklist", "readchunks", "stat"} {
+		if n := servertest.CallsSince(k.s.Srv, before, op, 0); n != 0 {
+			k.t.Errorf("%s asked the server %d %s calls", what, n, op)
+		}
+	}
+}
+
+// keptSetup serves a new directory to a client with a chunk cache (which
+// can lose chunks) under a cache with a short TTL: an entry fetched while
+// the file's own event was on its way is trusted only for it, and fetched
+// again under the lease. content makes n random bytes.
+func keptSetup(t *testing.T) (s *servertest.Server, c *cache.FS, chunks *losingCache, content func(n int) []byte) {
 	disk, err := store.OpenCache(t.TempDir(), 64<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
-	chunks := &losingCache{ChunkCache: disk, lost: map[chunk.Hash]bool{}}
-	s := servertest.StartChunked(t, "")
+	chunks = &losingCache{ChunkCache: disk, lost: map[chunk.Hash]bool{}}
+	s = servertest.StartChunked(t, "")
 	cl := s.ClientVia(t, "tester", s.Addr, func(c *remote.Config) { c.Cache, c.CloseCache = chunks, true })
-	// A short TTL: an entry fetched while the file's own event was on its
-	// way is trusted only for it, and fetched again under the lease.
-	const ttl = 50 * time.Millisecond
-	c := open(t, cl, cache.Options{TTL: ttl})
+	c = open(t, cl, cache.Options{TTL: keptTTL})
 	rnd := rand.New(rand.NewPCG(1, 2))
-	content := func(n int) []byte {
+	content = func(n int) []byte {
 		b := make([]byte, n)
 		for i := range b {
 			b[i] = byte(rnd.Uint32())
 		}
 		return b
 	}
-	want := content(3 << 20)
-	if err := os.WriteFile(filepath.Join(s.Dir, "big"), want, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	read := func(off, count int64) []byte {
-		t.Helper()
-		r := c.Get(ctx, "/big", off, count)
-		defer r.Close()
-		b, err := io.ReadAll(r)
-		if err != nil {
-			t.Fatalf("reading /big at %d: %v", off, err)
-		}
-		return b
-	}
-	// stat waits until the cache sees the file as ok says, under the
-	// lease, and returns its entry.
-	stat := func(ok func(ferry.Dir) bool) ferry.Dir {
-		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			d, err := c.Stat(ctx, "/big").Wait()
-			if err == nil && ok(d) {
-				time.Sleep(2 * ttl)
-				d, _ = c.Stat(ctx, "/big").Wait()
-				return d
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the cache does not see the change of /big: %v, %v", d, err)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	sized := func(n int) func(ferry.Dir) bool { return func(d ferry.Dir) bool { return d.Size() == int64(n) } }
-	stat(sized(len(want)))
-	if !bytes.Equal(read(0, -1), want) {
-		t.Fatal("the first read differs from the file")
-	}
-	reads := []struct{ off, count int64 }{{0, -1}, {1 << 20, 100_000}, {2<<20 + 5, -1}, {int64(len(want)) - 1, 10}, {int64(len(want)), -1}}
-	check := func(round string) {
-		t.Helper()
-		for _, r := range reads {
-			end := int64(len(want))
-			if r.count >= 0 {
-				end = min(end, r.off+r.count)
-			}
-			if got := read(r.off, r.count); !bytes.Equal(got, want[r.off:end]) {
-				t.Errorf("%s: %d bytes at %d: got %d bytes, not the file's", round, r.count, r.off, len(got))
-			}
-		}
-	}
-	before := s.Srv.Calls()
-	check("read again")
-	for _, op := range []string{"get", "chunklist", "readchunks", "stat"} {
-		if n := servertest.CallsSince(s.Srv, before, op, 0); n != 0 {
-			t.Errorf("reading again asked the server %d %s calls", n, op)
-		}
-	}
-
-	// A chunk the cache lost: the bytes from it on come from the server.
-	chunks.lose()
-	before = s.Srv.Calls()
-	check("with a chunk lost")
-	if n := servertest.CallsSince(s.Srv, before, "get", 1); n == 0 {
-		t.Error("with a chunk lost, nothing was read from the server")
-	}
-
-	// Changed on the server: read anew.
-	want = content(2<<20 + 17)
-	if err := os.WriteFile(filepath.Join(s.Dir, "big"), want, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	d := stat(sized(len(want)))
-	reads = reads[:len(reads)-2]
-	check("after a change on the server")
-
-	// Changed again, at the same size, its mtime set back: the ctime
-	// tells the versions apart.
-	want = content(len(want))
-	if err := os.WriteFile(filepath.Join(s.Dir, "big"), want, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chtimes(filepath.Join(s.Dir, "big"), time.Time{}, d.Mtime()); err != nil {
-		t.Fatal(err)
-	}
-	stat(func(e ferry.Dir) bool {
-		return e[ferry.AttrCtime] != d[ferry.AttrCtime] && e[ferry.AttrMtime] == d[ferry.AttrMtime]
-	})
-	check("after a change with the mtime set back")
+	return s, c, chunks, content
 }
+
+// keptTTL is the cache's TTL in keptSetup.
+const keptTTL = 50 * time.Millisecond
 
 // losingCache is a chunk cache that can lose a chunk it holds.
 type losingCache struct {

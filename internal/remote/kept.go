@@ -30,7 +30,19 @@ type chunkMaps struct {
 	lru  list.List // Of *chunkMap.
 	by   map[string]*list.Element
 	refs int
+	// fetching holds the whole fetches in progress (fetchWhole), each
+	// closed when it ends.
+	fetching map[string]chan struct{}
 }
+
+// wholeMax bounds the files GetCurrent fetches whole when a read starts
+// past a file's start and no chunk list is kept: at 100 Mbit/s about a
+// second. A program that reads a file at scattered offsets (git its
+// packs, a linker or a debugger a binary) would otherwise wait a round
+// trip at each, and be sent up to a window of bytes past each read that
+// the next read throws away (a cold git log -p received 64 MB for a 5.1
+// MB pack). A larger file is read by ranges.
+const wholeMax = 16 << 20
 
 // chunkMap is the chunk list of one version of a file.
 type chunkMap struct {
@@ -98,8 +110,15 @@ func (m *chunkMaps) dropLocked(p string) {
 // chunk the cache no longer holds, and after it, come by a plain Get.
 func (c *Client) GetCurrent(ctx context.Context, d ferry.Dir, off, count int64) io.ReadCloser {
 	p := d.Path()
+	if c.cache == nil || off < 0 {
+		return c.Get(ctx, p, off, count)
+	}
 	refs, ok := c.maps.get(d)
-	if !ok || c.cache == nil || off < 0 {
+	if !ok && off > 0 && d.Size() <= wholeMax && c.byChunks(p) {
+		c.fetchWhole(ctx, p)
+		refs, ok = c.maps.get(d)
+	}
+	if !ok {
 		return c.Get(ctx, p, off, count)
 	}
 	end := d.Size()
@@ -165,4 +184,36 @@ func (c *Client) copyKept(ctx context.Context, w io.Writer, refs []chunk.Ref, of
 		i += len(batch)
 	}
 	return pos, nil
+}
+
+// fetchWhole fetches the file at p by chunks into the chunk cache, which
+// keeps its chunk list, and returns when that is done or ctx ends. Reads
+// that come meanwhile wait for the same fetch.
+func (c *Client) fetchWhole(ctx context.Context, p string) {
+	m := &c.maps
+	m.mu.Lock()
+	done, ok := m.fetching[p]
+	if !ok {
+		if m.fetching == nil {
+			m.fetching = map[string]chan struct{}{}
+		}
+		done = make(chan struct{})
+		m.fetching[p] = done
+		go func() {
+			defer func() {
+				m.mu.Lock()
+				delete(m.fetching, p)
+				m.mu.Unlock()
+				close(done)
+			}()
+			r := c.getByChunks(ctx, p)
+			io.Copy(io.Discard, r)
+			r.Close()
+		}()
+	}
+	m.mu.Unlock()
+	select {
+	case <-done:
+	case <-ctx.Done():
+	}
 }

@@ -420,10 +420,16 @@ func (c *Client) Stat(ctx context.Context, p string) *ferry.Future[ferry.Dir] {
 // with a Cache, fetches by chunks only what the cache lacks (see
 // getByChunks).
 func (c *Client) Get(ctx context.Context, p string, off, count int64) io.ReadCloser {
-	if off == 0 && count < 0 && c.cache != nil && c.chunkMin >= 0 && !c.noChunks.Load() && p != ferry.CtlPath {
+	if off == 0 && count < 0 && c.byChunks(p) {
 		return c.getByChunks(ctx, p)
 	}
 	return c.getStream(ctx, p, off, count)
+}
+
+// byChunks reports whether a whole Get of p goes by chunks: with a chunk
+// cache, from a server that has chunks.
+func (c *Client) byChunks(p string) bool {
+	return c.cache != nil && c.chunkMin >= 0 && !c.noChunks.Load() && p != ferry.CtlPath
 }
 
 // getStream is a plain Get: one streamed call for the bytes.
