@@ -93,7 +93,10 @@ first, with a record of which version of each file it holds: a second
 walk of a tree much larger than --memory, in this mount or a later one
 of the same server, sends no data of the files unchanged since
 (--contents memory keeps them in a quarter of --memory, for this mount
-only). Bigger files move by chunks through the same cache. The
+only). Bigger files move by chunks through the same cache; while the
+watch holds, one read before is read again from the cache with no
+round trip, and one up to 16 MiB that a program first reads past its
+start (git a pack, at scattered offsets) is fetched whole, once. The
 mount's memory stays within --memory: a quarter of it holds metadata,
 and the Go heap is collected sooner as the whole nears it.
 
