@@ -131,16 +131,24 @@ func (s *Server) pushArrivals(ctx context.Context) {
 	}
 }
 
-// restat is a directory whose listing the kernel read to its end, and
-// when it did.
+// restat is a directory whose listing the kernel read to its end, when
+// it is to be stated, and how many times it was.
 type restat struct {
-	in *fs.Inode
-	at time.Time
+	in    *fs.Inode
+	at    time.Time
+	tries int
 }
 
 // restatAfter is how long after a listing's end its directory is stated
 // again: the kernel takes the access time for stale once it has the end.
-const restatAfter = 20 * time.Millisecond
+// A statx the kernel answers itself came too early (a loaded machine),
+// and is made again restatAfter times restatBackoff later, up to
+// restatTries times in all.
+const (
+	restatAfter   = 20 * time.Millisecond
+	restatBackoff = 5
+	restatTries   = 3
+)
 
 // listed queues the directory dn, whose listing the kernel has read from
 // the mount to its end, for restatListed. A full queue loses the restat:
@@ -149,8 +157,12 @@ func (s *Server) listed(dn *dirNode) {
 	if !s.kernel.noOpendir.Load() || !s.cache.Leased() {
 		return
 	}
+	s.queueRestat(restat{in: &dn.Inode, at: time.Now().Add(restatAfter)})
+}
+
+func (s *Server) queueRestat(r restat) {
 	select {
-	case s.restats <- restat{in: &dn.Inode, at: time.Now()}:
+	case s.restats <- r:
 	default:
 	}
 }
@@ -171,16 +183,26 @@ func (s *Server) restatListed(ctx context.Context) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(time.Until(r.at.Add(restatAfter))):
+			case <-time.After(time.Until(r.at)):
 			}
 			// An inode no longer in the tree has no path to state.
 			rel := r.in.Path(&s.root.Inode)
 			if s.inode(s.treePath(rel)) != r.in {
 				continue
 			}
+			asked := s.kernel.getattrs.Load()
 			var st unix.Statx_t
-			if unix.Statx(unix.AT_FDCWD, filepath.Join(s.mnt, rel), unix.AT_SYMLINK_NOFOLLOW, unix.STATX_ATIME, &st) == nil {
+			if unix.Statx(unix.AT_FDCWD, filepath.Join(s.mnt, rel), unix.AT_SYMLINK_NOFOLLOW, unix.STATX_ATIME, &st) != nil {
+				continue
+			}
+			if s.kernel.getattrs.Load() != asked {
 				s.restated.Add(1)
+			} else if r.tries++; r.tries < restatTries {
+				d := restatAfter
+				for range r.tries {
+					d *= restatBackoff
+				}
+				time.AfterFunc(d, func() { s.queueRestat(restat{in: r.in, at: time.Now(), tries: r.tries}) })
 			}
 		}
 	}
