@@ -53,19 +53,31 @@ func TestLargeFileReadAgainAsksNothing(t *testing.T) {
 	k.check("after a change with the mtime set back")
 }
 
-// TestScatteredReadsFetchWhole: a large file first read past its start is
-// fetched whole by chunks, once, and every read after, at any offset,
-// asks the server nothing: no ranged Get, whose stream would carry bytes
-// past the read that the next read at another offset throws away.
+// TestScatteredReadsFetchWhole: a large file read past its start a
+// second time is fetched whole by chunks, once, and every read after, at
+// any offset, asks the server nothing: no ranged Get, whose stream would
+// carry bytes past the read that the next read at another offset throws
+// away. A file read once, at its end (tail), is not fetched whole.
 func TestScatteredReadsFetchWhole(t *testing.T) {
 	k := newKept(t, 3<<20)
-	before := k.s.Srv.Calls()
-	k.check("read at scattered offsets first")
-	for op, want := range map[string]int64{"get": 0, "chunklist": 1} {
-		if n := servertest.CallsSince(k.s.Srv, before, op, want); n != want {
-			t.Errorf("the first reads asked the server %d %s calls, want %d", n, op, want)
+	calls := func(what string, before map[string]int64, want map[string]int64) {
+		t.Helper()
+		for op, w := range want {
+			if n := servertest.CallsSince(k.s.Srv, before, op, w); n != w {
+				t.Errorf("%s asked the server %d %s calls, want %d", what, n, op, w)
+			}
 		}
 	}
+	before := k.s.Srv.Calls()
+	size := int64(len(k.want))
+	if got := k.read(size-100, -1); !bytes.Equal(got, k.want[size-100:]) {
+		t.Fatalf("the last 100 bytes: got %d bytes, not the file's", len(got))
+	}
+	calls("reading the end", before, map[string]int64{"get": 1, "chunklist": 0})
+
+	before = k.s.Srv.Calls()
+	k.check("read at scattered offsets")
+	calls("the scattered reads", before, map[string]int64{"get": 0, "chunklist": 1})
 	before = k.s.Srv.Calls()
 	k.check("read again")
 	k.askedNothing(before, "reading again")

@@ -31,18 +31,41 @@ type chunkMaps struct {
 	by   map[string]*list.Element
 	refs int
 	// fetching holds the whole fetches in progress (fetchWhole), each
-	// closed when it ends.
+	// closed when it ends; ranged the versions of files read from past
+	// their start with no chunk list kept, at most maxRanged.
 	fetching map[string]chan struct{}
+	ranged   map[string]string
 }
 
-// wholeMax bounds the files GetCurrent fetches whole when a read starts
-// past a file's start and no chunk list is kept: at 100 Mbit/s about a
-// second. A program that reads a file at scattered offsets (git its
-// packs, a linker or a debugger a binary) would otherwise wait a round
-// trip at each, and be sent up to a window of bytes past each read that
-// the next read throws away (a cold git log -p received 64 MB for a 5.1
-// MB pack). A larger file is read by ranges.
+// wholeMax bounds the files GetCurrent fetches whole when a second read
+// starts past a file's start and no chunk list is kept: at 100 Mbit/s
+// about a second. A program that reads a file at scattered offsets (git
+// its packs, a linker or a debugger a binary) would otherwise wait a
+// round trip at each, and be sent up to a window of bytes past each read
+// that the next read throws away (a cold git log -p received 64 MB for a
+// 5.1 MB pack). The first such read is a ranged Get, so a program that
+// reads only a file's end (tail) waits a round trip, not for the file.
+// A larger file is read by ranges.
 const wholeMax = 16 << 20
+
+// maxRanged bounds chunkMaps.ranged; it is emptied when full.
+const maxRanged = 4096
+
+// rangedBefore reports whether the version of the file d describes was
+// read from past its start before, and records that it is now.
+func (m *chunkMaps) rangedBefore(d ferry.Dir) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	v := version(d)
+	if m.ranged[d.Path()] == v {
+		return true
+	}
+	if m.ranged == nil || len(m.ranged) >= maxRanged {
+		m.ranged = map[string]string{}
+	}
+	m.ranged[d.Path()] = v
+	return false
+}
 
 // chunkMap is the chunk list of one version of a file.
 type chunkMap struct {
@@ -114,7 +137,7 @@ func (c *Client) GetCurrent(ctx context.Context, d ferry.Dir, off, count int64) 
 		return c.Get(ctx, p, off, count)
 	}
 	refs, ok := c.maps.get(d)
-	if !ok && off > 0 && d.Size() <= wholeMax && c.byChunks(p) {
+	if !ok && off > 0 && d.Size() <= wholeMax && c.byChunks(p) && c.maps.rangedBefore(d) {
 		c.fetchWhole(ctx, p)
 		refs, ok = c.maps.get(d)
 	}
