@@ -95,8 +95,9 @@ of the same server, sends no data of the files unchanged since
 (--contents memory keeps them in a quarter of --memory, for this mount
 only). Bigger files move by chunks through the same cache; while the
 watch holds, one read before is read again from the cache with no
-round trip, and one up to 16 MiB that a program first reads past its
-start (git a pack, at scattered offsets) is fetched whole, once. The
+round trip, and one up to 16 MiB that a program reads at scattered
+offsets (git a pack) is fetched whole, once, at its second read past
+its start. The
 mount's memory stays within --memory: a quarter of it holds metadata,
 and the Go heap is collected sooner as the whole nears it.
 
