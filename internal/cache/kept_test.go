@@ -83,6 +83,40 @@ func TestScatteredReadsFetchWhole(t *testing.T) {
 	k.askedNothing(before, "reading again")
 }
 
+// TestWholeFetchHoldsNoReadBack: a read that would wait longer than a
+// second for its file's whole fetch (a slow link, here a long round
+// trip) is a ranged Get instead, and the fetch goes on for the reads
+// after it.
+func TestWholeFetchHoldsNoReadBack(t *testing.T) {
+	k := newKept(t, 3<<20, 400*time.Millisecond)
+	before := k.s.Srv.Calls()
+	size := int64(len(k.want))
+	for _, off := range []int64{size / 2, size / 3} {
+		if got := k.read(off, 1000); !bytes.Equal(got, k.want[off:off+1000]) {
+			t.Fatalf("1000 bytes at %d: got %d bytes, not the file's", off, len(got))
+		}
+	}
+	if n := servertest.CallsSince(k.s.Srv, before, "get", 2); n != 2 {
+		t.Errorf("the reads past the start asked for %d ranged Gets, want 2 (the second not waiting for the whole fetch)", n)
+	}
+	// The fetch ends: its chunk list is kept, and reads ask nothing.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		before = k.s.Srv.Calls()
+		k.read(size/4, 1000)
+		if servertest.CallsSince(k.s.Srv, before, "get", 0) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the whole fetch did not end")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	before = k.s.Srv.Calls()
+	k.check("after the whole fetch")
+	k.askedNothing(before, "reading after the whole fetch")
+}
+
 // kept is a large file on a server, read through a cache (keptSetup).
 type kept struct {
 	t       *testing.T
@@ -95,9 +129,9 @@ type kept struct {
 
 // newKept makes the file /big of size random bytes on a new server and
 // waits until the cache sees it.
-func newKept(t *testing.T, size int) *kept {
+func newKept(t *testing.T, size int, oneWay ...time.Duration) *kept {
 	k := &kept{t: t}
-	k.s, k.c, k.chunks, k.content = keptSetup(t)
+	k.s, k.c, k.chunks, k.content = keptSetup(t, oneWay...)
 	k.write(k.content(size), func(d ferry.Dir) bool { return d.Size() == int64(size) })
 	return k
 }
@@ -176,14 +210,18 @@ func (k *kept) askedNothing(before map[string]int64, what string) {
 // can lose chunks) under a cache with a short TTL: an entry fetched while
 // the file's own event was on its way is trusted only for it, and fetched
 // again under the lease. content makes n random bytes.
-func keptSetup(t *testing.T) (s *servertest.Server, c *cache.FS, chunks *losingCache, content func(n int) []byte) {
+func keptSetup(t *testing.T, oneWay ...time.Duration) (s *servertest.Server, c *cache.FS, chunks *losingCache, content func(n int) []byte) {
 	disk, err := store.OpenCache(t.TempDir(), 64<<20)
 	if err != nil {
 		t.Fatal(err)
 	}
 	chunks = &losingCache{ChunkCache: disk, lost: map[chunk.Hash]bool{}}
 	s = servertest.StartChunked(t, "")
-	cl := s.ClientVia(t, "tester", s.Addr, func(c *remote.Config) { c.Cache, c.CloseCache = chunks, true })
+	addr := s.Addr
+	for _, d := range oneWay {
+		addr = servertest.DelayProxy(t, s.Addr, d)
+	}
+	cl := s.ClientVia(t, "tester", addr, func(c *remote.Config) { c.Cache, c.CloseCache = chunks, true })
 	c = open(t, cl, cache.Options{TTL: keptTTL})
 	rnd := rand.New(rand.NewPCG(1, 2))
 	content = func(n int) []byte {

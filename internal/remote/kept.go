@@ -6,6 +6,7 @@ import (
 	"io"
 	"sort"
 	"sync"
+	"time"
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/chunk"
@@ -35,7 +36,18 @@ type chunkMaps struct {
 	// their start with no chunk list kept, at most maxRanged.
 	fetching map[string]chan struct{}
 	ranged   map[string]string
+	// bg counts the whole fetches running, which run under bgCtx
+	// until closed is set (Client.Close).
+	bg     sync.WaitGroup
+	bgCtx  context.Context
+	cancel context.CancelFunc
+	closed bool
 }
+
+// wholeWait bounds how long a read waits for its file's whole fetch: on
+// a slow link (16 MiB take 33 s at 4 Mbit/s) the read is then a ranged
+// Get, and the fetch goes on for the reads after it.
+const wholeWait = time.Second
 
 // wholeMax bounds the files GetCurrent fetches whole when a second read
 // starts past a file's start and no chunk list is kept: at 100 Mbit/s
@@ -210,33 +222,57 @@ func (c *Client) copyKept(ctx context.Context, w io.Writer, refs []chunk.Ref, of
 }
 
 // fetchWhole fetches the file at p by chunks into the chunk cache, which
-// keeps its chunk list, and returns when that is done or ctx ends. Reads
+// keeps its chunk list, and returns when that is done, ctx ends or
+// wholeWait has passed; the fetch goes on until the client closes. Reads
 // that come meanwhile wait for the same fetch.
 func (c *Client) fetchWhole(ctx context.Context, p string) {
 	m := &c.maps
 	m.mu.Lock()
 	done, ok := m.fetching[p]
 	if !ok {
+		if m.closed {
+			m.mu.Unlock()
+			return
+		}
 		if m.fetching == nil {
 			m.fetching = map[string]chan struct{}{}
+			m.bgCtx, m.cancel = context.WithCancel(context.Background())
 		}
 		done = make(chan struct{})
 		m.fetching[p] = done
+		m.bg.Add(1)
 		go func() {
+			defer m.bg.Done()
 			defer func() {
 				m.mu.Lock()
 				delete(m.fetching, p)
 				m.mu.Unlock()
 				close(done)
 			}()
-			r := c.getByChunks(ctx, p)
+			r := c.getByChunks(m.bgCtx, p)
 			io.Copy(io.Discard, r)
 			r.Close()
 		}()
 	}
 	m.mu.Unlock()
+	t := time.NewTimer(wholeWait)
+	defer t.Stop()
 	select {
 	case <-done:
 	case <-ctx.Done():
+	case <-t.C:
 	}
+}
+
+// close ends the whole fetches and waits for them: they use the chunk
+// cache, which the client may close next.
+func (m *chunkMaps) close() {
+	m.mu.Lock()
+	m.closed = true
+	cancel := m.cancel
+	m.mu.Unlock()
+	if cancel != nil {
+		cancel()
+	}
+	m.bg.Wait()
 }

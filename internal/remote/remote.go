@@ -363,6 +363,7 @@ func (c *Client) Close() error {
 	c.verifyMu.Lock()
 	c.closed = true
 	c.verifyMu.Unlock()
+	c.maps.close()
 	err := c.conn.Close()
 	for _, cc := range c.bulks {
 		err = errors.Join(err, cc.Close())
