@@ -179,9 +179,8 @@ type Server struct {
 	// unclosed holds the files written with no close to come, when the
 	// kernel opens files by itself (unclosed.go).
 	unclosed unclosed
-	// relists holds directories whose listings are to be dropped
-	// (unopened.go).
-	relists relists
+	// readFiles holds files read, to be stated again (unopened.go).
+	readFiles readFiles
 	// gone holds the files hidden rather than removed (gone.go).
 	gone goneFiles
 

@@ -43,7 +43,7 @@ const (
 // kernel's pages; files that arrive later are given as they arrive
 // (pushArrivals). A file read with a READ instead costs a request, and
 // the kernel then holds its access time for stale, so the next stat of
-// it asks the mount again (see relists). Only once the kernel opens
+// it asks the mount again (see readFiles). Only once the kernel opens
 // files by itself: an open without FOPEN_KEEP_CACHE drops the pages.
 //
 // A store waits for the pages it fills that a READ holds locked, until
@@ -131,8 +131,9 @@ func (s *Server) pushArrivals(ctx context.Context) {
 	}
 }
 
-// restat is a directory whose listing the kernel read to its end, when
-// it is to be stated, and how many times it was.
+// restat is a directory whose listing the kernel read to its end, or a
+// file it read (readFiles), when it is to be stated, and how many times
+// it was.
 type restat struct {
 	in    *fs.Inode
 	at    time.Time

@@ -46,50 +46,49 @@ func (n *fileNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 	return res, e
 }
 
-// relists holds the directories whose files the kernel read (a READ,
-// with no handle) since it last dropped their listings. A READ makes the
-// kernel take the access time it holds of the file for stale, so the next
-// stat of the file asks the mount for its attributes: a second grep -r
-// would ask once per file. So the listings of those directories are
-// dropped shortly after: the next listing of each is then one READDIRPLUS,
-// which brings the attributes of every entry in it.
-type relists struct {
+// readFiles holds the files the kernel read (a READ, with no handle)
+// since they were last stated again. A READ makes the kernel take the
+// access time it holds of the file for stale, so the next stat of the
+// file would ask the mount for its attributes: a second grep -r would ask
+// once per file. So shortly after, together, they are stated again in the
+// background (restatListed), as listed directories are.
+type readFiles struct {
 	mu    sync.Mutex
-	dirs  map[*fs.Inode]struct{}
+	files map[*fs.Inode]struct{}
 	timer *time.Timer
 }
 
-// relistAfter is how long after a READ its directory's listing is dropped,
-// together with those of the other directories read meanwhile.
-const relistAfter = 100 * time.Millisecond
+// restatReadAfter is how long after a READ its file is stated again,
+// together with the other files read meanwhile: a file read on is stated
+// once a batch, not once a READ.
+const restatReadAfter = 100 * time.Millisecond
 
 // readIn records that the kernel read the file n with a READ.
 func (s *Server) readIn(n *fileNode) {
-	_, parent := n.Parent()
-	if parent == nil {
-		return
-	}
-	r := &s.relists
+	r := &s.readFiles
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.dirs == nil {
-		r.dirs = map[*fs.Inode]struct{}{}
+	if r.files == nil {
+		r.files = map[*fs.Inode]struct{}{}
 	}
-	r.dirs[parent] = struct{}{}
+	r.files[&n.Inode] = struct{}{}
 	if r.timer == nil {
-		r.timer = time.AfterFunc(relistAfter, s.relist)
+		r.timer = time.AfterFunc(restatReadAfter, s.restatRead)
 	}
 }
 
-// relist drops the listings of the directories in s.relists.
-func (s *Server) relist() {
-	r := &s.relists
+// restatRead queues the files in s.readFiles to be stated again.
+func (s *Server) restatRead() {
+	r := &s.readFiles
 	r.mu.Lock()
-	dirs := r.dirs
-	r.dirs, r.timer = nil, nil
+	files := r.files
+	r.files, r.timer = nil, nil
 	r.mu.Unlock()
-	for in := range dirs {
-		in.NotifyContent(0, 0)
+	if !s.cache.Leased() {
+		return
+	}
+	for in := range files {
+		s.queueRestat(restat{in: in, at: time.Now()})
 	}
 }
 
