@@ -161,6 +161,7 @@ func (s *Server) listed(dn *dirNode) {
 	s.queueRestat(restat{in: &dn.Inode, at: time.Now().Add(restatAfter)})
 }
 
+// queueRestat queues r for restatListed, unless the queue is full.
 func (s *Server) queueRestat(r restat) {
 	select {
 	case s.restats <- r:
@@ -168,13 +169,14 @@ func (s *Server) queueRestat(r restat) {
 	}
 }
 
-// restatListed states again, through the mount, the directories queued by
-// listed, until ctx ends. A listing read is an access: having read one
-// from the mount, the kernel holds the directory's access time for stale,
-// and the next stat of it asks the mount, once per directory in a second
-// grep -r, most of what that walk asks. Asked here, in the background,
-// the kernel has the attributes again (for the lease's TTL) before the
-// program comes back.
+// restatListed states again, through the mount, the directories and
+// files queued by listed and restatRead, until ctx ends. A listing read
+// is an access, and so is a READ: having read one from the mount, the
+// kernel holds the directory's or file's access time for stale, and the
+// next stat of it asks the mount, once per directory and file read in a
+// second grep -r, most of what that walk would ask. Asked here, in the
+// background, the kernel has the attributes again (for the lease's TTL)
+// before the program comes back.
 func (s *Server) restatListed(ctx context.Context) {
 	for {
 		select {

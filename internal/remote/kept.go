@@ -18,14 +18,13 @@ var _ ferry.CurrentGetter = (*Client)(nil)
 // bytes each: 12 MiB, the lists of 2 GiB of files at the average chunk.
 const maxKeptRefs = 256 << 10
 
-// chunkMaps keeps the chunk lists of the files read by chunks, the
-// version of each (its inode, size, mtime and ctime, as the cache's
-// records name one) with it, most recently used first,
-// so that a read of the same version that a caller vouches for
-// (GetCurrent) is served from the chunk cache with no call. The kernel
-// drops pages of large files it read, and asks for them again; without
-// the list each of those reads waits a round trip for it, or for a
-// ranged Get of the bytes.
+// chunkMaps keeps the chunk lists of the files read by chunks, each with
+// the file's version (its inode, size, mtime and ctime, as the cache's
+// records name one), most recently used first, so that a read of the
+// same version that a caller vouches for (GetCurrent) is served from the
+// chunk cache with no call. The kernel drops pages of large files it
+// read, and asks for them again; without the list each of those reads
+// waits a round trip for it, or for a ranged Get of the bytes.
 type chunkMaps struct {
 	mu   sync.Mutex
 	lru  list.List // Of *chunkMap.
@@ -36,8 +35,8 @@ type chunkMaps struct {
 	// their start with no chunk list kept, at most maxRanged.
 	fetching map[string]chan struct{}
 	ranged   map[string]string
-	// bg counts the whole fetches running, which run under bgCtx
-	// until closed is set (Client.Close).
+	// bg counts the whole fetches running, under bgCtx, which close
+	// (Client.Close) cancels; no fetch starts once closed is set.
 	bg     sync.WaitGroup
 	bgCtx  context.Context
 	cancel context.CancelFunc
