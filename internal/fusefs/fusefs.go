@@ -170,8 +170,9 @@ type Server struct {
 	// arrivals queues files whose content arrived, to be given.
 	pushed   atomic.Int64
 	arrivals chan string
-	// restats queues the directories whose listings the kernel read, to
-	// be stated again (push.go); restated counts them, for tests.
+	// restats queues the directories whose listings the kernel read, and
+	// the files it read, to be stated again (push.go); restated counts
+	// the restats that reached the mount, for tests.
 	restats  chan restat
 	restated atomic.Int64
 	// kernel stands between the kernel and go-fuse's file system.
