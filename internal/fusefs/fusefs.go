@@ -332,7 +332,7 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 		s.watch(wctx)
 	}()
 	go s.pushArrivals(wctx)
-	go s.restatListed(wctx)
+	go s.restatQueued(wctx)
 	go func() {
 		srv.Wait()
 		wcancel()

@@ -59,7 +59,8 @@ type kernelFS struct {
 	handles int
 	// opendirs, opens, creates, flushes, lookups, lseeks, getattrs and
 	// reads count the OPENDIR, OPEN, CREATE, FLUSH, LOOKUP, LSEEK,
-	// GETATTR and READ requests that came, for tests.
+	// GETATTR and READ requests that came, for tests; getattrs also tells
+	// restatQueued whether its statx reached the mount.
 	opendirs, opens, creates, flushes, lookups, lseeks, getattrs, reads atomic.Int64
 	// srv is the server the kernel's requests come from, for the
 	// notifications a request's answer makes (Init sets it before the

@@ -152,7 +152,7 @@ const (
 )
 
 // listed queues the directory dn, whose listing the kernel has read from
-// the mount to its end, for restatListed. A full queue loses the restat:
+// the mount to its end, for restatQueued. A full queue loses the restat:
 // the program's next stat then asks the mount.
 func (s *Server) listed(dn *dirNode) {
 	if !s.kernel.noOpendir.Load() || !s.cache.Leased() {
@@ -161,7 +161,7 @@ func (s *Server) listed(dn *dirNode) {
 	s.queueRestat(restat{in: &dn.Inode, at: time.Now().Add(restatAfter)})
 }
 
-// queueRestat queues r for restatListed, unless the queue is full.
+// queueRestat queues r for restatQueued, unless the queue is full.
 func (s *Server) queueRestat(r restat) {
 	select {
 	case s.restats <- r:
@@ -169,7 +169,7 @@ func (s *Server) queueRestat(r restat) {
 	}
 }
 
-// restatListed states again, through the mount, the directories and
+// restatQueued states again, through the mount, the directories and
 // files queued by listed and restatRead, until ctx ends. A listing read
 // is an access, and so is a READ: having read one from the mount, the
 // kernel holds the directory's or file's access time for stale, and the
@@ -177,7 +177,7 @@ func (s *Server) queueRestat(r restat) {
 // second grep -r, most of what that walk would ask. Asked here, in the
 // background, the kernel has the attributes again (for the lease's TTL)
 // before the program comes back.
-func (s *Server) restatListed(ctx context.Context) {
+func (s *Server) restatQueued(ctx context.Context) {
 	for {
 		select {
 		case <-ctx.Done():

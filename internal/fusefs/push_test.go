@@ -171,7 +171,7 @@ func TestArrivalsGiven(t *testing.T) {
 }
 
 // TestListingRestated: a directory whose listing the kernel read from
-// the mount is stated again in the background (restatListed), so a
+// the mount is stated again in the background (restatQueued), so a
 // second walk's stat of it asks the mount nothing.
 func TestListingRestated(t *testing.T) {
 	const dirs = 10

@@ -51,7 +51,7 @@ func (n *fileNode) Read(ctx context.Context, f fs.FileHandle, dest []byte, off i
 // access time it holds of the file for stale, so the next stat of the
 // file would ask the mount for its attributes: a second grep -r would ask
 // once per file. So shortly after, together, they are stated again in the
-// background (restatListed), as listed directories are.
+// background (restatQueued), as listed directories are.
 type readFiles struct {
 	mu    sync.Mutex
 	files map[*fs.Inode]struct{}

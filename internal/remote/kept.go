@@ -129,6 +129,13 @@ func (m *chunkMaps) get(d ferry.Dir) ([]chunk.Ref, bool) {
 	return f.refs, true
 }
 
+// drop forgets the list kept of p.
+func (m *chunkMaps) drop(p string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dropLocked(p)
+}
+
 // dropLocked forgets the list kept of p; m.mu is held.
 func (m *chunkMaps) dropLocked(p string) {
 	if e, ok := m.by[p]; ok {
@@ -169,9 +176,7 @@ func (c *Client) GetCurrent(ctx context.Context, d ferry.Dir, off, count int64) 
 		}
 		// A chunk the cache no longer holds: the list is of no more use,
 		// and the rest comes from the server.
-		c.maps.mu.Lock()
-		c.maps.dropLocked(p)
-		c.maps.mu.Unlock()
+		c.maps.drop(p)
 		left := int64(-1)
 		if count >= 0 {
 			left = end - pos
@@ -235,6 +240,8 @@ func (c *Client) fetchWhole(ctx context.Context, p string) {
 		}
 		if m.fetching == nil {
 			m.fetching = map[string]chan struct{}{}
+		}
+		if m.bgCtx == nil {
 			m.bgCtx, m.cancel = context.WithCancel(context.Background())
 		}
 		done = make(chan struct{})
