@@ -24,6 +24,12 @@ const Whole int64 = -1
 // command ("pass CMD" forwards CMD one layer down).
 const CtlPath = "/Ctl"
 
+// IsCtl reports whether p names the control file.
+func IsCtl(p string) bool {
+	c, err := CleanPath(p)
+	return err == nil && c == CtlPath
+}
+
 // Controller is what a layer reports and obeys through the control file
 // (internal/ctl stacks them).
 type Controller interface {
@@ -136,6 +142,27 @@ type Spacer interface {
 // the watch's lease knows it is). Otherwise GetCurrent is Get of d's path.
 type CurrentGetter interface {
 	GetCurrent(ctx context.Context, d Dir, off, count int64) io.ReadCloser
+}
+
+// Batcher is a tree that stores many whole files on one stream of its
+// own: a tree's worth of puts (ferry put, ferry sync) then costs about
+// what one put of them all would, rather than a call each.
+type Batcher interface {
+	Batch(ctx context.Context) Batch
+}
+
+// Batch stores whole files on a Batcher's stream. It is safe for
+// concurrent use; Close it once its puts have returned.
+type Batch interface {
+	// Replace replaces the file at path, or makes it, with src's content
+	// and d's attributes, as a Put at Whole does, sending only what the
+	// tree lacks.
+	Replace(ctx context.Context, path string, d Dir, src *io.SectionReader) *Future[Dir]
+	// Put is Replace for a file the tree most likely lacks (a new
+	// tree's): a small one goes with its data at once, without asking
+	// first what the tree holds.
+	Put(ctx context.Context, path string, d Dir, src *io.SectionReader) *Future[Dir]
+	Close() error
 }
 
 // Unwrapper is a layer over another FS: Unwrap returns the one below, so

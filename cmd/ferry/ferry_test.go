@@ -340,12 +340,22 @@ func TestEndToEnd(t *testing.T) {
 		t.Errorf("rm -r left src: %v", err)
 	}
 
-	// ctl: read, and a command.
+	// ctl: read, and a command. A native command works through the
+	// cache layer over the client, as a mount does below its own layer.
 	out, _ = e.run(true, "ctl", e.host)
-	for _, want := range []string{"[client]", "cache.chunks:", "[server]", "version:", "connections:", "calls.find:"} {
+	for _, want := range []string{"[cache]", "lease:", "[client]", "cache.chunks:", "[server]", "version:", "connections:", "calls.find:"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("ctl lacks %q: %q", want, out)
 		}
+	}
+	var sections []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.HasPrefix(l, "[") {
+			sections = append(sections, l)
+		}
+	}
+	if len(sections) < 3 || !slices.Equal(sections[:3], []string{"[cache]", "[client]", "[server]"}) {
+		t.Errorf("ctl's sections are %v, want [cache] [client] [server] first", sections)
 	}
 	e.run(true, "ctl", e.host, "debug", "on")
 	out, _ = e.run(true, "ctl", e.host)

@@ -532,6 +532,11 @@ func (c *FS) lastGen(p string, gen uint64) bool {
 
 // Stat implements ferry.Tree: from the cache where it can.
 func (c *FS) Stat(ctx context.Context, p string) *ferry.Future[ferry.Dir] {
+	// The control file goes below untouched: what it reads changes
+	// with every read, and what is written to it is a command.
+	if ferry.IsCtl(p) {
+		return c.below.Stat(ctx, p)
+	}
 	if d := c.meta.known(p); d != nil {
 		return ferry.Resolved(d, nil)
 	}
@@ -548,6 +553,9 @@ func (c *FS) Stat(ctx context.Context, p string) *ferry.Future[ferry.Dir] {
 // otherwise the tree below is asked once the changes of p in the
 // background are done.
 func (c *FS) Get(ctx context.Context, p string, off, count int64) io.ReadCloser {
+	if ferry.IsCtl(p) {
+		return c.below.Get(ctx, p, off, count)
+	}
 	if d := c.meta.known(p); d != nil && off >= 0 {
 		if data, ok := c.pending(d); ok {
 			end := int64(len(data))

@@ -17,6 +17,9 @@ import (
 // *bytes.Reader, an *io.SectionReader) is stored in the background from a
 // copy: the Future holds at once what the file will be.
 func (c *FS) Put(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) *ferry.Future[ferry.Dir] {
+	if ferry.IsCtl(p) {
+		return c.below.Put(ctx, p, d, off, data)
+	}
 	if c.opt.WriteBehind && off == ferry.Whole && d.Type() == ferry.TypeFile {
 		if f, ok := c.putBehind(ctx, p, d, data); ok {
 			return f
@@ -39,6 +42,12 @@ func (c *FS) putSettled(ctx context.Context, p string, d ferry.Dir, off int64, d
 // putNow makes the Put and records it.
 func (c *FS) putNow(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) (ferry.Dir, error) {
 	got, kept, err := c.store(ctx, c.below, p, d, off, data)
+	return c.recordPut(p, got, off, kept, err)
+}
+
+// recordPut records a Put of p at off made at once, which gave got (whose
+// content is kept, if not nil) or failed with err.
+func (c *FS) recordPut(p string, got ferry.Dir, off int64, kept []byte, err error) (ferry.Dir, error) {
 	c.stored(p)
 	if err != nil {
 		return nil, err

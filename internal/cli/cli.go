@@ -501,13 +501,13 @@ func dial(cmd *cobra.Command, addr string, tune ...func(*remote.Config)) (*remot
 // server to leave remote.BriefAttrs out of Find results.
 const briefFinds = "ferry-brief-finds"
 
-// withRemote parses a target, dials it and runs fn.
-func withRemote(cmd *cobra.Command, target string, fn func(ctx context.Context, c *remote.Client, t Target) error) error {
+// withRemote parses a target, opens the stack to its server and runs fn.
+func withRemote(cmd *cobra.Command, target string, fn func(ctx context.Context, c *stack, t Target) error) error {
 	t, err := ParseTarget(target)
 	if err != nil {
 		return err
 	}
-	c, err := dial(cmd, t.Addr)
+	c, err := openStack(cmd, t.Addr)
 	if err != nil {
 		return err
 	}

@@ -13,8 +13,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ferryfs/ferry"
-	"github.com/ferryfs/ferry/internal/ctl"
-	"github.com/ferryfs/ferry/internal/remote"
 )
 
 func findCmd() *cobra.Command {
@@ -30,7 +28,7 @@ size>1M, age<2h, depth<=2, and/or/not (& | !), parentheses, and prune (do
 not descend), e.g.  ferry find host:/src 'name=.git & prune | name~*.go'`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withRemote(cmd, args[0], func(ctx context.Context, c *remote.Client, t Target) error {
+			return withRemote(cmd, args[0], func(ctx context.Context, c *stack, t Target) error {
 				return find(ctx, c, t.Path, strings.Join(args[1:], " "), long, cmd.OutOrStdout(), cmd.ErrOrStderr())
 			})
 		},
@@ -66,7 +64,7 @@ func lsCmd() *cobra.Command {
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			for _, a := range args {
-				err := withRemote(cmd, a, func(ctx context.Context, c *remote.Client, t Target) error {
+				err := withRemote(cmd, a, func(ctx context.Context, c *stack, t Target) error {
 					return ls(ctx, c, t.Path, long, cmd.OutOrStdout(), cmd.ErrOrStderr())
 				})
 				if err != nil {
@@ -126,7 +124,7 @@ func statCmd() *cobra.Command {
 		Short: "Print the attributes of entries; all requests are in flight at once",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return forEachHost(cmd, args, func(ctx context.Context, c *remote.Client, paths []string) error {
+			return forEachHost(cmd, args, func(ctx context.Context, c *stack, paths []string) error {
 				futs := make([]*ferry.Future[ferry.Dir], len(paths))
 				for i, p := range paths {
 					futs[i] = c.Stat(ctx, p)
@@ -148,7 +146,7 @@ func statCmd() *cobra.Command {
 
 // forEachHost groups targets by server and runs fn once per server with
 // its paths in argument order, over one connection.
-func forEachHost(cmd *cobra.Command, args []string, fn func(ctx context.Context, c *remote.Client, paths []string) error) error {
+func forEachHost(cmd *cobra.Command, args []string, fn func(ctx context.Context, c *stack, paths []string) error) error {
 	var order []string
 	byAddr := map[string][]string{}
 	for _, a := range args {
@@ -162,7 +160,7 @@ func forEachHost(cmd *cobra.Command, args []string, fn func(ctx context.Context,
 		byAddr[t.Addr] = append(byAddr[t.Addr], t.Path)
 	}
 	for _, addr := range order {
-		c, err := dial(cmd, addr)
+		c, err := openStack(cmd, addr)
 		if err != nil {
 			return err
 		}
@@ -181,7 +179,7 @@ func catCmd() *cobra.Command {
 		Short: "Write files to standard output; all requests start at once",
 		Args:  cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return forEachHost(cmd, args, func(ctx context.Context, c *remote.Client, paths []string) error {
+			return forEachHost(cmd, args, func(ctx context.Context, c *stack, paths []string) error {
 				rs := make([]io.ReadCloser, len(paths))
 				for i, p := range paths {
 					rs[i] = c.Get(ctx, p, 0, -1)
@@ -219,7 +217,7 @@ only what changed: the space comes back then, not at once. "ferry ctl
 HOST trash empty" frees it now.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withRemote(cmd, args[0], func(ctx context.Context, c *remote.Client, t Target) error {
+			return withRemote(cmd, args[0], func(ctx context.Context, c *stack, t Target) error {
 				pred := strings.Join(args[1:], " ")
 				switch {
 				case !recursive && pred != "":
@@ -307,7 +305,7 @@ the same server, written HOST:PATH or /PATH; mv never copies to or from
 this machine (ferry get and put do).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withRemote(cmd, args[0], func(ctx context.Context, c *remote.Client, t Target) error {
+			return withRemote(cmd, args[0], func(ctx context.Context, c *stack, t Target) error {
 				to := args[1]
 				if IsRemote(to) {
 					tt, err := ParseTarget(to)
@@ -341,23 +339,26 @@ func ctlCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "ctl HOST[:PORT] [COMMAND...]",
 		Short: "Read a server's control file, or write a command to it",
-		Long: `Ctl prints the server's control file: version, uptime, counters, and the
-connections with their users and the kernel's measurements, below a [client]
-section with this client's chunk cache. With a COMMAND it writes the command
-to the server instead, e.g.
-"ferry ctl host debug on"; "pass CMD" forwards CMD to the layer below.`,
+		Long: `Ctl prints the control file of the stack a native command works through,
+as a mount's /Ctl shows it below the mount's own section: a [cache]
+section (the client's cache layer), a [client] section (the connection and
+its chunk cache), then the server's (version, uptime, counters, the
+connections with their users and the kernel's measurements) and the
+layers below it. With a COMMAND it writes the command to the server
+instead, e.g. "ferry ctl host debug on"; "pass CMD" forwards CMD to the
+layer below the server.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withRemote(cmd, args[0], func(ctx context.Context, c *remote.Client, t Target) error {
+			return withRemote(cmd, args[0], func(ctx context.Context, c *stack, t Target) error {
 				if len(args) == 1 {
-					// The client's section (its chunk cache, what this
-					// command moved) comes above the server's.
-					r := ctl.New("client", c, c).Get(ctx, ferry.CtlPath, 0, -1)
+					// The client's layers (the cache, the connection
+					// and its chunk cache) come above the server's.
+					r := c.Get(ctx, ferry.CtlPath, 0, -1)
 					defer r.Close()
 					_, err := io.Copy(cmd.OutOrStdout(), r)
 					return err
 				}
-				_, err := c.Put(ctx, ferry.CtlPath, nil, 0, strings.NewReader(strings.Join(args[1:], " "))).Wait()
+				_, err := c.client.Put(ctx, ferry.CtlPath, nil, 0, strings.NewReader(strings.Join(args[1:], " "))).Wait()
 				return err
 			})
 		},

@@ -123,11 +123,11 @@ func openSide(cmd *cobra.Command, arg string, dir, dryRun bool) (syncSide, func(
 		if err != nil {
 			return syncSide{}, nil, err
 		}
-		c, err := dial(cmd, t.Addr)
+		s, err := openStack(cmd, t.Addr)
 		if err != nil {
 			return syncSide{}, nil, err
 		}
-		return syncSide{fs: c, root: t.Path, c: c}, func() { c.Close() }, nil
+		return syncSide{fs: s, root: t.Path, c: s.client}, func() { s.Close() }, nil
 	}
 	base, root := arg, "/"
 	if fi, err := os.Stat(arg); err == nil && !fi.IsDir() || err != nil && !dir {
@@ -372,8 +372,7 @@ func syncTrees(ctx context.Context, src, dst syncSide, o syncOpts) (syncStats, e
 	// Files and links without waiting for each; to a server, the files'
 	// puts share one stream, so that what they send compresses together.
 	var rp replacer
-	if dst.c != nil {
-		b := dst.c.PutBatch(ctx)
+	if b := batchOf(ctx, dst.fs); b != nil {
 		defer b.Close()
 		rp = b
 	}
@@ -393,7 +392,7 @@ func syncTrees(ctx context.Context, src, dst syncSide, o syncOpts) (syncStats, e
 }
 
 // replacer replaces a file a server holds, or makes it, by sending only the
-// chunks the server lacks (remote.PutBatch).
+// chunks the server lacks (a ferry.Batch).
 type replacer interface {
 	Replace(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader) *ferry.Future[ferry.Dir]
 }

@@ -45,7 +45,7 @@ says how many bytes crossed the wire for how many bytes of files.`,
 			if len(args) == 2 {
 				dst = args[1]
 			}
-			return withRemote(cmd, args[0], func(ctx context.Context, c *remote.Client, t Target) error {
+			return withRemote(cmd, args[0], func(ctx context.Context, c *stack, t Target) error {
 				var split int64
 				if c.HasCache() {
 					split = remote.DefaultChunkMin
@@ -362,7 +362,7 @@ Limitations: owners are not copied (the server's user owns what it writes);
 hard links are copied as separate files.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return withRemote(cmd, args[1], func(ctx context.Context, c *remote.Client, t Target) error {
+			return withRemote(cmd, args[1], func(ctx context.Context, c *stack, t Target) error {
 				dst := t.Path
 				if d, err := c.Stat(ctx, dst).Wait(); err == nil && d.IsDir() && !contentsOf(args[0]) {
 					dst = path.Join(dst, filepath.Base(filepath.Clean(args[0])))
@@ -392,7 +392,7 @@ type localEntry struct {
 }
 
 // put uploads the local tree src to dst on t.
-func put(ctx context.Context, c *remote.Client, src, dst string, f filter, po progressOpts, errOut io.Writer) error {
+func put(ctx context.Context, c ferry.FS, src, dst string, f filter, po progressOpts, errOut io.Writer) error {
 	var dirs, files []localEntry
 	var skipped []string
 	var total int64
@@ -472,9 +472,10 @@ func put(ctx context.Context, c *remote.Client, src, dst string, f filter, po pr
 	// compresses together and none pays a call of its own.
 	var rp replacer
 	if len(files) > 1 {
-		b := c.PutBatch(ctx)
-		defer b.Close()
-		rp = freshPuts{b}
+		if b := batchOf(ctx, c); b != nil {
+			defer b.Close()
+			rp = freshPuts{b}
+		}
 	}
 	if err := inFlight(ctx, files, putParallel, &errs, func(e localEntry) error { return putOne(ctx, c, e, prog, rp) }); err != nil {
 		return err
@@ -532,7 +533,7 @@ func inFlight[E any](ctx context.Context, items []E, n int, errs *errorList, fn 
 
 // freshPuts replaces by Put: a new tree's files are most likely new to the
 // server.
-type freshPuts struct{ b *remote.PutBatch }
+type freshPuts struct{ b ferry.Batch }
 
 func (f freshPuts) Replace(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader) *ferry.Future[ferry.Dir] {
 	return f.b.Put(ctx, p, d, src)

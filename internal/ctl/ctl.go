@@ -57,13 +57,9 @@ func (t *Tree) ServesCtl() bool { return true }
 func (t *Tree) Unwrap() ferry.FS { return t.FS }
 
 func (t *Tree) belowServes() bool {
-	s, ok := t.FS.(Server)
+	// A layer between (the client's cache) passes the file through.
+	s, ok := ferry.As[Server](t.FS)
 	return ok && s.ServesCtl()
-}
-
-func isCtl(p string) bool {
-	c, err := ferry.CleanPath(p)
-	return err == nil && c == ferry.CtlPath
 }
 
 // Status returns the text of the control file: this layer's state and then
@@ -98,7 +94,7 @@ func (t *Tree) ctlDir(size int) ferry.Dir {
 
 // Stat implements ferry.Tree.
 func (t *Tree) Stat(ctx context.Context, p string) *ferry.Future[ferry.Dir] {
-	if !isCtl(p) {
+	if !ferry.IsCtl(p) {
 		return t.FS.Stat(ctx, p)
 	}
 	return ferry.Go(func() (ferry.Dir, error) {
@@ -112,7 +108,7 @@ func (t *Tree) Stat(ctx context.Context, p string) *ferry.Future[ferry.Dir] {
 
 // Get implements ferry.Tree.
 func (t *Tree) Get(ctx context.Context, p string, off, count int64) io.ReadCloser {
-	if !isCtl(p) {
+	if !ferry.IsCtl(p) {
 		return t.FS.Get(ctx, p, off, count)
 	}
 	s, err := t.Status(ctx)
@@ -132,7 +128,7 @@ func (t *Tree) Get(ctx context.Context, p string, off, count int64) io.ReadClose
 // Put implements ferry.Tree: data put to the control file is run as
 // commands, one a line, stopping at the first that fails.
 func (t *Tree) Put(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) *ferry.Future[ferry.Dir] {
-	if !isCtl(p) {
+	if !ferry.IsCtl(p) {
 		return t.FS.Put(ctx, p, d, off, data)
 	}
 	const op = "ctl.Put"
@@ -194,7 +190,7 @@ func denied(op string) error {
 
 // Move implements ferry.Tree.
 func (t *Tree) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
-	if isCtl(from) || isCtl(to) {
+	if ferry.IsCtl(from) || ferry.IsCtl(to) {
 		return ferry.Resolved[ferry.Dir](nil, denied("ctl.Move"))
 	}
 	return t.FS.Move(ctx, from, to)
@@ -202,7 +198,7 @@ func (t *Tree) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Di
 
 // Link implements ferry.Tree.
 func (t *Tree) Link(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
-	if isCtl(from) || isCtl(to) {
+	if ferry.IsCtl(from) || ferry.IsCtl(to) {
 		return ferry.Resolved[ferry.Dir](nil, denied("ctl.Link"))
 	}
 	return t.FS.Link(ctx, from, to)
@@ -210,7 +206,7 @@ func (t *Tree) Link(ctx context.Context, from, to string) *ferry.Future[ferry.Di
 
 // Remove implements ferry.Tree.
 func (t *Tree) Remove(ctx context.Context, p string) *ferry.Future[struct{}] {
-	if isCtl(p) {
+	if ferry.IsCtl(p) {
 		return ferry.Resolved(struct{}{}, denied("ctl.Remove"))
 	}
 	return t.FS.Remove(ctx, p)
@@ -218,7 +214,7 @@ func (t *Tree) Remove(ctx context.Context, p string) *ferry.Future[struct{}] {
 
 // RemoveAll implements ferry.Tree.
 func (t *Tree) RemoveAll(ctx context.Context, p string) *ferry.Future[struct{}] {
-	if isCtl(p) {
+	if ferry.IsCtl(p) {
 		return ferry.Resolved(struct{}{}, denied("ctl.RemoveAll"))
 	}
 	return t.FS.RemoveAll(ctx, p)
@@ -226,7 +222,7 @@ func (t *Tree) RemoveAll(ctx context.Context, p string) *ferry.Future[struct{}] 
 
 // Wstat implements ferry.Tree.
 func (t *Tree) Wstat(ctx context.Context, p string, d ferry.Dir) *ferry.Future[ferry.Dir] {
-	if isCtl(p) {
+	if ferry.IsCtl(p) {
 		return ferry.Resolved[ferry.Dir](nil, denied("ctl.Wstat"))
 	}
 	return t.FS.Wstat(ctx, p, d)

@@ -51,6 +51,11 @@ func (c *Client) PutBatch(ctx context.Context) *PutBatch {
 	return &PutBatch{c: c, ctx: ctx}
 }
 
+// Batch implements ferry.Batcher with a PutBatch.
+func (c *Client) Batch(ctx context.Context) ferry.Batch { return c.PutBatch(ctx) }
+
+var _ ferry.Batcher = (*Client)(nil)
+
 // BatchMax is the largest file a PutBatch puts on its stream. A larger one
 // goes on a stream of its own, as Client.Replace puts it: it has no
 // per-file cost worth sharing, and its data compresses as well alone.
