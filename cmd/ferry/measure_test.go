@@ -109,7 +109,8 @@ func TestMeasureUnpackSites(t *testing.T) {
 // control only) and of two. For members it also reports the grants
 // member b asked for in each phase. Each cell also reports the bytes that went from b to the other
 // sites and the size of the tree the build leaves. A measurement:
-// FERRY_MEASURE=1 runs it, FERRY_CELLS picks cells, and FERRY_RESULTS
+// FERRY_MEASURE=1 runs it, FERRY_CELLS picks cells, FERRY_MOUNT_ARGS
+// adds flags to every mount (--debug --log FILE, say), and FERRY_RESULTS
 // names a file to which each cell appends its figures as a line of JSON
 // (bench/sshbuild_plots.py draws them).
 func TestMeasureSSHBuild(t *testing.T) {
@@ -127,6 +128,7 @@ func TestMeasureSSHBuild(t *testing.T) {
 		mnt := mountPoint(t)
 		cl := *e
 		cl.via = at(1)
+		args = append(args, strings.Fields(os.Getenv("FERRY_MOUNT_ARGS"))...)
 		cl.run(true, append(append([]string{"mount"}, args...), e.at("/"), mnt)...)
 		t.Cleanup(func() { cl.run(true, "umount", mnt) })
 		return mnt
@@ -227,7 +229,7 @@ func TestMeasureSSHBuild(t *testing.T) {
 					granted = n
 				}
 				phases = append(phases, phase)
-				t.Logf("%s: %s", c.name, phases[len(phases)-1])
+				t.Logf("%s: %s%s", c.name, phases[len(phases)-1], ctlLines(dir, "leases.write:", "writeback.waited:", "writeback.pending:"))
 			}
 			sent := up() - before
 			size, err := exec.Command("du", "-sb", dir).Output()
@@ -250,6 +252,25 @@ func TestMeasureSSHBuild(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ctlLines returns the lines of the control file of the mount at dir
+// that begin with one of prefixes, each on a line of its own, or "" if
+// there is no such file.
+func ctlLines(dir string, prefixes ...string) string {
+	b, err := os.ReadFile(filepath.Join(dir, "Ctl"))
+	if err != nil {
+		return ""
+	}
+	var out strings.Builder
+	for _, line := range strings.Split(string(b), "\n") {
+		for _, p := range prefixes {
+			if strings.HasPrefix(line, p) {
+				out.WriteString("\n\t" + line)
+			}
+		}
+	}
+	return out.String()
 }
 
 // sshResult is one cell's figures, as FERRY_RESULTS records them.
