@@ -37,8 +37,13 @@ func openStack(cmd *cobra.Command, addr string) (*stack, error) {
 		// tried no longer than the command waits for the server.
 		opt.CallTimeout, _ = cmd.Flags().GetDuration("timeout")
 	}
+	return newStack(c, opt), nil
+}
+
+// newStack stacks a cache with opt over c.
+func newStack(c *remote.Client, opt cache.Options) *stack {
 	cf := cache.New(ctl.New("client", c, c), opt)
-	return &stack{FS: ctl.New("cache", cf, cf), client: c, cache: cf}, nil
+	return &stack{FS: ctl.New("cache", cf, cf), client: c, cache: cf}
 }
 
 // Unwrap implements ferry.Unwrapper.

@@ -2,10 +2,7 @@ package server_test
 
 import (
 	"bytes"
-	"context"
 	"io"
-	"slices"
-	"sync"
 	"testing"
 
 	"github.com/ferryfs/ferry"
@@ -13,58 +10,12 @@ import (
 	"github.com/ferryfs/ferry/internal/servertest"
 )
 
-// recorder is a layer that records every change made through it, as a
-// replica layer between the server and the chunk store must see them.
-type recorder struct {
-	ferry.FS
-	mu  sync.Mutex
-	ops []string
-}
-
-func (r *recorder) Unwrap() ferry.FS { return r.FS }
-
-func (r *recorder) note(op, p string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.ops = append(r.ops, op+" "+p)
-}
-
-func (r *recorder) Put(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) *ferry.Future[ferry.Dir] {
-	r.note("put", p)
-	return r.FS.Put(ctx, p, d, off, data)
-}
-
-func (r *recorder) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
-	r.note("move", from+" "+to)
-	return r.FS.Move(ctx, from, to)
-}
-
-func (r *recorder) Link(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
-	r.note("link", from+" "+to)
-	return r.FS.Link(ctx, from, to)
-}
-
-func (r *recorder) Remove(ctx context.Context, p string) *ferry.Future[struct{}] {
-	r.note("remove", p)
-	return r.FS.Remove(ctx, p)
-}
-
-func (r *recorder) RemoveAll(ctx context.Context, p string) *ferry.Future[struct{}] {
-	r.note("removeall", p)
-	return r.FS.RemoveAll(ctx, p)
-}
-
-func (r *recorder) Wstat(ctx context.Context, p string, d ferry.Dir) *ferry.Future[ferry.Dir] {
-	r.note("wstat", p)
-	return r.FS.Wstat(ctx, p, d)
-}
-
 // TestEveryChangeThroughLayers: a layer stacked between the server and the
 // chunk store sees every change clients make, whatever way the bytes took:
 // plain puts, chunked puts, batched puts, and the other calls. Chunked
 // puts still go by chunks through it.
 func TestEveryChangeThroughLayers(t *testing.T) {
-	rec := &recorder{}
+	rec := &servertest.Recorder{}
 	s := servertest.StartChunkedWith(t, "", func(cfg *server.Config) {
 		rec.FS = cfg.FS
 		cfg.FS = rec
@@ -109,11 +60,8 @@ func TestEveryChangeThroughLayers(t *testing.T) {
 		if err := st.do(); err != nil {
 			t.Fatalf("%s: %v", st.want, err)
 		}
-		rec.mu.Lock()
-		seen := slices.Contains(rec.ops, st.want)
-		rec.mu.Unlock()
-		if !seen {
-			t.Errorf("the layer did not see %q; it saw %q", st.want, rec.ops)
+		if !rec.Saw(st.want) {
+			t.Errorf("the layer did not see %q; it saw %q", st.want, rec.Ops())
 		}
 	}
 	if got := servertest.CallsSince(s.Srv, before, "putchunked", 2); got < 2 {
