@@ -76,11 +76,15 @@ func (b *PutBatch) Put(ctx context.Context, p string, d ferry.Dir, src *io.Secti
 }
 
 func (b *PutBatch) put(ctx context.Context, p string, d ferry.Dir, src *io.SectionReader, fresh bool) *ferry.Future[ferry.Dir] {
-	via := b
-	if src.Size() > BatchMax {
-		via = nil
+	return b.c.replace(ctx, p, d, src, b.carries(src.Size()), fresh)
+}
+
+// carries returns b if a file of size bytes goes on its stream, else nil.
+func (b *PutBatch) carries(size int64) *PutBatch {
+	if size > BatchMax {
+		return nil
 	}
-	return b.c.replace(ctx, p, d, src, via, fresh)
+	return b
 }
 
 // Close ends the batch's stream; call it when the batch's puts have

@@ -38,6 +38,9 @@ type group struct {
 	// newDirs are the directories the group makes (see made).
 	newDirs map[string]bool
 	stages  int // Puts staged, which number their keys.
+	// batch is the stream the staged puts share, made at the first:
+	// their chunks compress together, each building on those before.
+	batch *PutBatch
 	// staging counts the staged puts under way; stageErr is the first
 	// that failed, which fails the group.
 	staging  sync.WaitGroup
@@ -142,13 +145,17 @@ func (g *group) Put(ctx context.Context, p string, d ferry.Dir, off int64, data 
 	g.mu.Lock()
 	g.stages++
 	ch.Staged = fmt.Sprintf("%s/%d", g.id, g.stages)
+	if g.batch == nil {
+		g.batch = g.c.PutBatch(ctx)
+	}
+	via := g.batch.carries(size)
 	g.mu.Unlock()
 	f := g.record(ch)
 	g.staging.Add(1)
 	go func() {
 		defer g.staging.Done()
 		sctx := context.WithValue(ctx, stageKey{}, ch.Staged)
-		_, err, done := g.c.putByChunks(sctx, p, d, io.NewSectionReader(bytes.NewReader(buf), 0, size), size, nil, false)
+		_, err, done := g.c.putByChunks(sctx, p, d, io.NewSectionReader(bytes.NewReader(buf), 0, size), size, via, false)
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		switch {
@@ -195,6 +202,9 @@ func (g *group) Commit(ctx context.Context) error {
 	g.committed = true
 	g.mu.Unlock()
 	g.staging.Wait()
+	if g.batch != nil {
+		g.batch.Close()
+	}
 	dirs, err := g.commit(ctx)
 	g.dirs, g.err = dirs, err
 	close(g.done)

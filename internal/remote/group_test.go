@@ -73,6 +73,11 @@ func TestGroup(t *testing.T) {
 	for _, f := range futures {
 		<-f.Done()
 	}
+	// The staged put went on a batch's stream, where the chunks of the
+	// group's staged files compress together.
+	if n := servertest.CallsSince(s.Srv, before, "putbatch", 1); n != 1 {
+		t.Errorf("%d batches carried the group's staged puts, want 1", n)
+	}
 	check := func() {
 		t.Helper()
 		for p, want := range map[string]string{"dir/in": "in", "dir/moved": "move me", "big": string(big), "dir/big": string(big[7:]), "a": "new"} {

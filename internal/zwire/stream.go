@@ -19,6 +19,11 @@ const StreamWindow = 1 << 20
 // flushed at its end so that it can be decompressed as soon as it arrives.
 // Unlike a Codec's frames, a small payload (a batch of a few replies)
 // compresses as well as a large one, since it builds on those before it.
+// It compresses at zstd's default level, not the fastest a Codec uses:
+// with a history to draw on, that level finds much more (the linked
+// binaries of a C build, whose code repeats what the build sent before,
+// shrink to 0.41 of their size rather than 0.46), and a batch carries
+// only files of at most 4 MiB.
 // It is not safe for concurrent use.
 type Encoder struct {
 	enc *zstd.Encoder
@@ -29,7 +34,7 @@ type Encoder struct {
 func NewEncoder() *Encoder {
 	e := &Encoder{}
 	// NewWriter fails only on invalid options, which these are not.
-	enc, err := zstd.NewWriter(&e.out, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
+	enc, err := zstd.NewWriter(&e.out, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1),
 		zstd.WithLowerEncoderMem(true), zstd.WithWindowSize(StreamWindow))
 	if err != nil {
 		panic(err)

@@ -1,6 +1,7 @@
-// Package zwire compresses payloads on the wire with zstd at its fastest
-// level: chunk data and file data, one message at a time, each flagged as
-// compressed or not by its message.
+// Package zwire compresses payloads on the wire with zstd: chunk data and
+// file data one message at a time at zstd's fastest level (Codec), each
+// flagged as compressed or not by its message, and the batches of a
+// stream as one zstd stream (Encoder, Decoder).
 //
 // A Codec is made by whoever owns a connection (a remote.Client, a
 // server.Server) and passed explicitly: there is no global state and
