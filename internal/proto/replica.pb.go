@@ -25,9 +25,12 @@ const (
 )
 
 type ChunksReq struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Seq           uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
-	Index         []uint32               `protobuf:"varint,2,rep,packed,name=index,proto3" json:"index,omitempty"` // indexes into the update's chunk list
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
+	Index []uint32               `protobuf:"varint,2,rep,packed,name=index,proto3" json:"index,omitempty"` // indexes into the update's chunk list
+	// zstd says the caller takes the chunks compressed, as one zstd stream
+	// (zwire.Encoder) over the call.
+	Zstd          bool `protobuf:"varint,3,opt,name=zstd,proto3" json:"zstd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -76,9 +79,18 @@ func (x *ChunksReq) GetIndex() []uint32 {
 	return nil
 }
 
+func (x *ChunksReq) GetZstd() bool {
+	if x != nil {
+		return x.Zstd
+	}
+	return false
+}
+
 type ChunksData struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	Zstd          bool                   `protobuf:"varint,2,opt,name=zstd,proto3" json:"zstd,omitempty"` // data is the call's next zstd payload
+	Size          uint32                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"` // the size of data before compression
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -120,6 +132,20 @@ func (x *ChunksData) GetData() []byte {
 	return nil
 }
 
+func (x *ChunksData) GetZstd() bool {
+	if x != nil {
+		return x.Zstd
+	}
+	return false
+}
+
+func (x *ChunksData) GetSize() uint32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 // Update is one change, or one piece of a file's content: a put's
 // content follows in Updates of the same seq with data only, the last
 // with more unset.
@@ -137,7 +163,12 @@ type Update struct {
 	// refs, for a large file, lists its content by chunks instead of data:
 	// the receiver takes what it holds from its own copy and asks Chunks
 	// for the rest.
-	Refs          *ChunkRefs `protobuf:"bytes,11,opt,name=refs,proto3" json:"refs,omitempty"`
+	Refs *ChunkRefs `protobuf:"bytes,11,opt,name=refs,proto3" json:"refs,omitempty"`
+	// zstd says data is the stream's next zstd payload (zwire.Encoder),
+	// sent only after the receiver said it takes them (UpdateAck.zstd_ok);
+	// size is its size before compression.
+	Zstd          bool   `protobuf:"varint,12,opt,name=zstd,proto3" json:"zstd,omitempty"`
+	Size          uint32 `protobuf:"varint,13,opt,name=size,proto3" json:"size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -242,9 +273,25 @@ func (x *Update) GetRefs() *ChunkRefs {
 	return nil
 }
 
+func (x *Update) GetZstd() bool {
+	if x != nil {
+		return x.Zstd
+	}
+	return false
+}
+
+func (x *Update) GetSize() uint32 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 type UpdateAck struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Seq   uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	// zstd_ok says the receiver takes Update data compressed.
+	ZstdOk        bool `protobuf:"varint,3,opt,name=zstd_ok,json=zstdOk,proto3" json:"zstd_ok,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -284,6 +331,13 @@ func (x *UpdateAck) GetSeq() uint64 {
 		return x.Seq
 	}
 	return 0
+}
+
+func (x *UpdateAck) GetZstdOk() bool {
+	if x != nil {
+		return x.ZstdOk
+	}
+	return false
 }
 
 type AppliedReq struct {
@@ -640,13 +694,16 @@ var File_replica_proto protoreflect.FileDescriptor
 
 const file_replica_proto_rawDesc = "" +
 	"\n" +
-	"\rreplica.proto\x12\bferry.v1\x1a\vferry.proto\"3\n" +
+	"\rreplica.proto\x12\bferry.v1\x1a\vferry.proto\"G\n" +
 	"\tChunksReq\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x14\n" +
-	"\x05index\x18\x02 \x03(\rR\x05index\" \n" +
+	"\x05index\x18\x02 \x03(\rR\x05index\x12\x12\n" +
+	"\x04zstd\x18\x03 \x01(\bR\x04zstd\"H\n" +
 	"\n" +
 	"ChunksData\x12\x12\n" +
-	"\x04data\x18\x01 \x01(\fR\x04data\"\xf7\x01\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x12\n" +
+	"\x04zstd\x18\x02 \x01(\bR\x04zstd\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\rR\x04size\"\x9f\x02\n" +
 	"\x06Update\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x0e\n" +
@@ -658,9 +715,12 @@ const file_replica_proto_rawDesc = "" +
 	"\x04more\x18\t \x01(\bR\x04more\x12\x19\n" +
 	"\bto_epoch\x18\n" +
 	" \x01(\x04R\atoEpoch\x12'\n" +
-	"\x04refs\x18\v \x01(\v2\x13.ferry.v1.ChunkRefsR\x04refsJ\x04\b\x01\x10\x02\"#\n" +
+	"\x04refs\x18\v \x01(\v2\x13.ferry.v1.ChunkRefsR\x04refs\x12\x12\n" +
+	"\x04zstd\x18\f \x01(\bR\x04zstd\x12\x12\n" +
+	"\x04size\x18\r \x01(\rR\x04sizeJ\x04\b\x01\x10\x02\"<\n" +
 	"\tUpdateAck\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seqJ\x04\b\x01\x10\x02\"8\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x17\n" +
+	"\azstd_ok\x18\x03 \x01(\bR\x06zstdOkJ\x04\b\x01\x10\x02\"8\n" +
 	"\n" +
 	"AppliedReq\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\x04R\x05index\x12\x14\n" +

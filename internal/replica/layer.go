@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"google.golang.org/grpc"
-
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/callback"
 	"github.com/ferryfs/ferry/internal/chunk"
@@ -873,14 +871,12 @@ func (f *FS) assemble(ctx context.Context, from Member, h *proto.Update, w io.Wr
 		}
 		want = append(want, i)
 	}
-	fetch := func(index []int) (grpc.ServerStreamingClient[proto.ChunksData], error) {
-		return proto.NewReplicaClient(l.bulk).Chunks(ctx, &proto.ChunksReq{Seq: h.Seq, Index: proto.PackIndexes(index)})
-	}
-	var st grpc.ServerStreamingClient[proto.ChunksData]
+	var st *chunksIn
 	if len(want) > 0 {
-		if st, err = fetch(want); err != nil {
+		if st, err = fetchChunks(ctx, l, h.Seq, want, &f.set.stats); err != nil {
 			return err
 		}
+		defer st.close()
 	}
 	for i, hsh := range hashes {
 		var b []byte
@@ -888,22 +884,21 @@ func (f *FS) assemble(ctx context.Context, from Member, h *proto.Update, w io.Wr
 		if have[i] {
 			if b, err = local(i); err != nil {
 				// Gone since it was looked up: ask for it alone.
-				one, err := fetch([]int{i})
+				one, err := fetchChunks(ctx, l, h.Seq, []int{i}, &f.set.stats)
 				if err != nil {
 					return err
 				}
-				m, err := one.Recv()
+				b, err = one.next()
+				one.close()
 				if err != nil {
 					return err
 				}
-				b, fetched = m.Data, true
+				fetched = true
 			}
 		} else {
-			m, err := st.Recv()
-			if err != nil {
+			if b, err = st.next(); err != nil {
 				return err
 			}
-			b = m.Data
 		}
 		if len(b) != sizes[i] || chunk.Sum(b) != hsh {
 			return ferry.E(op, h.Path, ferry.KindInvalid, fmt.Sprintf("chunk %d does not match its hash", i))
@@ -953,7 +948,7 @@ func wait0(f *ferry.Future[struct{}]) error {
 // rest of its content from st. An update not made under the control its
 // paths have here is refused (fenced), and an update applied before is
 // skipped.
-func (f *FS) applyUpdate(ctx context.Context, from Member, h *proto.Update, st grpc.BidiStreamingServer[proto.Update, proto.UpdateAck]) error {
+func (f *FS) applyUpdate(ctx context.Context, from Member, h *proto.Update, st *updateIn) error {
 	// rest drains the pieces of content that follow h.
 	more := h.More
 	rest := func(w io.Writer) error {

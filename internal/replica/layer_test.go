@@ -358,6 +358,36 @@ func TestReadersDropBeforeClose(t *testing.T) {
 	}
 }
 
+// TestUpdatesCompressed: content crosses between members compressed, a
+// small file's in its update's pieces and a large one's in the chunks
+// fetched, and arrives whole.
+func TestUpdatesCompressed(t *testing.T) {
+	s := newSitesWith(t, &sites{testSet: newTestSet(t, "a", "b", "c"), chunked: true}, time.Hour)
+	var text strings.Builder
+	for i := 0; text.Len() < 1<<20; i++ {
+		fmt.Fprintf(&text, "line %d of a file that compresses well, as source code does\n", i)
+	}
+	small, large := text.String()[:48<<10], text.String()
+	// The first update of a stream goes as it is: the receiver's first
+	// answer says it takes them compressed.
+	put(t, s.fs["a"], "/first", "x")
+	s.quiet(t)
+	st := &s.sets["b"].stats
+	for _, f := range []struct{ p, content string }{{"/small", small}, {"/large", large}} {
+		content, wire := st.contentBytes.Load(), st.wireBytes.Load()
+		put(t, s.fs["a"], f.p, f.content)
+		s.quiet(t)
+		content, wire = st.contentBytes.Load()-content, st.wireBytes.Load()-wire
+		if content < int64(len(f.content)) || wire > content/4 {
+			t.Errorf("for %s, b received %d bytes of content as %d bytes on the wire, want %d and under a quarter of them", f.p, content, wire, len(f.content))
+		}
+	}
+	if get(t, s.fs["c"], "/small") != small || get(t, s.fs["c"], "/large") != large {
+		t.Error("c's copies differ")
+	}
+	s.same(t)
+}
+
 // TestUpdatesByChunks: a large file's update travels as its chunk list;
 // a member takes the chunks it holds from its own copy and fetches only
 // the rest, so a small edit of a large file moves a few chunks between

@@ -17,6 +17,16 @@ type stats struct {
 	revokesSent, revokesServed atomic.Int64
 	applied, fenced, transfers atomic.Int64
 	fetchedBytes               atomic.Int64 // chunk bytes fetched from other members
+	// contentBytes and wireBytes count the content of other members'
+	// updates received here (pieces and chunks fetched), as applied and
+	// as it crossed the link, compressed or not.
+	contentBytes, wireBytes atomic.Int64
+}
+
+// received counts content of n bytes that crossed the link as wire bytes.
+func (s *stats) received(n, wire int) {
+	s.contentBytes.Add(int64(n))
+	s.wireBytes.Add(int64(wire))
 }
 
 // counting is the control table as raft's machine, counting the grants

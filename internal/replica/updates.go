@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"google.golang.org/grpc"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/ferryfs/ferry/internal/callback"
 	"github.com/ferryfs/ferry/internal/chunk"
 	"github.com/ferryfs/ferry/internal/proto"
+	"github.com/ferryfs/ferry/internal/zwire"
 	pb "google.golang.org/protobuf/proto"
 )
 
@@ -384,6 +386,9 @@ func (f *FS) streamUpdates(ctx context.Context, l *link) error {
 		return err
 	}
 	errc := make(chan error, 1)
+	// zok is set once the receiver says it takes compressed data: the
+	// updates after that go compressed, as one zstd stream.
+	var zok atomic.Bool
 	go func() {
 		for {
 			a, err := st.Recv()
@@ -392,7 +397,16 @@ func (f *FS) streamUpdates(ctx context.Context, l *link) error {
 				cancel()
 				return
 			}
+			if a.ZstdOk {
+				zok.Store(true)
+			}
 			f.out.ack(l.m.ID, a.Seq)
+		}
+	}()
+	var z *zwire.Encoder
+	defer func() {
+		if z != nil {
+			z.Close()
 		}
 	}()
 	f.out.mu.Lock()
@@ -407,7 +421,10 @@ func (f *FS) streamUpdates(ctx context.Context, l *link) error {
 			}
 			return err
 		}
-		if err := sendUpdate(st, u); err != nil {
+		if z == nil && zok.Load() {
+			z = zwire.NewEncoder()
+		}
+		if err := sendUpdate(st, u, z); err != nil {
 			return err
 		}
 		after = u.h.Seq
@@ -415,8 +432,9 @@ func (f *FS) streamUpdates(ctx context.Context, l *link) error {
 }
 
 // sendUpdate sends u's header and then its content, if any: in pieces,
-// or, for a large file, as its chunk list.
-func sendUpdate(st grpc.BidiStreamingClient[proto.Update, proto.UpdateAck], u *update) error {
+// compressed with z if it is not nil, or, for a large file, as its chunk
+// list.
+func sendUpdate(st grpc.BidiStreamingClient[proto.Update, proto.UpdateAck], u *update, z *zwire.Encoder) error {
 	if u.spool == "" {
 		return st.Send(u.h)
 	}
@@ -442,11 +460,14 @@ func sendUpdate(st grpc.BidiStreamingClient[proto.Update, proto.UpdateAck], u *u
 			return rerr
 		}
 		done := rerr != nil
-		m := &proto.Update{Seq: u.h.Seq, Data: buf[:n], More: !done}
+		m := &proto.Update{Seq: u.h.Seq}
 		if first {
 			m = pb.Clone(u.h).(*proto.Update)
-			m.Data, m.More = buf[:n], !done
 			first = false
+		}
+		m.More = !done
+		if m.Data, m.Zstd, m.Size, err = pack(z, buf[:n]); err != nil {
+			return err
 		}
 		if err := st.Send(m); err != nil {
 			return err
@@ -511,21 +532,72 @@ func (r receiver) Updates(st grpc.BidiStreamingServer[proto.Update, proto.Update
 	if f == nil {
 		return ferry.E("replica.Updates", "", ferry.KindUnavailable, "this member serves no tree yet")
 	}
+	in := &updateIn{st: st, dec: zwire.NewDecoder(piece), stats: &r.set.stats}
+	defer in.dec.Close()
 	for {
-		h, err := st.Recv()
+		h, err := in.Recv()
 		if errors.Is(err, io.EOF) {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
-		if err := f.applyUpdate(st.Context(), from, h, st); err != nil {
+		if err := f.applyUpdate(st.Context(), from, h, in); err != nil {
 			return err
 		}
-		if err := st.Send(&proto.UpdateAck{Seq: h.Seq}); err != nil {
+		if err := st.Send(&proto.UpdateAck{Seq: h.Seq, ZstdOk: true}); err != nil {
 			return err
 		}
 	}
+}
+
+// updateIn is the receiving end of an Updates stream: it decompresses
+// each message's data as it comes, in the order sent, whether the update
+// is applied or skipped.
+type updateIn struct {
+	st    grpc.BidiStreamingServer[proto.Update, proto.UpdateAck]
+	dec   *zwire.Decoder
+	stats *stats
+}
+
+// Recv returns the stream's next message, its data as the sender had it.
+func (u *updateIn) Recv() (*proto.Update, error) {
+	m, err := u.st.Recv()
+	if err != nil {
+		return nil, err
+	}
+	if m.Data, err = u.stats.unpack(u.dec, m.Data, m.Zstd, m.Size); err != nil {
+		return nil, ferry.E("replica.Updates", m.Path, err)
+	}
+	m.Zstd = false
+	return m, nil
+}
+
+// pack returns data as sent on a stream compressed by z (none if nil):
+// the bytes, whether they are z's next payload, and data's size.
+func pack(z *zwire.Encoder, data []byte) ([]byte, bool, uint32, error) {
+	if z == nil || len(data) < zwire.MinSize {
+		return data, false, 0, nil
+	}
+	c, err := z.Compress(data)
+	if err != nil {
+		return nil, false, 0, err
+	}
+	return bytes.Clone(c), true, uint32(len(data)), nil
+}
+
+// unpack returns the content of data received on a stream that dec
+// decompresses, as pack made it, and counts it.
+func (s *stats) unpack(dec *zwire.Decoder, data []byte, zstd bool, size uint32) ([]byte, error) {
+	wire := len(data)
+	if zstd {
+		var err error
+		if data, err = dec.Decompress(data, int(size)); err != nil {
+			return nil, err
+		}
+	}
+	s.received(len(data), wire)
+	return data, nil
 }
 
 // Applied answers once this member applied the log up to the index asked.
@@ -595,6 +667,11 @@ func (r receiver) Chunks(q *proto.ChunksReq, st grpc.ServerStreamingServer[proto
 	if err != nil {
 		return ferry.E(op, "", err)
 	}
+	var z *zwire.Encoder
+	if q.Zstd {
+		z = zwire.NewEncoder()
+		defer z.Close()
+	}
 	buf := make([]byte, chunk.Default.Max)
 	for _, i := range index {
 		ref := refs[i]
@@ -602,12 +679,49 @@ func (r receiver) Chunks(q *proto.ChunksReq, st grpc.ServerStreamingServer[proto
 		if _, err := file.ReadAt(b, ref.Off); err != nil {
 			return err
 		}
-		if err := st.Send(&proto.ChunksData{Data: b}); err != nil {
+		m := &proto.ChunksData{}
+		if m.Data, m.Zstd, m.Size, err = pack(z, b); err != nil {
+			return err
+		}
+		if err := st.Send(m); err != nil {
 			return err
 		}
 	}
 	return nil
 }
+
+// chunksIn is the receiving end of a Chunks call, which it asked for
+// compressed.
+type chunksIn struct {
+	st    grpc.ServerStreamingClient[proto.ChunksData]
+	dec   *zwire.Decoder
+	stats *stats
+}
+
+// fetchChunks asks the member at l for the chunks index of its update seq.
+func fetchChunks(ctx context.Context, l *link, seq uint64, index []int, st *stats) (*chunksIn, error) {
+	c, err := proto.NewReplicaClient(l.bulk).Chunks(ctx, &proto.ChunksReq{Seq: seq, Index: proto.PackIndexes(index), Zstd: true})
+	if err != nil {
+		return nil, err
+	}
+	return &chunksIn{st: c, dec: zwire.NewDecoder(chunk.Default.Max), stats: st}, nil
+}
+
+// next returns the next chunk.
+func (c *chunksIn) next() ([]byte, error) {
+	m, err := c.st.Recv()
+	if err != nil {
+		return nil, err
+	}
+	b, err := c.stats.unpack(c.dec, m.Data, m.Zstd, m.Size)
+	if err != nil {
+		return nil, ferry.E("replica.Chunks", "", err)
+	}
+	return b, nil
+}
+
+// close frees the decoder.
+func (c *chunksIn) close() { c.dec.Close() }
 
 // Revoke marks this member's control over a path to be given up as soon
 // as the other members have its updates.
