@@ -28,8 +28,8 @@ type ChunksReq struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Seq   uint64                 `protobuf:"varint,1,opt,name=seq,proto3" json:"seq,omitempty"`
 	Index []uint32               `protobuf:"varint,2,rep,packed,name=index,proto3" json:"index,omitempty"` // indexes into the update's chunk list
-	// zstd says the caller takes the chunks compressed, as one zstd stream
-	// (zwire.Encoder) over the call.
+	// zstd says the caller takes chunks compressed, each a zstd frame of
+	// its own (zwire.Codec).
 	Zstd          bool `protobuf:"varint,3,opt,name=zstd,proto3" json:"zstd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -89,8 +89,7 @@ func (x *ChunksReq) GetZstd() bool {
 type ChunksData struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
-	Zstd          bool                   `protobuf:"varint,2,opt,name=zstd,proto3" json:"zstd,omitempty"` // data is the call's next zstd payload
-	Size          uint32                 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"` // the size of data before compression
+	Zstd          bool                   `protobuf:"varint,2,opt,name=zstd,proto3" json:"zstd,omitempty"` // data is a zstd frame
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -137,13 +136,6 @@ func (x *ChunksData) GetZstd() bool {
 		return x.Zstd
 	}
 	return false
-}
-
-func (x *ChunksData) GetSize() uint32 {
-	if x != nil {
-		return x.Size
-	}
-	return 0
 }
 
 // Update is one change, or one piece of a file's content: a put's
@@ -698,12 +690,11 @@ const file_replica_proto_rawDesc = "" +
 	"\tChunksReq\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05index\x18\x02 \x03(\rR\x05index\x12\x12\n" +
-	"\x04zstd\x18\x03 \x01(\bR\x04zstd\"H\n" +
+	"\x04zstd\x18\x03 \x01(\bR\x04zstd\"4\n" +
 	"\n" +
 	"ChunksData\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x12\n" +
-	"\x04zstd\x18\x02 \x01(\bR\x04zstd\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\rR\x04size\"\x9f\x02\n" +
+	"\x04zstd\x18\x02 \x01(\bR\x04zstd\"\x9f\x02\n" +
 	"\x06Update\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x0e\n" +

@@ -873,10 +873,9 @@ func (f *FS) assemble(ctx context.Context, from Member, h *proto.Update, w io.Wr
 	}
 	var st *chunksIn
 	if len(want) > 0 {
-		if st, err = fetchChunks(ctx, l, h.Seq, want, &f.set.stats); err != nil {
+		if st, err = f.set.fetchChunks(ctx, l, h.Seq, want); err != nil {
 			return err
 		}
-		defer st.close()
 	}
 	for i, hsh := range hashes {
 		var b []byte
@@ -884,13 +883,11 @@ func (f *FS) assemble(ctx context.Context, from Member, h *proto.Update, w io.Wr
 		if have[i] {
 			if b, err = local(i); err != nil {
 				// Gone since it was looked up: ask for it alone.
-				one, err := fetchChunks(ctx, l, h.Seq, []int{i}, &f.set.stats)
+				one, err := f.set.fetchChunks(ctx, l, h.Seq, []int{i})
 				if err != nil {
 					return err
 				}
-				b, err = one.next()
-				one.close()
-				if err != nil {
+				if b, err = one.next(); err != nil {
 					return err
 				}
 				fetched = true

@@ -18,9 +18,11 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/auth"
+	"github.com/ferryfs/ferry/internal/chunk"
 	"github.com/ferryfs/ferry/internal/consensus"
 	"github.com/ferryfs/ferry/internal/control"
 	"github.com/ferryfs/ferry/internal/proto"
+	"github.com/ferryfs/ferry/internal/zwire"
 )
 
 // Config is what a member needs to join its set.
@@ -53,6 +55,7 @@ type Set struct {
 	node    *consensus.Node
 	senders map[uint64]*sender
 	links   map[uint64]*link
+	zip     *zwire.Codec // Of the chunks members fetch from each other.
 	fs      atomic.Pointer[FS]
 	ready   chan struct{} // closed once this member caught up with the log
 	inbox   *inbox
@@ -129,6 +132,7 @@ func Open(cfg Config) (*Set, error) {
 	if err != nil {
 		return unwind(ferry.E(op, cfg.LogDir, err))
 	}
+	s.zip = zwire.New(chunk.Default.Max)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -343,6 +347,7 @@ func (s *Set) Close() error {
 	s.node.Stop()
 	s.wg.Wait()
 	s.closeLinks()
+	s.zip.Close()
 	return s.disk.Close()
 }
 

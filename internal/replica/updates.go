@@ -667,11 +667,6 @@ func (r receiver) Chunks(q *proto.ChunksReq, st grpc.ServerStreamingServer[proto
 	if err != nil {
 		return ferry.E(op, "", err)
 	}
-	var z *zwire.Encoder
-	if q.Zstd {
-		z = zwire.NewEncoder()
-		defer z.Close()
-	}
 	buf := make([]byte, chunk.Default.Max)
 	for _, i := range index {
 		ref := refs[i]
@@ -679,9 +674,12 @@ func (r receiver) Chunks(q *proto.ChunksReq, st grpc.ServerStreamingServer[proto
 		if _, err := file.ReadAt(b, ref.Off); err != nil {
 			return err
 		}
-		m := &proto.ChunksData{}
-		if m.Data, m.Zstd, m.Size, err = pack(z, b); err != nil {
-			return err
+		m := &proto.ChunksData{Data: b}
+		if q.Zstd {
+			// Each chunk alone, at the fastest level: a Chunks call
+			// carries the chunks of one file, and a stream's encoder
+			// made for each cost the members more than it saved.
+			m.Data, m.Zstd = r.set.zip.Compress(nil, b)
 		}
 		if err := st.Send(m); err != nil {
 			return err
@@ -693,18 +691,17 @@ func (r receiver) Chunks(q *proto.ChunksReq, st grpc.ServerStreamingServer[proto
 // chunksIn is the receiving end of a Chunks call, which it asked for
 // compressed.
 type chunksIn struct {
-	st    grpc.ServerStreamingClient[proto.ChunksData]
-	dec   *zwire.Decoder
-	stats *stats
+	st  grpc.ServerStreamingClient[proto.ChunksData]
+	set *Set
 }
 
 // fetchChunks asks the member at l for the chunks index of its update seq.
-func fetchChunks(ctx context.Context, l *link, seq uint64, index []int, st *stats) (*chunksIn, error) {
+func (s *Set) fetchChunks(ctx context.Context, l *link, seq uint64, index []int) (*chunksIn, error) {
 	c, err := proto.NewReplicaClient(l.bulk).Chunks(ctx, &proto.ChunksReq{Seq: seq, Index: proto.PackIndexes(index), Zstd: true})
 	if err != nil {
 		return nil, err
 	}
-	return &chunksIn{st: c, dec: zwire.NewDecoder(chunk.Default.Max), stats: st}, nil
+	return &chunksIn{st: c, set: s}, nil
 }
 
 // next returns the next chunk.
@@ -713,15 +710,15 @@ func (c *chunksIn) next() ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := c.stats.unpack(c.dec, m.Data, m.Zstd, m.Size)
-	if err != nil {
-		return nil, ferry.E("replica.Chunks", "", err)
+	b := m.Data
+	if m.Zstd {
+		if b, err = c.set.zip.Decompress(nil, m.Data); err != nil {
+			return nil, ferry.E("replica.Chunks", "", err)
+		}
 	}
+	c.set.stats.received(len(b), len(m.Data))
 	return b, nil
 }
-
-// close frees the decoder.
-func (c *chunksIn) close() { c.dec.Close() }
 
 // Revoke marks this member's control over a path to be given up as soon
 // as the other members have its updates.
