@@ -12,6 +12,7 @@ package ferry
 import (
 	"context"
 	"io"
+	"strings"
 )
 
 // Whole, as the offset of a Put, replaces the file's whole content atomically:
@@ -24,8 +25,12 @@ const Whole int64 = -1
 // command ("pass CMD" forwards CMD one layer down).
 const CtlPath = "/Ctl"
 
-// IsCtl reports whether p names the control file.
+// IsCtl reports whether p names the control file. Layers ask it of
+// every call's path: one without the name is answered with no cleaning.
 func IsCtl(p string) bool {
+	if !strings.Contains(p, "Ctl") {
+		return false
+	}
 	c, err := CleanPath(p)
 	return err == nil && c == CtlPath
 }

@@ -95,3 +95,14 @@ func TestHasPrefix(t *testing.T) {
 		}
 	}
 }
+
+func TestIsCtl(t *testing.T) {
+	for p, want := range map[string]bool{
+		"/Ctl": true, "Ctl": true, "/Ctl/": true, "//Ctl/.": true, "/a/../Ctl": true,
+		"/Ctl2": false, "/a/Ctl": false, "/ctl": false, "/": false, "": false, "/Ctl\x00": false,
+	} {
+		if got := IsCtl(p); got != want {
+			t.Errorf("IsCtl(%q) = %v, want %v", p, got, want)
+		}
+	}
+}

@@ -187,15 +187,9 @@ func TestMeasureSSHBuild(t *testing.T) {
 			// grants reads how many grants the member at b asked for,
 			// from the mount's control file, where there is one.
 			grants := func() int {
-				b, err := os.ReadFile(filepath.Join(dir, "Ctl"))
-				if err != nil {
-					return 0
-				}
 				var n int
-				for _, line := range strings.Split(string(b), "\n") {
-					if rest, ok := strings.CutPrefix(line, "grants: "); ok {
-						fmt.Sscan(rest, &n)
-					}
+				for _, line := range ctlLines(dir, "grants: ") {
+					fmt.Sscan(strings.TrimPrefix(line, "grants: "), &n)
 				}
 				return n
 			}
@@ -229,7 +223,11 @@ func TestMeasureSSHBuild(t *testing.T) {
 					granted = n
 				}
 				phases = append(phases, phase)
-				t.Logf("%s: %s%s", c.name, phases[len(phases)-1], ctlLines(dir, "leases.write:", "writeback.waited:", "writeback.pending:"))
+				var ctl strings.Builder
+				for _, line := range ctlLines(dir, "leases.write:", "writeback.waited:", "writeback.pending:") {
+					ctl.WriteString("\n\t" + line)
+				}
+				t.Logf("%s: %s%s", c.name, phases[len(phases)-1], ctl.String())
 			}
 			sent := up() - before
 			size, err := exec.Command("du", "-sb", dir).Output()
@@ -255,22 +253,21 @@ func TestMeasureSSHBuild(t *testing.T) {
 }
 
 // ctlLines returns the lines of the control file of the mount at dir
-// that begin with one of prefixes, each on a line of its own, or "" if
-// there is no such file.
-func ctlLines(dir string, prefixes ...string) string {
+// that begin with one of prefixes; none if there is no such file.
+func ctlLines(dir string, prefixes ...string) []string {
 	b, err := os.ReadFile(filepath.Join(dir, "Ctl"))
 	if err != nil {
-		return ""
+		return nil
 	}
-	var out strings.Builder
+	var out []string
 	for _, line := range strings.Split(string(b), "\n") {
 		for _, p := range prefixes {
 			if strings.HasPrefix(line, p) {
-				out.WriteString("\n\t" + line)
+				out = append(out, line)
 			}
 		}
 	}
-	return out.String()
+	return out
 }
 
 // sshResult is one cell's figures, as FERRY_RESULTS records them.

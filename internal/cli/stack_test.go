@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/ferryfs/ferry/internal/cache"
-	"github.com/ferryfs/ferry/internal/server"
 	"github.com/ferryfs/ferry/internal/servertest"
 )
 
@@ -22,11 +21,7 @@ import (
 // large one by chunks, the directories' times, and the removal of what
 // the sync deletes.
 func TestNativeChangesThroughLayers(t *testing.T) {
-	rec := &servertest.Recorder{}
-	s := servertest.StartChunkedWith(t, "", func(cfg *server.Config) {
-		rec.FS = cfg.FS
-		cfg.FS = rec
-	})
+	s, rec := servertest.StartRecording(t)
 	st := newStack(s.Client(t, "tester"), cache.Options{})
 	t.Cleanup(func() { st.Close() })
 	ctx := context.Background()

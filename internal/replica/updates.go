@@ -466,8 +466,13 @@ func sendUpdate(st grpc.BidiStreamingClient[proto.Update, proto.UpdateAck], u *u
 			first = false
 		}
 		m.More = !done
-		if m.Data, m.Zstd, m.Size, err = pack(z, buf[:n]); err != nil {
-			return err
+		m.Data = buf[:n]
+		if z != nil && n >= zwire.MinSize {
+			c, err := z.Compress(m.Data)
+			if err != nil {
+				return err
+			}
+			m.Data, m.Zstd, m.Size = bytes.Clone(c), true, uint32(n)
 		}
 		if err := st.Send(m); err != nil {
 			return err
@@ -566,38 +571,15 @@ func (u *updateIn) Recv() (*proto.Update, error) {
 	if err != nil {
 		return nil, err
 	}
-	if m.Data, err = u.stats.unpack(u.dec, m.Data, m.Zstd, m.Size); err != nil {
-		return nil, ferry.E("replica.Updates", m.Path, err)
-	}
-	m.Zstd = false
-	return m, nil
-}
-
-// pack returns data as sent on a stream compressed by z (none if nil):
-// the bytes, whether they are z's next payload, and data's size.
-func pack(z *zwire.Encoder, data []byte) ([]byte, bool, uint32, error) {
-	if z == nil || len(data) < zwire.MinSize {
-		return data, false, 0, nil
-	}
-	c, err := z.Compress(data)
-	if err != nil {
-		return nil, false, 0, err
-	}
-	return bytes.Clone(c), true, uint32(len(data)), nil
-}
-
-// unpack returns the content of data received on a stream that dec
-// decompresses, as pack made it, and counts it.
-func (s *stats) unpack(dec *zwire.Decoder, data []byte, zstd bool, size uint32) ([]byte, error) {
-	wire := len(data)
-	if zstd {
-		var err error
-		if data, err = dec.Decompress(data, int(size)); err != nil {
-			return nil, err
+	wire := len(m.Data)
+	if m.Zstd {
+		if m.Data, err = u.dec.Decompress(m.Data, int(m.Size)); err != nil {
+			return nil, ferry.E("replica.Updates", m.Path, err)
 		}
+		m.Zstd = false
 	}
-	s.received(len(data), wire)
-	return data, nil
+	u.stats.received(len(m.Data), wire)
+	return m, nil
 }
 
 // Applied answers once this member applied the log up to the index asked.

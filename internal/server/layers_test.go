@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/ferryfs/ferry"
-	"github.com/ferryfs/ferry/internal/server"
 	"github.com/ferryfs/ferry/internal/servertest"
 )
 
@@ -15,11 +14,7 @@ import (
 // plain puts, chunked puts, batched puts, and the other calls. Chunked
 // puts still go by chunks through it.
 func TestEveryChangeThroughLayers(t *testing.T) {
-	rec := &servertest.Recorder{}
-	s := servertest.StartChunkedWith(t, "", func(cfg *server.Config) {
-		rec.FS = cfg.FS
-		cfg.FS = rec
-	})
+	s, rec := servertest.StartRecording(t)
 	c := s.Client(t, "u")
 	cx := ctx(t)
 	big := bytes.Repeat([]byte("a chunked file\n"), 200<<10)

@@ -5,18 +5,31 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"testing"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/server"
 )
 
 // Recorder is a layer that records every change made through it, as a
 // replica layer between the server and the chunk store must see them:
 // "put P", "move FROM TO", "link FROM TO", "remove P", "removeall P",
-// "wstat P". Stack it with StartChunkedWith.
+// "wstat P". StartRecording stacks one.
 type Recorder struct {
 	ferry.FS
 	mu  sync.Mutex
 	ops []string
+}
+
+// StartRecording starts a server of chunks, as StartChunked does, with a
+// Recorder between the server and the chunk store, and returns both.
+func StartRecording(t testing.TB) (*Server, *Recorder) {
+	rec := &Recorder{}
+	s := StartChunkedWith(t, "", func(cfg *server.Config) {
+		rec.FS = cfg.FS
+		cfg.FS = rec
+	})
+	return s, rec
 }
 
 // Unwrap implements ferry.Unwrapper.

@@ -20,10 +20,9 @@ const StreamWindow = 1 << 20
 // Unlike a Codec's frames, a small payload (a batch of a few replies)
 // compresses as well as a large one, since it builds on those before it.
 // It compresses at zstd's default level, not the fastest a Codec uses:
-// with a history to draw on, that level finds much more (the linked
-// binaries of a C build, whose code repeats what the build sent before,
-// shrink to 0.41 of their size rather than 0.46), and a batch carries
-// only files of at most 4 MiB.
+// with a history to draw on, that level finds much more (figures in
+// bench/REPORT-writeback.md), and a batch carries only files of at most
+// 4 MiB.
 // It is not safe for concurrent use.
 type Encoder struct {
 	enc *zstd.Encoder
