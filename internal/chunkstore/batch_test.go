@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/chunk"
@@ -17,6 +19,7 @@ import (
 	"github.com/ferryfs/ferry/internal/remote"
 	"github.com/ferryfs/ferry/internal/server"
 	"github.com/ferryfs/ferry/internal/servertest"
+	"github.com/ferryfs/ferry/internal/zwire"
 )
 
 // TestPutBatch makes many puts on one batch, more at once than the server
@@ -357,5 +360,70 @@ func TestPutProgress(t *testing.T) {
 		if sent := len(src.dones) > 1; sent != wantSent {
 			t.Errorf("round %d: %d progress calls, want them as chunks were sent: %v", round, len(src.dones), wantSent)
 		}
+	}
+}
+
+// TestPutBatchWindow: a server allows a stream a wide window only if its
+// first batch asks (and says so in its replies), takes the frames drawing
+// on it, and refuses a frame wider than it allowed.
+func TestPutBatchWindow(t *testing.T) {
+	e := start(t, 0)
+	nw := document(50 << 10)
+	refs, _ := chunk.List(bytes.NewReader(nw), chunk.Default)
+	whole := func(put uint32, p string) []*proto.ChunkPutMsg {
+		ms := []*proto.ChunkPutMsg{{Put: put, Path: p, Dir: &proto.Dir{}, Size: int64(len(nw)), ChunkVersion: chunk.Version, Refs: proto.PackRefs(refs), ListEnd: true}}
+		for _, ref := range refs {
+			ms = append(ms, &proto.ChunkPutMsg{Put: put, Hash: ref.Hash[:], Data: nw[ref.Off : ref.Off+int64(ref.Len)]})
+		}
+		return ms
+	}
+	for _, wide := range []bool{true, false} {
+		t.Run(fmt.Sprint("wide=", wide), func(t *testing.T) {
+			b := openBatch(t, e)
+			first, err := proto.PackPutBatch(&proto.ChunkPutMsgs{Msgs: whole(1, "/a")}, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			first.Wide = wide
+			if err := b.st.Send(first); err != nil {
+				t.Fatal(err)
+			}
+			m, err := b.st.Recv()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if granted := m.Window == zwire.WideWindow; granted != wide {
+				t.Fatalf("asked for a wide window: %v; the server allows %d", wide, m.Window)
+			}
+			enc := zwire.NewEncoderWindow(zwire.WideWindow)
+			defer enc.Close()
+			next, err := proto.PackPutBatch(&proto.ChunkPutMsgs{Msgs: whole(2, "/b")}, enc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			next.Window = zwire.WideWindow
+			if err := b.st.Send(next); err != nil {
+				t.Fatal(err)
+			}
+			if !wide {
+				for {
+					if _, err = b.st.Recv(); err != nil {
+						break
+					}
+				}
+				if status.Code(err) != codes.InvalidArgument {
+					t.Errorf("a frame wider than allowed: %v, want the stream refused as invalid", err)
+				}
+				return
+			}
+			for r := b.recv(2); r.Dir == nil; r = b.recv(2) {
+				if r.Err != nil {
+					t.Fatalf("a put in a wide frame: %v", proto.ToError(r.Err))
+				}
+			}
+			if got := e.read(t, "b"); !bytes.Equal(got, nw) {
+				t.Errorf("b holds %d bytes, want %d", len(got), len(nw))
+			}
+		})
 	}
 }

@@ -1816,7 +1816,15 @@ type ChunkPutBatch struct {
 	Size   uint32                 `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
 	// omit, in the client's first batch, names attributes that the
 	// replies' dirs leave out, as in a FindReq.
-	Omit          []string `protobuf:"bytes,5,rep,name=omit,proto3" json:"omit,omitempty"`
+	Omit []string `protobuf:"bytes,5,rep,name=omit,proto3" json:"omit,omitempty"`
+	// wide, in the client's first batch, asks to compress against more
+	// history than zwire.StreamWindow. window, from the server, is the
+	// history the client's batches may draw on from then on (0:
+	// zwire.StreamWindow); from the client, it says the batch begins a new
+	// zstd frame, drawing on window bytes, which the server decodes with a
+	// new decoder (an older server never grants it, so never sees one).
+	Wide          bool   `protobuf:"varint,6,opt,name=wide,proto3" json:"wide,omitempty"`
+	Window        uint32 `protobuf:"varint,7,opt,name=window,proto3" json:"window,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1884,6 +1892,20 @@ func (x *ChunkPutBatch) GetOmit() []string {
 		return x.Omit
 	}
 	return nil
+}
+
+func (x *ChunkPutBatch) GetWide() bool {
+	if x != nil {
+		return x.Wide
+	}
+	return false
+}
+
+func (x *ChunkPutBatch) GetWindow() uint32 {
+	if x != nil {
+		return x.Window
+	}
+	return 0
 }
 
 type ChunkPutMsgs struct {
@@ -2411,13 +2433,15 @@ const file_ferry_proto_rawDesc = "" +
 	"\bfine_for\x18\x06 \x01(\fR\afineFor\x12\x1b\n" +
 	"\tfine_need\x18\a \x03(\rR\bfineNeed\x12\x10\n" +
 	"\x03put\x18\b \x01(\rR\x03put\x12!\n" +
-	"\x03err\x18\t \x01(\v2\x0f.ferry.v1.ErrorR\x03err\"z\n" +
+	"\x03err\x18\t \x01(\v2\x0f.ferry.v1.ErrorR\x03err\"\xa6\x01\n" +
 	"\rChunkPutBatch\x12\x14\n" +
 	"\x05batch\x18\x01 \x01(\fR\x05batch\x12\x12\n" +
 	"\x04zstd\x18\x02 \x01(\bR\x04zstd\x12\x17\n" +
 	"\azstd_ok\x18\x03 \x01(\bR\x06zstdOk\x12\x12\n" +
 	"\x04size\x18\x04 \x01(\rR\x04size\x12\x12\n" +
-	"\x04omit\x18\x05 \x03(\tR\x04omit\"9\n" +
+	"\x04omit\x18\x05 \x03(\tR\x04omit\x12\x12\n" +
+	"\x04wide\x18\x06 \x01(\bR\x04wide\x12\x16\n" +
+	"\x06window\x18\a \x01(\rR\x06window\"9\n" +
 	"\fChunkPutMsgs\x12)\n" +
 	"\x04msgs\x18\x01 \x03(\v2\x15.ferry.v1.ChunkPutMsgR\x04msgs\"D\n" +
 	"\x0fChunkPutReplies\x121\n" +

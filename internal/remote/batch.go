@@ -40,6 +40,10 @@ type PutBatch struct {
 	s     *batchStream // The stream open now; nil before the first put.
 	next  uint32       // The number of the last put begun on s.
 	plain atomic.Bool  // The server has no PutChunkedBatch.
+	// idle, if set, closes a stream once it has had no put for as long:
+	// a batch that lives as long as its client holds no stream (and no
+	// server memory) between bursts.
+	idle time.Duration
 }
 
 // errNoBatch fails the puts of a stream the server does not know: they are
@@ -56,10 +60,27 @@ func (c *Client) Batch(ctx context.Context) ferry.Batch { return c.PutBatch(ctx)
 
 var _ ferry.Batcher = (*Client)(nil)
 
-// BatchMax is the largest file a PutBatch puts on its stream. A larger one
-// goes on a stream of its own, as Client.Replace puts it: it has no
-// per-file cost worth sharing, and its data compresses as well alone.
-const BatchMax = 4 << 20
+// BatchMax is the largest file a PutBatch puts on its stream: one that
+// fits in the history a stream may draw on, so that the next file finds
+// its bytes (linked binaries repeat their libraries). A larger one goes on
+// a stream of its own, as Client.Replace puts it: it has no per-file cost
+// worth sharing.
+const BatchMax = zwire.WideWindow
+
+// groupBatchIdle is how long the batch that write-back groups share keeps
+// its stream without a put.
+const groupBatchIdle = 5 * time.Second
+
+// groupBatch returns the batch the puts of every group share (see
+// Client.Group): one stream for a whole burst of write-back, whose history
+// each group's files draw on, where a stream per group would start
+// empty each time.
+func (c *Client) groupBatch() *PutBatch {
+	c.batchOnce.Do(func() {
+		c.batch.Store(&PutBatch{c: c, ctx: context.Background(), idle: groupBatchIdle})
+	})
+	return c.batch.Load()
+}
 
 // Replace is Client.Replace with the chunked put made on the batch's
 // stream if the file is at most BatchMax bytes.
@@ -112,6 +133,9 @@ func (b *PutBatch) open(ctx context.Context, opts ...grpc.CallOption) (chunkPutS
 			return nil, err
 		}
 		b.s, b.next = s, 0
+		if b.idle > 0 {
+			s.idle = func() { time.AfterFunc(b.idle, func() { b.closeIdle(s) }) }
+		}
 	}
 	s := b.s
 	// The server takes proto.BatchPuts puts at once on a stream; the
@@ -142,6 +166,21 @@ func (b *PutBatch) open(ctx context.Context, opts ...grpc.CallOption) (chunkPutS
 	return p, nil
 }
 
+// closeIdle closes s if it is still the batch's stream and has had no put
+// for b.idle.
+func (b *PutBatch) closeIdle(s *batchStream) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s.mu.Lock()
+	idle := len(s.puts) == 0 && time.Since(s.lastEnd) >= b.idle
+	s.mu.Unlock()
+	if b.s != s || !idle {
+		return
+	}
+	b.s = nil
+	s.out.Stop(s.st.CloseSend)
+}
+
 // start opens a stream and starts receiving its replies. Opening it waits
 // no longer than wait allows.
 func (b *PutBatch) start(wait context.Context, opts ...grpc.CallOption) (*batchStream, error) {
@@ -163,17 +202,29 @@ func (b *PutBatch) start(wait context.Context, opts ...grpc.CallOption) (*batchS
 	first := true
 	s.out = proto.NewBatcher(proto.BatchWait, func(ms []*proto.ChunkPutMsg) error {
 		// Batches are compressed from the first after the server has
-		// said it takes zstd, each building on those before.
-		if s.zout == nil && c.zip != nil && c.zstdOK.Load() {
-			s.zout = zwire.NewEncoder()
+		// said it takes zstd, each building on those before. Once the
+		// server allows more history, a new frame begins that draws on
+		// it.
+		var frame uint32
+		if c.zip != nil && c.zstdOK.Load() {
+			if w := max(int(s.grant.Load()), zwire.StreamWindow); s.zout == nil || w > s.window {
+				if s.zout != nil || w != zwire.StreamWindow {
+					frame = uint32(w)
+				}
+				if s.zout != nil {
+					s.zout.Close()
+				}
+				s.zout, s.window = zwire.NewEncoderWindow(w), w
+			}
 		}
 		m, err := proto.PackPutBatch(&proto.ChunkPutMsgs{Msgs: ms}, s.zout)
 		if err != nil {
 			return err
 		}
 		if first {
-			m.Omit = c.findOmit
+			m.Omit, m.Wide = c.findOmit, c.zip != nil
 		}
+		m.Window = frame
 		m.ZstdOk, first = first && s.in != nil, false
 		// All the batch counts as put data: lists and pieces alike.
 		c.traffic.putWire.Add(int64(len(m.Batch)))
@@ -199,6 +250,12 @@ type batchStream struct {
 	err     error
 	in      *zwire.Decoder // Of the server's batches, if the client takes zstd.
 	zout    *zwire.Encoder // Of the client's batches once the server takes zstd; out's to use.
+	window  int            // The history zout draws on; out's to use.
+	grant   atomic.Uint32  // The history the server allows, if more than zwire.StreamWindow.
+	// idle, if set, is called whenever the stream is left without puts;
+	// the last ended at lastEnd.
+	idle    func()
+	lastEnd time.Time
 }
 
 func (s *batchStream) broken() bool {
@@ -219,6 +276,10 @@ func (s *batchStream) take(id uint32) *batchPut {
 	if p != nil {
 		delete(s.puts, id)
 		<-s.slots
+		s.lastEnd = time.Now()
+		if len(s.puts) == 0 && s.idle != nil {
+			s.idle()
+		}
 	}
 	return p
 }
@@ -234,6 +295,9 @@ func (s *batchStream) receive(b *PutBatch) {
 			}
 			if m.ZstdOk {
 				b.c.zstdOK.Store(true)
+			}
+			if m.Window > 0 {
+				s.grant.Store(m.Window)
 			}
 			var rs proto.ChunkPutReplies
 			if err := proto.UnpackPutBatch(m, s.in, &rs); err != nil {

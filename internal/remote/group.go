@@ -38,9 +38,6 @@ type group struct {
 	// newDirs are the directories the group makes (see made).
 	newDirs map[string]bool
 	stages  int // Puts staged, which number their keys.
-	// batch is the stream the staged puts share, made at the first:
-	// their chunks compress together, each building on those before.
-	batch *PutBatch
 	// staging counts the staged puts under way; stageErr is the first
 	// that failed, which fails the group.
 	staging  sync.WaitGroup
@@ -145,10 +142,7 @@ func (g *group) Put(ctx context.Context, p string, d ferry.Dir, off int64, data 
 	g.mu.Lock()
 	g.stages++
 	ch.Staged = fmt.Sprintf("%s/%d", g.id, g.stages)
-	if g.batch == nil {
-		g.batch = g.c.PutBatch(ctx)
-	}
-	via := g.batch.carries(size)
+	via := g.c.groupBatch().carries(size)
 	g.mu.Unlock()
 	f := g.record(ch)
 	g.staging.Add(1)
@@ -202,9 +196,6 @@ func (g *group) Commit(ctx context.Context) error {
 	g.committed = true
 	g.mu.Unlock()
 	g.staging.Wait()
-	if g.batch != nil {
-		g.batch.Close()
-	}
 	dirs, err := g.commit(ctx)
 	g.dirs, g.err = dirs, err
 	close(g.done)

@@ -3,6 +3,7 @@ package remote_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -10,7 +11,10 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/remote"
+	"github.com/ferryfs/ferry/internal/server"
 	"github.com/ferryfs/ferry/internal/servertest"
+	"github.com/ferryfs/ferry/internal/transport"
+	"github.com/ferryfs/ferry/internal/zwire"
 )
 
 // TestGroup: the changes of a group, a large file staged by chunks among
@@ -32,6 +36,7 @@ func TestGroup(t *testing.T) {
 		big[i] = byte(r.Uint32())
 	}
 	before := s.Srv.Calls()
+	start := before
 	g := c.Group()
 	futures := []interface{ Done() <-chan struct{} }{
 		g.Put(ctx, "/dir", ferry.Dir{ferry.AttrType: ferry.TypeDir}, ferry.Whole, nil),
@@ -72,11 +77,6 @@ func TestGroup(t *testing.T) {
 	}
 	for _, f := range futures {
 		<-f.Done()
-	}
-	// The staged put went on a batch's stream, where the chunks of the
-	// group's staged files compress together.
-	if n := servertest.CallsSince(s.Srv, before, "putbatch", 1); n != 1 {
-		t.Errorf("%d batches carried the group's staged puts, want 1", n)
 	}
 	check := func() {
 		t.Helper()
@@ -131,6 +131,11 @@ func TestGroup(t *testing.T) {
 	g2.Remove(ctx, "/a")
 	servertest.CallsSince(s.Srv, before, "putchunked", 1)
 	c.Close()
+	// The groups' staged puts went on one batch stream, which lives
+	// from group to group until the client closes.
+	if n := servertest.CallsSince(s.Srv, start, "putbatch", 1); n != 1 {
+		t.Errorf("%d batch streams carried the groups' staged puts, want 1", n)
+	}
 	for _, p := range []string{"never", "never-big"} {
 		if exists(p) {
 			t.Errorf("%s, of a group never committed, is on the server", p)
@@ -138,5 +143,70 @@ func TestGroup(t *testing.T) {
 	}
 	if !exists("a") {
 		t.Error("a removal of a group never committed was made")
+	}
+}
+
+// TestGroupsDrawOnEachOther: files of successive groups, alike but with no
+// chunk in common (as linked binaries are), compress against each other
+// on the groups' one stream where the server allows a wide window, and do
+// not where its upload memory has no room for one.
+func TestGroupsDrawOnEachOther(t *testing.T) {
+	base := make([]byte, 3<<20)
+	rand.NewChaCha8([32]byte{3, 4}).Read(base)
+	for _, tc := range []struct {
+		name   string
+		memory int64 // the server's; 0 for its default
+		// known: the client knows the server takes zstd before the
+		// stream begins, so it compresses the stream's first batches
+		// with the default window, then begins a wide frame.
+		known bool
+		wide  bool
+	}{
+		{"wide window", 0, false, true},
+		{"wide window after the default", 0, true, true},
+		// Room for a batch stream's flow-control window and a Commit's,
+		// not for a wide window besides.
+		{"no room for a wide window", (transport.StreamWindow + zwire.WideWindow - 1<<20) * 4 / 3, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := servertest.StartChunkedWith(t, "", func(cfg *server.Config) { cfg.Memory = tc.memory })
+			c := s.Client(t, "a")
+			ctx := context.Background()
+			put := func(p string, data []byte) {
+				t.Helper()
+				g := c.Group()
+				f := g.Put(ctx, p, ferry.Dir{}, ferry.Whole, bytes.NewReader(data))
+				if err := g.Commit(ctx); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.Wait(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.known {
+				if _, err := c.Put(ctx, "/known", ferry.Dir{}, ferry.Whole, bytes.NewReader([]byte("zstd?"))).Wait(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The first group learns what the server allows.
+			put("/first", base[:200<<10])
+			sent := c.Traffic().PutWire
+			for i := range 3 {
+				data := bytes.Clone(base)
+				for j := 100 * i; j < len(data); j += 4 << 10 {
+					data[j]++
+				}
+				p := fmt.Sprintf("/f%d", i)
+				put(p, data)
+				if got, err := os.ReadFile(filepath.Join(s.Dir, p)); err != nil || !bytes.Equal(got, data) {
+					t.Fatalf("%s on the server: %d bytes, %v; want the %d put", p, len(got), err, len(data))
+				}
+			}
+			ratio := float64(c.Traffic().PutWire-sent) / float64(3*len(base))
+			t.Logf("%.2f of the files' bytes sent", ratio)
+			if small := ratio < 0.5; small != tc.wide {
+				t.Errorf("sent %.2f of the files' bytes; want under half: %v", ratio, tc.wide)
+			}
+		})
 	}
 }

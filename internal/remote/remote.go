@@ -177,6 +177,9 @@ type Client struct {
 	// zstdOK is set once the server said it accepts compressed data: a
 	// server without zstd never says so and gets plain bytes.
 	zstdOK atomic.Bool
+	// batch is the groups' PutBatch (groupBatch), made once.
+	batchOnce sync.Once
+	batch     atomic.Pointer[PutBatch]
 	// noChunks is set once the server said it does not serve chunks, so
 	// that later transfers do not ask again.
 	noChunks atomic.Bool
@@ -364,6 +367,9 @@ func (c *Client) Close() error {
 	c.closed = true
 	c.verifyMu.Unlock()
 	c.maps.close()
+	if b := c.batch.Load(); b != nil {
+		b.Close()
+	}
 	err := c.conn.Close()
 	for _, cc := range c.bulks {
 		err = errors.Join(err, cc.Close())

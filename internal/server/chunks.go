@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"google.golang.org/grpc"
@@ -422,15 +423,20 @@ func (h *handler) putChunkedBatch(st grpc.BidiStreamingServer[proto.ChunkPutBatc
 	var in *zwire.Decoder
 	if h.s.zstd {
 		in = zwire.NewDecoder(proto.MaxData)
-		defer in.Close()
+		defer func() { in.Close() }()
 	}
+	// window is the history the client's batches may draw on: wider
+	// than a stream's default if it asked and the upload memory has
+	// room for a decoder that keeps as much.
+	window := uint32(zwire.StreamWindow)
 	var zout *zwire.Encoder // Made if the client's first batch takes compressed replies.
+	var granted atomic.Uint32
 	out := proto.NewBatcher(proto.BatchWait, func(rs []*proto.ChunkPutReply) error {
 		m, err := proto.PackPutBatch(&proto.ChunkPutReplies{Replies: rs}, zout)
 		if err != nil {
 			return err
 		}
-		m.ZstdOk = h.s.zstd
+		m.ZstdOk, m.Window = h.s.zstd, granted.Load()
 		return st.Send(m)
 	})
 	var wg sync.WaitGroup
@@ -476,6 +482,19 @@ func (h *handler) putChunkedBatch(st grpc.BidiStreamingServer[proto.ChunkPutBatc
 		}
 		if first {
 			omit = b.Omit
+			if b.Wide && h.s.zstd && h.s.windows.tryAcquire(zwire.WideWindow) {
+				defer h.s.windows.release(zwire.WideWindow)
+				window = zwire.WideWindow
+				granted.Store(window)
+			}
+		}
+		if b.Window != 0 {
+			// The client begins a new frame, drawing on b.Window bytes.
+			if in == nil || b.Window > window {
+				return ferry.E("server.PutChunkedBatch", "", ferry.KindInvalid, fmt.Sprintf("a batch drawing on %d bytes of history, beyond the %d allowed", b.Window, window))
+			}
+			in.Close()
+			in = zwire.NewDecoderWindow(proto.MaxData, int(b.Window))
 		}
 		var msgs proto.ChunkPutMsgs
 		if err := proto.UnpackPutBatch(b, in, &msgs); err != nil {

@@ -15,6 +15,13 @@ import (
 // and chunk lists that the next payload repeats. A decoder keeps as much.
 const StreamWindow = 1 << 20
 
+// WideWindow is the history a stream draws on where its receiver allows it
+// (a PutChunkedBatch's, proto.ChunkPutBatch.window): enough to find one
+// file's bytes again in the next, as a build's linked binaries repeat the
+// libraries in them. A decoder keeps as much, so a server allows it to
+// only a few streams at once.
+const WideWindow = 8 << 20
+
 // Encoder compresses a stream's payloads in order as one zstd stream, each
 // flushed at its end so that it can be decompressed as soon as it arrives.
 // Unlike a Codec's frames, a small payload (a batch of a few replies)
@@ -29,12 +36,18 @@ type Encoder struct {
 	out bytes.Buffer
 }
 
-// NewEncoder returns an Encoder; Close frees it.
-func NewEncoder() *Encoder {
+// NewEncoder returns an Encoder whose stream draws on StreamWindow bytes
+// of history; Close frees it.
+func NewEncoder() *Encoder { return NewEncoderWindow(StreamWindow) }
+
+// NewEncoderWindow returns an Encoder whose stream draws on window bytes
+// of history, a power of two from StreamWindow to WideWindow; its
+// receiver must decode it with a Decoder of at least that window.
+func NewEncoderWindow(window int) *Encoder {
 	e := &Encoder{}
 	// NewWriter fails only on invalid options, which these are not.
 	enc, err := zstd.NewWriter(&e.out, zstd.WithEncoderLevel(zstd.SpeedDefault), zstd.WithEncoderConcurrency(1),
-		zstd.WithLowerEncoderMem(true), zstd.WithWindowSize(StreamWindow))
+		zstd.WithLowerEncoderMem(true), zstd.WithWindowSize(window))
 	if err != nil {
 		panic(err)
 	}
@@ -68,14 +81,18 @@ type Decoder struct {
 	err error
 }
 
-// NewDecoder returns a Decoder of payloads of at most limit bytes each;
-// Close frees it.
-func NewDecoder(limit int) *Decoder {
+// NewDecoder returns a Decoder of payloads of at most limit bytes each,
+// of a stream that draws on StreamWindow bytes of history; Close frees it.
+func NewDecoder(limit int) *Decoder { return NewDecoderWindow(limit, StreamWindow) }
+
+// NewDecoderWindow is NewDecoder for a stream that draws on window bytes
+// of history; it refuses a stream that declares more.
+func NewDecoderWindow(limit, window int) *Decoder {
 	d := &Decoder{max: limit}
 	// Decoding in the calling goroutine reads a block only when its bytes
 	// are wanted, so it never asks for a payload that has not arrived.
 	dec, err := zstd.NewReader(&d.in, zstd.WithDecoderConcurrency(1), zstd.WithDecoderLowmem(true),
-		zstd.WithDecoderMaxWindow(StreamWindow), zstd.WithDecoderMaxMemory(uint64(max(limit, StreamWindow))))
+		zstd.WithDecoderMaxWindow(uint64(window)), zstd.WithDecoderMaxMemory(uint64(max(limit, window))))
 	if err != nil {
 		panic(err)
 	}

@@ -98,3 +98,58 @@ func FuzzDecoder(f *testing.F) {
 		}
 	})
 }
+
+// TestWideWindow: a stream with WideWindow of history finds a payload sent
+// 3 MiB earlier again, where one with StreamWindow cannot, and a decoder
+// of StreamWindow refuses the wide stream rather than misreading it.
+func TestWideWindow(t *testing.T) {
+	noise := make([]byte, 3<<20)
+	rand.Read(noise)
+	for _, tc := range []struct {
+		name   string
+		window int
+		small  bool // whether the repeat compresses to a small part of it
+	}{
+		{"stream window", StreamWindow, false},
+		{"wide window", WideWindow, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e, d := NewEncoderWindow(tc.window), NewDecoderWindow(1<<20, tc.window)
+			t.Cleanup(e.Close)
+			t.Cleanup(d.Close)
+			var repeat int
+			for round := range 2 {
+				for off := 0; off < len(noise); off += 1 << 20 {
+					p := noise[off : off+1<<20]
+					z, err := e.Compress(p)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if round == 1 {
+						repeat += len(z)
+					}
+					got, err := d.Decompress(bytes.Clone(z), len(p))
+					if err != nil {
+						t.Fatalf("round %d, offset %d: %v", round, off, err)
+					}
+					if !bytes.Equal(got, p) {
+						t.Fatalf("round %d, offset %d came back different", round, off)
+					}
+				}
+			}
+			if small := repeat < len(noise)/10; small != tc.small {
+				t.Errorf("3 MiB sent again took %d bytes; want it small: %v", repeat, tc.small)
+			}
+		})
+	}
+	e, d := NewEncoderWindow(WideWindow), NewDecoder(1<<20)
+	t.Cleanup(e.Close)
+	t.Cleanup(d.Close)
+	z, err := e.Compress(noise[:1<<20])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Decompress(bytes.Clone(z), 1<<20); ferry.KindOf(err) != ferry.KindInvalid {
+		t.Errorf("a stream-window decoder given a wide stream: %v, want KindInvalid", err)
+	}
+}
