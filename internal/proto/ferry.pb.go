@@ -1823,8 +1823,13 @@ type ChunkPutBatch struct {
 	// zwire.StreamWindow); from the client, it says the batch begins a new
 	// zstd frame, drawing on window bytes, which the server decodes with a
 	// new decoder (an older server never grants it, so never sees one).
-	Wide          bool   `protobuf:"varint,6,opt,name=wide,proto3" json:"wide,omitempty"`
-	Window        uint32 `protobuf:"varint,7,opt,name=window,proto3" json:"window,omitempty"`
+	Wide   bool   `protobuf:"varint,6,opt,name=wide,proto3" json:"wide,omitempty"`
+	Window uint32 `protobuf:"varint,7,opt,name=window,proto3" json:"window,omitempty"`
+	// received, from the server, counts the bytes of the client's batches
+	// it has received on the stream (as sent, compressed): how far behind
+	// the client's sending the link is, which tells the client how hard to
+	// compress.
+	Received      uint64 `protobuf:"varint,8,opt,name=received,proto3" json:"received,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1904,6 +1909,13 @@ func (x *ChunkPutBatch) GetWide() bool {
 func (x *ChunkPutBatch) GetWindow() uint32 {
 	if x != nil {
 		return x.Window
+	}
+	return 0
+}
+
+func (x *ChunkPutBatch) GetReceived() uint64 {
+	if x != nil {
+		return x.Received
 	}
 	return 0
 }
@@ -2433,7 +2445,7 @@ const file_ferry_proto_rawDesc = "" +
 	"\bfine_for\x18\x06 \x01(\fR\afineFor\x12\x1b\n" +
 	"\tfine_need\x18\a \x03(\rR\bfineNeed\x12\x10\n" +
 	"\x03put\x18\b \x01(\rR\x03put\x12!\n" +
-	"\x03err\x18\t \x01(\v2\x0f.ferry.v1.ErrorR\x03err\"\xa6\x01\n" +
+	"\x03err\x18\t \x01(\v2\x0f.ferry.v1.ErrorR\x03err\"\xc2\x01\n" +
 	"\rChunkPutBatch\x12\x14\n" +
 	"\x05batch\x18\x01 \x01(\fR\x05batch\x12\x12\n" +
 	"\x04zstd\x18\x02 \x01(\bR\x04zstd\x12\x17\n" +
@@ -2441,7 +2453,8 @@ const file_ferry_proto_rawDesc = "" +
 	"\x04size\x18\x04 \x01(\rR\x04size\x12\x12\n" +
 	"\x04omit\x18\x05 \x03(\tR\x04omit\x12\x12\n" +
 	"\x04wide\x18\x06 \x01(\bR\x04wide\x12\x16\n" +
-	"\x06window\x18\a \x01(\rR\x06window\"9\n" +
+	"\x06window\x18\a \x01(\rR\x06window\x12\x1a\n" +
+	"\breceived\x18\b \x01(\x04R\breceived\"9\n" +
 	"\fChunkPutMsgs\x12)\n" +
 	"\x04msgs\x18\x01 \x03(\v2\x15.ferry.v1.ChunkPutMsgR\x04msgs\"D\n" +
 	"\x0fChunkPutReplies\x121\n" +

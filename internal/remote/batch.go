@@ -195,7 +195,7 @@ func (b *PutBatch) start(wait context.Context, opts ...grpc.CallOption) (*batchS
 		cancel()
 		return nil, c.fail("remote.PutBatch", "", err)
 	}
-	s := &batchStream{st: st, cancel: cancel, puts: map[uint32]*batchPut{}, slots: make(chan struct{}, proto.BatchPuts), ended: make(chan struct{}), act: c.acts[1]}
+	s := &batchStream{st: st, cancel: cancel, puts: map[uint32]*batchPut{}, slots: make(chan struct{}, proto.BatchPuts), ended: make(chan struct{}), act: c.acts[1], levels: newLevels(time.Now)}
 	if c.zip != nil {
 		s.in = zwire.NewDecoder(proto.MaxData)
 	}
@@ -204,22 +204,28 @@ func (b *PutBatch) start(wait context.Context, opts ...grpc.CallOption) (*batchS
 		// Batches are compressed from the first after the server has
 		// said it takes zstd, each building on those before. Once the
 		// server allows more history, a new frame begins that draws on
-		// it.
+		// it, and so at a change of level (see levels).
 		var frame uint32
 		if c.zip != nil && c.zstdOK.Load() {
-			if w := max(int(s.grant.Load()), zwire.StreamWindow); s.zout == nil || w > s.window {
+			w, l := max(int(s.grant.Load()), zwire.StreamWindow), s.levels.choose()
+			if s.zout == nil || w > s.window || l != s.level {
 				if s.zout != nil || w != zwire.StreamWindow {
 					frame = uint32(w)
 				}
 				if s.zout != nil {
 					s.zout.Close()
 				}
-				s.zout, s.window = zwire.NewEncoderWindow(w), w
+				s.zout, s.window, s.level = zwire.NewEncoderLevel(w, l), w, l
 			}
 		}
+		began := time.Now()
 		m, err := proto.PackPutBatch(&proto.ChunkPutMsgs{Msgs: ms}, s.zout)
 		if err != nil {
 			return err
+		}
+		s.levels.sent(m, time.Since(began))
+		if m.Zstd && s.level == zwire.Better {
+			c.traffic.putBetter.Add(int64(m.Size))
 		}
 		if first {
 			m.Omit, m.Wide = c.findOmit, c.zip != nil
@@ -251,7 +257,9 @@ type batchStream struct {
 	in      *zwire.Decoder // Of the server's batches, if the client takes zstd.
 	zout    *zwire.Encoder // Of the client's batches once the server takes zstd; out's to use.
 	window  int            // The history zout draws on; out's to use.
-	grant   atomic.Uint32  // The history the server allows, if more than zwire.StreamWindow.
+	level   zwire.Level    // zout's level; out's to use.
+	levels  *levels
+	grant   atomic.Uint32 // The history the server allows, if more than zwire.StreamWindow.
 	// idle, if set, is called whenever the stream is left without puts;
 	// the last ended at lastEnd.
 	idle    func()
@@ -298,6 +306,9 @@ func (s *batchStream) receive(b *PutBatch) {
 			}
 			if m.Window > 0 {
 				s.grant.Store(m.Window)
+			}
+			if m.Received > 0 {
+				s.levels.received(int64(m.Received))
 			}
 			var rs proto.ChunkPutReplies
 			if err := proto.UnpackPutBatch(m, s.in, &rs); err != nil {

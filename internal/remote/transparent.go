@@ -42,17 +42,20 @@ type Traffic struct {
 	// Busy counts the pauses of uploads the server refused because its
 	// memory was taken (proto.ErrBusy), each followed by another try.
 	Busy int64
+	// PutBetter is the part of what batch streams sent that they
+	// compressed at zwire.Better (see levels), counted before it.
+	PutBetter int64
 }
 
 type traffic struct {
 	getBytes, getWire, putBytes, putWire atomic.Int64
-	busy                                 atomic.Int64
+	busy, putBetter                      atomic.Int64
 }
 
 // Traffic returns the Client's counts since it was made.
 func (c *Client) Traffic() Traffic {
 	t := &c.traffic
-	return Traffic{GetBytes: t.getBytes.Load(), GetWire: t.getWire.Load(), PutBytes: t.putBytes.Load(), PutWire: t.putWire.Load(), Busy: t.busy.Load()}
+	return Traffic{GetBytes: t.getBytes.Load(), GetWire: t.getWire.Load(), PutBytes: t.putBytes.Load(), PutWire: t.putWire.Load(), Busy: t.busy.Load(), PutBetter: t.putBetter.Load()}
 }
 
 // serverLacksChunks reports whether err says the server does not serve
@@ -278,7 +281,7 @@ func (r *pipeReader) Close() error {
 // Sub returns the traffic since before.
 func (t Traffic) Sub(before Traffic) Traffic {
 	return Traffic{GetBytes: t.GetBytes - before.GetBytes, GetWire: t.GetWire - before.GetWire,
-		PutBytes: t.PutBytes - before.PutBytes, PutWire: t.PutWire - before.PutWire, Busy: t.Busy - before.Busy}
+		PutBytes: t.PutBytes - before.PutBytes, PutWire: t.PutWire - before.PutWire, Busy: t.Busy - before.Busy, PutBetter: t.PutBetter - before.PutBetter}
 }
 
 // Status implements ctl.Controller: the client's side of a stack's control
@@ -287,7 +290,7 @@ func (c *Client) Status(ctx context.Context) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "server: %s\nbulk.conns: %d\n", c.addr, len(c.bulks))
 	t := c.Traffic()
-	fmt.Fprintf(&b, "get.bytes: %d\nget.wire: %d\nput.bytes: %d\nput.wire: %d\nput.busy: %d\n", t.GetBytes, t.GetWire, t.PutBytes, t.PutWire, t.Busy)
+	fmt.Fprintf(&b, "get.bytes: %d\nget.wire: %d\nput.bytes: %d\nput.wire: %d\nput.better: %d\nput.busy: %d\n", t.GetBytes, t.GetWire, t.PutBytes, t.PutWire, t.PutBetter, t.Busy)
 	if c.cache == nil {
 		b.WriteString("cache: none\n")
 		return b.String()

@@ -431,12 +431,13 @@ func (h *handler) putChunkedBatch(st grpc.BidiStreamingServer[proto.ChunkPutBatc
 	window := uint32(zwire.StreamWindow)
 	var zout *zwire.Encoder // Made if the client's first batch takes compressed replies.
 	var granted atomic.Uint32
+	var received atomic.Uint64 // Bytes of the client's batches.
 	out := proto.NewBatcher(proto.BatchWait, func(rs []*proto.ChunkPutReply) error {
 		m, err := proto.PackPutBatch(&proto.ChunkPutReplies{Replies: rs}, zout)
 		if err != nil {
 			return err
 		}
-		m.ZstdOk, m.Window = h.s.zstd, granted.Load()
+		m.ZstdOk, m.Window, m.Received = h.s.zstd, granted.Load(), received.Load()
 		return st.Send(m)
 	})
 	var wg sync.WaitGroup
@@ -477,6 +478,7 @@ func (h *handler) putChunkedBatch(st grpc.BidiStreamingServer[proto.ChunkPutBatc
 		if err != nil {
 			return err
 		}
+		received.Add(uint64(len(b.Batch)))
 		if first && b.ZstdOk && h.s.zstd {
 			zout = zwire.NewEncoder()
 		}
