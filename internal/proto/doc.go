@@ -95,7 +95,13 @@
 //     full or once its first message has waited BatchWait, compressed
 //     where both sides said so (zstd_ok) as the next part of one zstd
 //     stream per direction (zwire.Encoder), so that even a batch of a few
-//     replies builds on the names and attributes of those before. Chunk
+//     replies builds on the names and attributes of those before. The
+//     client's stream draws on 1 MiB of history unless the server allows
+//     more (its first batch asks with wide; the server's replies say
+//     window), and may begin a new zstd frame at any batch (its window
+//     field set), to draw on more history or compress at another level;
+//     the server's replies say how many bytes of the client's batches it
+//     has received, from which the client chooses the level. Chunk
 //     data inside is never compressed by itself: a file's pieces and many
 //     files' lists share the stream, and no put pays a call's headers and
 //     replies. A message for a put that ended is dropped; the
