@@ -195,7 +195,7 @@ func (b *PutBatch) start(wait context.Context, opts ...grpc.CallOption) (*batchS
 		cancel()
 		return nil, c.fail("remote.PutBatch", "", err)
 	}
-	s := &batchStream{st: st, cancel: cancel, puts: map[uint32]*batchPut{}, slots: make(chan struct{}, proto.BatchPuts), ended: make(chan struct{}), act: c.acts[1], levels: newLevels(time.Now)}
+	s := &batchStream{st: st, cancel: cancel, puts: map[uint32]*batchPut{}, slots: make(chan struct{}, proto.BatchPuts), ended: make(chan struct{}), act: c.acts[1], levels: newLevels(time.Now, &c.level)}
 	if c.zip != nil {
 		s.in = zwire.NewDecoder(proto.MaxData)
 	}

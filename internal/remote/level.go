@@ -2,6 +2,7 @@ package remote
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ferryfs/ferry/internal/proto"
@@ -20,13 +21,17 @@ import (
 // the queue lasts); it goes back when the queue has gone and compressing
 // keeps the sender busy over half the time. Each change begins a new zstd
 // frame, which starts without history, so after its first change it
-// changes at most once each levelHold.
+// changes at most once each levelHold. A stream begins at the level its
+// client's last stream ended at: the link is most often the same.
 type levels struct {
 	now func() time.Time
+	// last is the client's record of the level its streams chose last.
+	last *atomic.Int32
 
 	mu       sync.Mutex
 	level    zwire.Level
-	switched time.Time
+	began    time.Time // the stream's
+	switched time.Time // the last change, if any
 	// sends marks each batch sent that the server has not said it
 	// received: the stream's byte count after it, and when it was sent.
 	sends []mark
@@ -63,8 +68,8 @@ const (
 	betterGain = 1.4
 )
 
-func newLevels(now func() time.Time) *levels {
-	return &levels{now: now}
+func newLevels(now func() time.Time, last *atomic.Int32) *levels {
+	return &levels{now: now, last: last, level: zwire.Level(last.Load()), began: now()}
 }
 
 // choose returns the level to compress the next batch at, changing it if
@@ -73,9 +78,12 @@ func (l *levels) choose() zwire.Level {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	since := now.Sub(l.switched)
-	if !l.switched.IsZero() && since < levelHold || l.busy <= 0 {
+	if !l.switched.IsZero() && now.Sub(l.switched) < levelHold || l.busy <= 0 {
 		return l.level
+	}
+	since := now.Sub(l.switched)
+	if l.switched.IsZero() {
+		since = now.Sub(l.began)
 	}
 	speed := float64(l.raw) / l.busy.Seconds()
 	ratio := float64(l.raw) / float64(max(l.wire, 1))
@@ -87,7 +95,9 @@ func (l *levels) choose() zwire.Level {
 			l.change(zwire.Better, now)
 		}
 	case zwire.Better:
-		if l.queue < queueLow && l.busy > since/2 {
+		// The queue is known once the server has said what it received
+		// over long enough.
+		if l.rateLocked() > 0 && l.queue < queueLow && l.busy > since/2 {
 			l.change(zwire.Default, now)
 		}
 	}
@@ -97,6 +107,7 @@ func (l *levels) choose() zwire.Level {
 func (l *levels) change(to zwire.Level, now time.Time) {
 	l.level, l.switched = to, now
 	l.raw, l.wire, l.busy = 0, 0, 0
+	l.last.Store(int32(to))
 }
 
 // rateLocked returns the rate, in bytes a second, at which the server

@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -24,13 +25,17 @@ func TestLevels(t *testing.T) {
 		// busy: the sender has batches ready at once, as a copy of a
 		// large tree does, rather than one each 50 ms.
 		busy bool
-		want []zwire.Level // at the end of each rate's 30 s
+		// start is the level the client's last stream chose.
+		start zwire.Level
+		want  []zwire.Level // at the end of each rate's 30 s
 	}{
-		{"4 Mbit/s, a build's pace", []float64{500e3}, false, []zwire.Level{zwire.Better}},
-		{"4 Mbit/s, a copy", []float64{500e3}, true, []zwire.Level{zwire.Better}},
-		{"100 Mbit/s, a copy", []float64{12.5e6}, true, []zwire.Level{zwire.Default}},
-		{"100 Mbit/s, a build's pace", []float64{12.5e6}, false, []zwire.Level{zwire.Default}},
-		{"4 then 1000 Mbit/s, a copy", []float64{500e3, 125e6}, true, []zwire.Level{zwire.Better, zwire.Default}},
+		{"4 Mbit/s, a build's pace", []float64{500e3}, false, zwire.Default, []zwire.Level{zwire.Better}},
+		{"4 Mbit/s, a copy", []float64{500e3}, true, zwire.Default, []zwire.Level{zwire.Better}},
+		{"100 Mbit/s, a copy", []float64{12.5e6}, true, zwire.Default, []zwire.Level{zwire.Default}},
+		{"100 Mbit/s, a build's pace", []float64{12.5e6}, false, zwire.Default, []zwire.Level{zwire.Default}},
+		{"4 then 1000 Mbit/s, a copy", []float64{500e3, 125e6}, true, zwire.Default, []zwire.Level{zwire.Better, zwire.Default}},
+		{"4 Mbit/s after a slow stream", []float64{500e3}, true, zwire.Better, []zwire.Level{zwire.Better}},
+		{"1000 Mbit/s after a slow stream", []float64{125e6}, true, zwire.Better, []zwire.Level{zwire.Default}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const (
@@ -39,7 +44,9 @@ func TestLevels(t *testing.T) {
 				window = 32 << 20 // gRPC's flow control: what may be sent and not received
 			)
 			now := time.Unix(0, 0)
-			l := newLevels(func() time.Time { return now })
+			var chosen atomic.Int32
+			chosen.Store(int32(tc.start))
+			l := newLevels(func() time.Time { return now }, &chosen)
 			type event struct {
 				at time.Time
 				n  int64

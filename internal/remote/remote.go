@@ -180,6 +180,8 @@ type Client struct {
 	// batch is the groups' PutBatch (groupBatch), made once.
 	batchOnce sync.Once
 	batch     atomic.Pointer[PutBatch]
+	// level is the zwire.Level its batch streams chose last (see levels).
+	level atomic.Int32
 	// noChunks is set once the server said it does not serve chunks, so
 	// that later transfers do not ask again.
 	noChunks atomic.Bool
