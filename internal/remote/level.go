@@ -1,6 +1,7 @@
 package remote
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -47,8 +48,6 @@ type levels struct {
 	// bytes before and after, and the time compressing them took.
 	raw, wire int64
 	busy      time.Duration
-	// speed is Default's measured speed, in bytes a second, once known.
-	speed float64
 }
 
 // mark is a count of a stream's bytes at a time.
@@ -58,6 +57,9 @@ type mark struct {
 }
 
 const (
+	// maxSends bounds the batches levels remembers unacknowledged (a
+	// server that never says what it received leaves them all).
+	maxSends  = 1 << 16
 	queueHigh = time.Second
 	queueLow  = 200 * time.Millisecond
 	levelHold = 5 * time.Second
@@ -89,7 +91,6 @@ func (l *levels) choose() zwire.Level {
 	ratio := float64(l.raw) / float64(max(l.wire, 1))
 	switch l.level {
 	case zwire.Default:
-		l.speed = speed
 		rate := l.rateLocked()
 		if l.queue > queueHigh && rate > 0 && speed/betterCost > rate*ratio*betterGain {
 			l.change(zwire.Better, now)
@@ -136,6 +137,9 @@ func (l *levels) sent(m *proto.ChunkPutBatch, took time.Duration) {
 		l.busy += took
 	}
 	l.total += int64(len(m.Batch))
+	if len(l.sends) == maxSends {
+		l.sends = slices.Delete(l.sends, 0, maxSends/2)
+	}
 	l.sends = append(l.sends, mark{l.total, l.now()})
 }
 
