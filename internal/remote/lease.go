@@ -212,6 +212,14 @@ func (c *Client) lease(ctx context.Context, p string, send func(ferry.Event) err
 			}
 		}
 		if err := send(ev); err != nil {
+			if ctx.Err() != nil {
+				// The consumer is gone: the sender gives the lease up,
+				// and what comes until the server ends the stream is
+				// dropped. Cutting the stream here instead would leave
+				// the server to wait the lease out, and others' calls
+				// to wait for its breaks.
+				continue
+			}
 			return err
 		}
 	}

@@ -204,6 +204,39 @@ func TestLeaseReleased(t *testing.T) {
 	}
 }
 
+// TestLeaseReleasedWhileChanged: a watch closed while changes made on the
+// server's disk still stream to it (as when a mount is unmounted while its
+// server's tree is reset) gives its lease up too, rather than leave the
+// server to wait it out while others' calls wait for its breaks.
+func TestLeaseReleasedWhileChanged(t *testing.T) {
+	srv := servertest.StartWith(t, "", func(c *server.Config) { c.Lease = time.Hour })
+	a := srv.Client(t, "a")
+	// Whether the lease was given up or cut depended on a race: tried
+	// several times, it would be lost at least once.
+	for round := range 8 {
+		b := srv.Client(t, fmt.Sprintf("b%d", round))
+		ctx, cancel := context.WithCancel(ctx(t))
+		st := b.Watch(ctx, "/")
+		for range st.All() {
+			break
+		}
+		waitHolders(t, srv, 1)
+		// Changes on the disk, whose events wait for a consumer that
+		// reads no more.
+		for i := range 5 {
+			if err := os.WriteFile(filepath.Join(srv.Dir, fmt.Sprintf("disk%d-%d", round, i)), []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+		cancel()
+		waitHolders(t, srv, 0)
+	}
+	if err := put(context.Background(), a, "/f", "x"); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func waitHolders(t *testing.T, srv *servertest.Server, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
