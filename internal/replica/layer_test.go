@@ -288,7 +288,10 @@ func TestUpdatesSurviveRestart(t *testing.T) {
 // directories that two other members control deeply takes both controls
 // over in one grant and reaches every copy.
 func TestRenameAcrossControls(t *testing.T) {
-	s := newSites(t, 300*time.Millisecond)
+	// Long enough an idle time that the controls are still held when
+	// checked (300 ms was not, once, under the race detector in CI); the
+	// rename's revoke requests end them sooner.
+	s := newSites(t, 10*time.Second)
 	ctx := context.Background()
 	for _, d := range []struct{ site, dir string }{{"a", "/x"}, {"b", "/y"}} {
 		if _, err := s.fs[d.site].Put(ctx, d.dir, ferry.Dir{ferry.AttrType: ferry.TypeDir}, ferry.Whole, nil).Wait(); err != nil {
