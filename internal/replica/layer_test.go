@@ -181,7 +181,10 @@ func (s *sites) same(t *testing.T) {
 // another returned sees that write, and a write at a second member takes
 // the control over.
 func TestCloseToOpenAcrossSites(t *testing.T) {
-	s := newSites(t, 200*time.Millisecond)
+	// An idle time the control check at the end cannot outlast (see
+	// TestRenameAcrossControls); b's write takes a's control over by a
+	// revoke request, as it would sooner.
+	s := newSites(t, 10*time.Second)
 	a, b, c := s.fs["a"], s.fs["b"], s.fs["c"]
 	for i := range 5 {
 		v := fmt.Sprint("a wrote ", i)
