@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/ferryfs/ferry/internal/netem"
+	"github.com/ferryfs/ferry/internal/sshd"
 )
 
 // condition is one emulated link: the same in both directions.
@@ -46,7 +47,7 @@ type harness struct {
 	o       *options
 	work    string
 	data    *dataset
-	keys    *sshKeys
+	keys    *sshd.Keys
 	systems []system
 }
 

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/ferryfs/ferry/internal/netem"
+	"github.com/ferryfs/ferry/internal/sshd"
 )
 
 // options are the command line, after the profile has filled in what the
@@ -356,7 +357,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	keys, err := makeKeys(ctx, filepath.Join(work, "ssh"))
+	keys, err := sshd.MakeKeys(ctx, filepath.Join(work, "ssh"))
 	if err != nil {
 		return err
 	}

@@ -6,38 +6,11 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"time"
+
+	"github.com/ferryfs/ferry/internal/sshd"
 )
-
-// sshKeys are generated once per run in the work directory: a host key for
-// sshd and a client key that root may log in with. No password works.
-type sshKeys struct {
-	dir, host, client, authorized string
-}
-
-func makeKeys(ctx context.Context, dir string) (*sshKeys, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	k := &sshKeys{
-		dir:        dir,
-		host:       filepath.Join(dir, "host_ed25519"),
-		client:     filepath.Join(dir, "id_ed25519"),
-		authorized: filepath.Join(dir, "authorized_keys"),
-	}
-	for _, f := range []string{k.host, k.client} {
-		if _, err := output(ctx, "ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "ferry-bench", "-f", f); err != nil {
-			return nil, err
-		}
-	}
-	pub, err := os.ReadFile(k.client + ".pub")
-	if err != nil {
-		return nil, err
-	}
-	return k, os.WriteFile(k.authorized, pub, 0o600)
-}
 
 // startSSHD starts an sshd of its own in the bed's server namespace,
 // listening on the server address only, and writes the client's ssh_config
@@ -45,27 +18,11 @@ func makeKeys(ctx context.Context, dir string) (*sshKeys, error) {
 func startSSHD(ctx context.Context, e *env) (stop func(), err error) {
 	k := e.h.keys
 	tag := e.bed.ServerNS
-	conf := filepath.Join(k.dir, "sshd_config-"+tag)
-	err = os.WriteFile(conf, []byte(fmt.Sprintf(`# sshd for one benchmark condition; started by bench, not the system's sshd.
-ListenAddress %v:22
-HostKey %s
-PidFile none
-AuthorizedKeysFile %s
-PermitRootLogin prohibit-password
-PubkeyAuthentication yes
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-Subsystem sftp internal-sftp
-LogLevel ERROR
-MaxStartups 100
-MaxSessions 100
-`, e.srvAddr, k.host, k.authorized)), 0o600)
-	if err != nil {
+	conf := filepath.Join(k.Dir, "sshd_config-"+tag)
+	if err := os.WriteFile(conf, sshd.Config(e.srvAddr.String(), k), 0o600); err != nil {
 		return nil, err
 	}
-	e.sshConfig = filepath.Join(k.dir, "ssh_config-"+tag)
+	e.sshConfig = filepath.Join(k.Dir, "ssh_config-"+tag)
 	err = os.WriteFile(e.sshConfig, []byte(fmt.Sprintf(`Host bench
   HostName %v
   User root
@@ -78,19 +35,15 @@ MaxSessions 100
   LogLevel ERROR
   ControlMaster no
   ControlPath none
-`, e.srvAddr, k.client)), 0o600)
+`, e.srvAddr, k.Client)), 0o600)
 	if err != nil {
 		return nil, err
 	}
-	// sshd wants its privilege separation directory.
-	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
+	bin, err := sshd.Path()
+	if err != nil {
 		return nil, err
 	}
-	sshd, err := exec.LookPath("sshd")
-	if err != nil {
-		sshd = "/usr/sbin/sshd"
-	}
-	cmd := e.command(context.Background(), e.bed.ServerNS, sshd, "-D", "-e", "-f", conf)
+	cmd := e.command(context.Background(), e.bed.ServerNS, bin, "-D", "-e", "-f", conf)
 	cmd.Stdout, cmd.Stderr = e.log, e.log
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("sshd: %w", err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/ferryfs/ferry/internal/netem"
 	"github.com/ferryfs/ferry/internal/netem/netemtest"
+	"github.com/ferryfs/ferry/internal/sshd"
 )
 
 // TestMeasureUnpackSites times the unpack of Go's src/net (415 files,
@@ -392,36 +393,16 @@ func machineBusy() float64 {
 // a directory it serves with sshfs (default options) from the namespace
 // client enters; it returns the mount point. Both are ended at cleanup.
 func sshfsMount(t *testing.T, server, client []string, addr string) string {
-	keys, served := t.TempDir(), t.TempDir()
-	host, id := filepath.Join(keys, "host"), filepath.Join(keys, "id")
-	for _, f := range []string{host, id} {
-		if out, err := exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", f).CombinedOutput(); err != nil {
-			t.Fatalf("ssh-keygen: %v: %s", err, out)
-		}
-	}
-	pub, err := os.ReadFile(id + ".pub")
+	keys, err := sshd.MakeKeys(context.Background(), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
-	authorized, conf := filepath.Join(keys, "authorized_keys"), filepath.Join(keys, "sshd_config")
-	if err := os.WriteFile(authorized, pub, 0o600); err != nil {
+	served, conf := t.TempDir(), filepath.Join(keys.Dir, "sshd_config")
+	if err := os.WriteFile(conf, sshd.Config(addr, keys), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(conf, fmt.Appendf(nil, `ListenAddress %s:22
-HostKey %s
-PidFile none
-AuthorizedKeysFile %s
-PermitRootLogin prohibit-password
-PasswordAuthentication no
-KbdInteractiveAuthentication no
-UsePAM no
-StrictModes no
-Subsystem sftp internal-sftp
-LogLevel ERROR
-`, addr, host, authorized), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll("/run/sshd", 0o755); err != nil { // sshd's privilege separation
+	bin, err := sshd.Path()
+	if err != nil {
 		t.Fatal(err)
 	}
 	// started runs args, which stay in the foreground, until cleanup.
@@ -436,11 +417,11 @@ LogLevel ERROR
 			cmd.Wait()
 		})
 	}
-	started(append(server, "/usr/sbin/sshd", "-D", "-e", "-f", conf)...)
+	started(append(server, bin, "-D", "-e", "-f", conf)...)
 	mnt := mountPoint(t)
 	// Unmounting ends sshfs; this cleanup runs before the one that
 	// signals it.
-	opts := "IdentityFile=" + id + ",StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null,BatchMode=yes"
+	opts := "IdentityFile=" + keys.Client + ",StrictHostKeyChecking=no,UserKnownHostsFile=/dev/null,BatchMode=yes"
 	for try := 0; ; try++ {
 		started(append(client, "sshfs", "-f", "-o", opts, "root@"+addr+":"+served, mnt)...)
 		if waitFor(5*time.Second, func() bool { return mounted(t, mnt) }) {

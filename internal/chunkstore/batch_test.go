@@ -395,7 +395,7 @@ func TestPutBatchWindow(t *testing.T) {
 			if granted := m.Window == zwire.WideWindow; granted != wide {
 				t.Fatalf("asked for a wide window: %v; the server allows %d", wide, m.Window)
 			}
-			enc := zwire.NewEncoderWindow(zwire.WideWindow)
+			enc := zwire.NewEncoderLevel(zwire.WideWindow, zwire.Default)
 			defer enc.Close()
 			next, err := proto.PackPutBatch(&proto.ChunkPutMsgs{Msgs: whole(2, "/b")}, enc)
 			if err != nil {

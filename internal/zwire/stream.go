@@ -51,13 +51,10 @@ const (
 // of history; Close frees it.
 func NewEncoder() *Encoder { return NewEncoderLevel(StreamWindow, Default) }
 
-// NewEncoderWindow returns an Encoder at the Default level whose stream
-// draws on window bytes of history, a power of two from StreamWindow to
+// NewEncoderLevel returns an Encoder at level l whose stream draws on
+// window bytes of history, a power of two from StreamWindow to
 // WideWindow; its receiver must decode it with a Decoder of at least that
 // window.
-func NewEncoderWindow(window int) *Encoder { return NewEncoderLevel(window, Default) }
-
-// NewEncoderLevel is NewEncoderWindow at level l.
 func NewEncoderLevel(window int, l Level) *Encoder {
 	e := &Encoder{}
 	level := zstd.SpeedDefault

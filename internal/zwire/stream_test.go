@@ -114,7 +114,7 @@ func TestWideWindow(t *testing.T) {
 		{"wide window", WideWindow, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e, d := NewEncoderWindow(tc.window), NewDecoderWindow(1<<20, tc.window)
+			e, d := NewEncoderLevel(tc.window, Default), NewDecoderWindow(1<<20, tc.window)
 			t.Cleanup(e.Close)
 			t.Cleanup(d.Close)
 			var repeat int
@@ -142,7 +142,7 @@ func TestWideWindow(t *testing.T) {
 			}
 		})
 	}
-	e, d := NewEncoderWindow(WideWindow), NewDecoder(1<<20)
+	e, d := NewEncoderLevel(WideWindow, Default), NewDecoder(1<<20)
 	t.Cleanup(e.Close)
 	t.Cleanup(d.Close)
 	z, err := e.Compress(noise[:1<<20])
