@@ -152,6 +152,43 @@ func (n *Node) Propose(ctx context.Context, cmd []byte) ([]byte, error) {
 	}
 }
 
+// ChangeConf proposes the configuration change cc until this member
+// applied a configuration for which done is true, or ctx ends. Raft takes
+// one change at a time and drops one proposed while another is pending, so
+// cc is proposed again every election timeout; done makes that harmless.
+func (n *Node) ChangeConf(ctx context.Context, cc raftpb.ConfChange, done func(raftpb.ConfState) bool) error {
+	n.mu.Lock()
+	again := time.Duration(n.p.cfg.ElectionTicks) * n.tick
+	n.mu.Unlock()
+	var last time.Time
+	for {
+		if done(n.Conf()) {
+			return nil
+		}
+		if time.Since(last) >= again {
+			last = time.Now()
+			err := n.locked(func(rn *raft.RawNode) error { return rn.ProposeConfChange(cc) })
+			if err != nil && !errors.Is(err, raft.ErrProposalDropped) {
+				return err
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("consensus: configuration change: %w", ctx.Err())
+		case <-n.done:
+			return ErrStopped
+		case <-time.After(n.tick):
+		}
+	}
+}
+
+// Conf returns the configuration this member last applied.
+func (n *Node) Conf() raftpb.ConfState {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.p.conf
+}
+
 // Step hands the node a message from another member.
 func (n *Node) Step(m raftpb.Message) error {
 	return n.locked(func(rn *raft.RawNode) error {

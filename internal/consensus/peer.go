@@ -13,6 +13,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
 
 	"go.etcd.io/raft/v3"
 	"go.etcd.io/raft/v3/raftpb"
@@ -30,13 +31,26 @@ type Machine interface {
 	Restore(data []byte) error
 }
 
+// Joiner is a Machine that learns of the members a configuration change
+// adds to the group: Added is called, in log order with the machine's
+// commands, with the change's index, the member's id and the change's
+// context.
+type Joiner interface {
+	Added(index, id uint64, info []byte)
+}
+
 // Config sets a peer's raft parameters; ticks are the Node's Tick period.
 type Config struct {
-	ID            uint64   // this member's raft id, not 0
-	Peers         []uint64 // every member's id, the same at every member
-	ElectionTicks int      // ticks without a leader before a campaign (10)
-	HeartbeatTick int      // ticks between heartbeats (1)
-	SnapshotEvery uint64   // entries between snapshots (1024)
+	ID    uint64   // this member's raft id, not 0
+	Peers []uint64 // every member's id, the same at every member
+	// Join starts a member with an empty log that the group adds by a
+	// configuration change (Node.ChangeConf) instead of one of Peers: it
+	// waits, neither voting nor campaigning, until the leader sends it the
+	// log.
+	Join          bool
+	ElectionTicks int    // ticks without a leader before a campaign (10)
+	HeartbeatTick int    // ticks between heartbeats (1)
+	SnapshotEvery uint64 // entries between snapshots (1024)
 	Logger        raft.Logger
 }
 
@@ -76,6 +90,7 @@ type peer struct {
 	sm      Machine
 	applied uint64
 	snapAt  uint64
+	snapNow bool // snapshot after this Ready
 	conf    raftpb.ConfState
 	// done is called for each applied entry this peer proposed, with the
 	// proposal's key and the machine's result.
@@ -96,7 +111,7 @@ func newPeer(cfg Config, mem *raft.MemoryStorage, disk *Disk, sm Machine, nonce 
 	if err != nil {
 		return nil, err
 	}
-	if raft.IsEmptySnap(snap) {
+	if raft.IsEmptySnap(snap) && !cfg.Join {
 		snap = bootSnapshot(cfg.Peers)
 		if err := mem.ApplySnapshot(snap); err != nil {
 			return nil, err
@@ -230,7 +245,20 @@ func (p *peer) apply(e raftpb.Entry) error {
 		if err := cc.Unmarshal(e.Data); err != nil {
 			return err
 		}
+		if cc.Type == raftpb.ConfChangeAddLearnerNode && slices.Contains(p.conf.Voters, cc.NodeID) {
+			// Made again after the member was promoted (a proposal
+			// repeated): applying it would demote the member.
+			return nil
+		}
 		p.conf = *p.rn.ApplyConfChange(cc)
+		if cc.Type == raftpb.ConfChangeAddNode || cc.Type == raftpb.ConfChangeAddLearnerNode {
+			if j, ok := p.sm.(Joiner); ok {
+				j.Added(e.Index, cc.NodeID, cc.Context)
+			}
+			// A new member whose log is empty gets a snapshot, which it
+			// takes only if the snapshot's configuration names it.
+			p.snapNow = true
+		}
 	case raftpb.EntryConfChangeV2:
 		var cc raftpb.ConfChangeV2
 		if err := cc.Unmarshal(e.Data); err != nil {
@@ -244,9 +272,10 @@ func (p *peer) apply(e raftpb.Entry) error {
 // maybeSnapshot snapshots the machine every SnapshotEvery entries and
 // drops the log before it, keeping a tail for followers a little behind.
 func (p *peer) maybeSnapshot() error {
-	if p.applied-p.snapAt < p.cfg.SnapshotEvery {
+	if p.applied-p.snapAt < p.cfg.SnapshotEvery && !p.snapNow {
 		return nil
 	}
+	p.snapNow = false
 	snap, err := p.mem.CreateSnapshot(p.applied, &p.conf, append(p.dedupe.encode(nil), p.sm.Snapshot()...))
 	if err != nil {
 		return err

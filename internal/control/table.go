@@ -40,6 +40,24 @@ func (c Control) Covers(p string) bool {
 	return c.Path == p || c.Deep && ferry.HasPrefix(p, c.Path)
 }
 
+// Member is a server of a replica set.
+type Member struct {
+	Name        string
+	Addr        string // where it listens for the other members
+	Fingerprint string // of its server key
+	ID          uint64 // raft's
+}
+
+// EncodeMember encodes m as the context of the configuration change that
+// adds it to the set.
+func EncodeMember(m Member) []byte {
+	b, err := pb.Marshal(&proto.SetMember{Id: m.ID, Name: m.Name, Addr: m.Addr, Fingerprint: m.Fingerprint})
+	if err != nil {
+		panic(err) // a message we built always marshals
+	}
+	return b
+}
+
 // Table is the control table. It is not safe for concurrent use; the
 // consensus node applies to it from one goroutine and serves readers under
 // its own lock.
@@ -47,11 +65,47 @@ type Table struct {
 	rows   map[string]Control
 	counts map[string]map[string]int // directory -> member -> controls strictly below it
 	index  uint64                    // the last entry applied
+	// members are those added to the set since it began, by id; the
+	// members it began with are in every member's members file.
+	members map[uint64]Member
 }
 
 // New returns an empty table.
 func New() *Table {
-	return &Table{rows: map[string]Control{}, counts: map[string]map[string]int{}}
+	return &Table{rows: map[string]Control{}, counts: map[string]map[string]int{}, members: map[uint64]Member{}}
+}
+
+// Added implements consensus.Joiner.
+func (t *Table) Added(index, id uint64, info []byte) { t.Join(index, id, info) }
+
+// Join records member id, whom the configuration change at index added,
+// from the change's context (EncodeMember). A context that does not
+// decode, or names another id, or a member known already, changes
+// nothing; it returns the member and whether it was new.
+func (t *Table) Join(index, id uint64, info []byte) (Member, bool) {
+	if index > t.index {
+		t.index = index
+	}
+	var m proto.SetMember
+	if err := pb.Unmarshal(info, &m); err != nil || m.Id != id || id == 0 || m.Name == "" || m.Addr == "" || m.Fingerprint == "" {
+		return Member{}, false
+	}
+	if _, ok := t.members[m.Id]; ok {
+		return Member{}, false
+	}
+	j := Member{Name: m.Name, Addr: m.Addr, Fingerprint: m.Fingerprint, ID: m.Id}
+	t.members[m.Id] = j
+	return j, true
+}
+
+// Members returns the members added since the set began, by id.
+func (t *Table) Members() []Member {
+	out := make([]Member, 0, len(t.members))
+	for _, m := range t.members {
+		out = append(out, m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
 }
 
 // Index returns the log index of the last entry applied.
@@ -267,7 +321,11 @@ func (t *Table) Check() error {
 // Snapshot returns the table encoded, rows sorted, so that equal tables
 // encode alike.
 func (t *Table) Snapshot() []byte {
-	out, err := pb.MarshalOptions{Deterministic: true}.Marshal(&proto.ControlSnapshot{Controls: toProto(t.Rows()), Index: t.index})
+	snap := &proto.ControlSnapshot{Controls: toProto(t.Rows()), Index: t.index}
+	for _, m := range t.Members() {
+		snap.Members = append(snap.Members, &proto.SetMember{Id: m.ID, Name: m.Name, Addr: m.Addr, Fingerprint: m.Fingerprint})
+	}
+	out, err := pb.MarshalOptions{Deterministic: true}.Marshal(snap)
 	if err != nil {
 		panic(err)
 	}
@@ -293,6 +351,12 @@ func (t *Table) Restore(data []byte) error {
 	}
 	if err := n.Check(); err != nil {
 		return fmt.Errorf("control: snapshot: %w", err)
+	}
+	for _, m := range s.Members {
+		info, _ := pb.Marshal(m)
+		if _, ok := n.Join(0, m.Id, info); !ok {
+			return fmt.Errorf("control: snapshot: bad member %v", m)
+		}
 	}
 	n.index = s.Index
 	*t = *n

@@ -368,6 +368,7 @@ type ControlSnapshot struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Controls      []*Control             `protobuf:"bytes,1,rep,name=controls,proto3" json:"controls,omitempty"`
 	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
+	Members       []*SetMember           `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"` // added to the set since it began
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -416,6 +417,83 @@ func (x *ControlSnapshot) GetIndex() uint64 {
 	return 0
 }
 
+func (x *ControlSnapshot) GetMembers() []*SetMember {
+	if x != nil {
+		return x.Members
+	}
+	return nil
+}
+
+// SetMember is a member added to a running set: the context of the raft
+// configuration change that added it.
+type SetMember struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"` // raft's
+	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Addr          string                 `protobuf:"bytes,3,opt,name=addr,proto3" json:"addr,omitempty"`
+	Fingerprint   string                 `protobuf:"bytes,4,opt,name=fingerprint,proto3" json:"fingerprint,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetMember) Reset() {
+	*x = SetMember{}
+	mi := &file_control_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetMember) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetMember) ProtoMessage() {}
+
+func (x *SetMember) ProtoReflect() protoreflect.Message {
+	mi := &file_control_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetMember.ProtoReflect.Descriptor instead.
+func (*SetMember) Descriptor() ([]byte, []int) {
+	return file_control_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *SetMember) GetId() uint64 {
+	if x != nil {
+		return x.Id
+	}
+	return 0
+}
+
+func (x *SetMember) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *SetMember) GetAddr() string {
+	if x != nil {
+		return x.Addr
+	}
+	return ""
+}
+
+func (x *SetMember) GetFingerprint() string {
+	if x != nil {
+		return x.Fingerprint
+	}
+	return ""
+}
+
 var File_control_proto protoreflect.FileDescriptor
 
 const file_control_proto_rawDesc = "" +
@@ -442,10 +520,16 @@ const file_control_proto_rawDesc = "" +
 	"\rControlResult\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12-\n" +
 	"\bcontrols\x18\x02 \x03(\v2\x11.ferry.v1.ControlR\bcontrols\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"V\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x85\x01\n" +
 	"\x0fControlSnapshot\x12-\n" +
 	"\bcontrols\x18\x01 \x03(\v2\x11.ferry.v1.ControlR\bcontrols\x12\x14\n" +
-	"\x05index\x18\x02 \x01(\x04R\x05indexB)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
+	"\x05index\x18\x02 \x01(\x04R\x05index\x12-\n" +
+	"\amembers\x18\x03 \x03(\v2\x13.ferry.v1.SetMemberR\amembers\"e\n" +
+	"\tSetMember\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
+	"\x04addr\x18\x03 \x01(\tR\x04addr\x12 \n" +
+	"\vfingerprint\x18\x04 \x01(\tR\vfingerprintB)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
 
 var (
 	file_control_proto_rawDescOnce sync.Once
@@ -459,7 +543,7 @@ func file_control_proto_rawDescGZIP() []byte {
 	return file_control_proto_rawDescData
 }
 
-var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 6)
+var file_control_proto_msgTypes = make([]protoimpl.MessageInfo, 7)
 var file_control_proto_goTypes = []any{
 	(*ControlCmd)(nil),      // 0: ferry.v1.ControlCmd
 	(*Grant)(nil),           // 1: ferry.v1.Grant
@@ -467,17 +551,19 @@ var file_control_proto_goTypes = []any{
 	(*Control)(nil),         // 3: ferry.v1.Control
 	(*ControlResult)(nil),   // 4: ferry.v1.ControlResult
 	(*ControlSnapshot)(nil), // 5: ferry.v1.ControlSnapshot
+	(*SetMember)(nil),       // 6: ferry.v1.SetMember
 }
 var file_control_proto_depIdxs = []int32{
 	1, // 0: ferry.v1.ControlCmd.grant:type_name -> ferry.v1.Grant
 	2, // 1: ferry.v1.ControlCmd.release:type_name -> ferry.v1.Release
 	3, // 2: ferry.v1.ControlResult.controls:type_name -> ferry.v1.Control
 	3, // 3: ferry.v1.ControlSnapshot.controls:type_name -> ferry.v1.Control
-	4, // [4:4] is the sub-list for method output_type
-	4, // [4:4] is the sub-list for method input_type
-	4, // [4:4] is the sub-list for extension type_name
-	4, // [4:4] is the sub-list for extension extendee
-	0, // [0:4] is the sub-list for field type_name
+	6, // 4: ferry.v1.ControlSnapshot.members:type_name -> ferry.v1.SetMember
+	5, // [5:5] is the sub-list for method output_type
+	5, // [5:5] is the sub-list for method input_type
+	5, // [5:5] is the sub-list for extension type_name
+	5, // [5:5] is the sub-list for extension extendee
+	0, // [0:5] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }
@@ -495,7 +581,7 @@ func file_control_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_control_proto_rawDesc), len(file_control_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   6,
+			NumMessages:   7,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

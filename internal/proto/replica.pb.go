@@ -30,7 +30,10 @@ type ChunksReq struct {
 	Index []uint32               `protobuf:"varint,2,rep,packed,name=index,proto3" json:"index,omitempty"` // indexes into the update's chunk list
 	// zstd says the caller takes chunks compressed, each a zstd frame of
 	// its own (zwire.Codec).
-	Zstd          bool `protobuf:"varint,3,opt,name=zstd,proto3" json:"zstd,omitempty"`
+	Zstd bool `protobuf:"varint,3,opt,name=zstd,proto3" json:"zstd,omitempty"`
+	// refs, instead of seq and index, asks for chunks by hash, read from
+	// the member's copy of the tree.
+	Refs          *ChunkRefs `protobuf:"bytes,4,opt,name=refs,proto3" json:"refs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -86,10 +89,20 @@ func (x *ChunksReq) GetZstd() bool {
 	return false
 }
 
+func (x *ChunksReq) GetRefs() *ChunkRefs {
+	if x != nil {
+		return x.Refs
+	}
+	return nil
+}
+
 type ChunksData struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
-	Zstd          bool                   `protobuf:"varint,2,opt,name=zstd,proto3" json:"zstd,omitempty"` // data is a zstd frame
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	Zstd  bool                   `protobuf:"varint,2,opt,name=zstd,proto3" json:"zstd,omitempty"` // data is a zstd frame
+	// missing says the member no longer holds the chunk asked (its file
+	// changed since it was listed).
+	Missing       bool `protobuf:"varint,3,opt,name=missing,proto3" json:"missing,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -138,6 +151,216 @@ func (x *ChunksData) GetZstd() bool {
 	return false
 }
 
+func (x *ChunksData) GetMissing() bool {
+	if x != nil {
+		return x.Missing
+	}
+	return false
+}
+
+type CopyReq struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyReq) Reset() {
+	*x = CopyReq{}
+	mi := &file_replica_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyReq) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyReq) ProtoMessage() {}
+
+func (x *CopyReq) ProtoReflect() protoreflect.Message {
+	mi := &file_replica_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyReq.ProtoReflect.Descriptor instead.
+func (*CopyReq) Descriptor() ([]byte, []int) {
+	return file_replica_proto_rawDescGZIP(), []int{2}
+}
+
+// CopyBatch is the next entries of a Copy. The first names the cut: for
+// each member (this one included), the last of its updates the listing
+// holds.
+type CopyBatch struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Cut           []*CutSeq              `protobuf:"bytes,1,rep,name=cut,proto3" json:"cut,omitempty"`
+	Entries       []*CopyEntry           `protobuf:"bytes,2,rep,name=entries,proto3" json:"entries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyBatch) Reset() {
+	*x = CopyBatch{}
+	mi := &file_replica_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyBatch) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyBatch) ProtoMessage() {}
+
+func (x *CopyBatch) ProtoReflect() protoreflect.Message {
+	mi := &file_replica_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyBatch.ProtoReflect.Descriptor instead.
+func (*CopyBatch) Descriptor() ([]byte, []int) {
+	return file_replica_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *CopyBatch) GetCut() []*CutSeq {
+	if x != nil {
+		return x.Cut
+	}
+	return nil
+}
+
+func (x *CopyBatch) GetEntries() []*CopyEntry {
+	if x != nil {
+		return x.Entries
+	}
+	return nil
+}
+
+type CutSeq struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Member        uint64                 `protobuf:"varint,1,opt,name=member,proto3" json:"member,omitempty"` // raft id
+	Seq           uint64                 `protobuf:"varint,2,opt,name=seq,proto3" json:"seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CutSeq) Reset() {
+	*x = CutSeq{}
+	mi := &file_replica_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CutSeq) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CutSeq) ProtoMessage() {}
+
+func (x *CutSeq) ProtoReflect() protoreflect.Message {
+	mi := &file_replica_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CutSeq.ProtoReflect.Descriptor instead.
+func (*CutSeq) Descriptor() ([]byte, []int) {
+	return file_replica_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CutSeq) GetMember() uint64 {
+	if x != nil {
+		return x.Member
+	}
+	return 0
+}
+
+func (x *CutSeq) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
+type CopyEntry struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Dir           *Dir                   `protobuf:"bytes,2,opt,name=dir,proto3" json:"dir,omitempty"`
+	Refs          *ChunkRefs             `protobuf:"bytes,3,opt,name=refs,proto3" json:"refs,omitempty"` // a file's content
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CopyEntry) Reset() {
+	*x = CopyEntry{}
+	mi := &file_replica_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CopyEntry) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CopyEntry) ProtoMessage() {}
+
+func (x *CopyEntry) ProtoReflect() protoreflect.Message {
+	mi := &file_replica_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CopyEntry.ProtoReflect.Descriptor instead.
+func (*CopyEntry) Descriptor() ([]byte, []int) {
+	return file_replica_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CopyEntry) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *CopyEntry) GetDir() *Dir {
+	if x != nil {
+		return x.Dir
+	}
+	return nil
+}
+
+func (x *CopyEntry) GetRefs() *ChunkRefs {
+	if x != nil {
+		return x.Refs
+	}
+	return nil
+}
+
 // Update is one change, or one piece of a file's content: a put's
 // content follows in Updates of the same seq with data only, the last
 // with more unset.
@@ -167,7 +390,7 @@ type Update struct {
 
 func (x *Update) Reset() {
 	*x = Update{}
-	mi := &file_replica_proto_msgTypes[2]
+	mi := &file_replica_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -179,7 +402,7 @@ func (x *Update) String() string {
 func (*Update) ProtoMessage() {}
 
 func (x *Update) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[2]
+	mi := &file_replica_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -192,7 +415,7 @@ func (x *Update) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Update.ProtoReflect.Descriptor instead.
 func (*Update) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{2}
+	return file_replica_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Update) GetSeq() uint64 {
@@ -290,7 +513,7 @@ type UpdateAck struct {
 
 func (x *UpdateAck) Reset() {
 	*x = UpdateAck{}
-	mi := &file_replica_proto_msgTypes[3]
+	mi := &file_replica_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -302,7 +525,7 @@ func (x *UpdateAck) String() string {
 func (*UpdateAck) ProtoMessage() {}
 
 func (x *UpdateAck) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[3]
+	mi := &file_replica_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -315,7 +538,7 @@ func (x *UpdateAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateAck.ProtoReflect.Descriptor instead.
 func (*UpdateAck) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{3}
+	return file_replica_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *UpdateAck) GetSeq() uint64 {
@@ -344,7 +567,7 @@ type AppliedReq struct {
 
 func (x *AppliedReq) Reset() {
 	*x = AppliedReq{}
-	mi := &file_replica_proto_msgTypes[4]
+	mi := &file_replica_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -356,7 +579,7 @@ func (x *AppliedReq) String() string {
 func (*AppliedReq) ProtoMessage() {}
 
 func (x *AppliedReq) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[4]
+	mi := &file_replica_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -369,7 +592,7 @@ func (x *AppliedReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppliedReq.ProtoReflect.Descriptor instead.
 func (*AppliedReq) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{4}
+	return file_replica_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *AppliedReq) GetIndex() uint64 {
@@ -394,7 +617,7 @@ type AppliedReply struct {
 
 func (x *AppliedReply) Reset() {
 	*x = AppliedReply{}
-	mi := &file_replica_proto_msgTypes[5]
+	mi := &file_replica_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -406,7 +629,7 @@ func (x *AppliedReply) String() string {
 func (*AppliedReply) ProtoMessage() {}
 
 func (x *AppliedReply) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[5]
+	mi := &file_replica_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -419,7 +642,7 @@ func (x *AppliedReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AppliedReply.ProtoReflect.Descriptor instead.
 func (*AppliedReply) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{5}
+	return file_replica_proto_rawDescGZIP(), []int{9}
 }
 
 // SyncReq names what the caller is about to read: the member first has
@@ -434,7 +657,7 @@ type SyncReq struct {
 
 func (x *SyncReq) Reset() {
 	*x = SyncReq{}
-	mi := &file_replica_proto_msgTypes[6]
+	mi := &file_replica_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -446,7 +669,7 @@ func (x *SyncReq) String() string {
 func (*SyncReq) ProtoMessage() {}
 
 func (x *SyncReq) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[6]
+	mi := &file_replica_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -459,7 +682,7 @@ func (x *SyncReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncReq.ProtoReflect.Descriptor instead.
 func (*SyncReq) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{6}
+	return file_replica_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *SyncReq) GetPath() string {
@@ -487,7 +710,7 @@ type SyncReply struct {
 
 func (x *SyncReply) Reset() {
 	*x = SyncReply{}
-	mi := &file_replica_proto_msgTypes[7]
+	mi := &file_replica_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -499,7 +722,7 @@ func (x *SyncReply) String() string {
 func (*SyncReply) ProtoMessage() {}
 
 func (x *SyncReply) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[7]
+	mi := &file_replica_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -512,7 +735,7 @@ func (x *SyncReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SyncReply.ProtoReflect.Descriptor instead.
 func (*SyncReply) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{7}
+	return file_replica_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *SyncReply) GetSeq() uint64 {
@@ -531,7 +754,7 @@ type RevokeReq struct {
 
 func (x *RevokeReq) Reset() {
 	*x = RevokeReq{}
-	mi := &file_replica_proto_msgTypes[8]
+	mi := &file_replica_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +766,7 @@ func (x *RevokeReq) String() string {
 func (*RevokeReq) ProtoMessage() {}
 
 func (x *RevokeReq) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[8]
+	mi := &file_replica_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +779,7 @@ func (x *RevokeReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeReq.ProtoReflect.Descriptor instead.
 func (*RevokeReq) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{8}
+	return file_replica_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RevokeReq) GetPath() string {
@@ -574,7 +797,7 @@ type RevokeReply struct {
 
 func (x *RevokeReply) Reset() {
 	*x = RevokeReply{}
-	mi := &file_replica_proto_msgTypes[9]
+	mi := &file_replica_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -586,7 +809,7 @@ func (x *RevokeReply) String() string {
 func (*RevokeReply) ProtoMessage() {}
 
 func (x *RevokeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[9]
+	mi := &file_replica_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -599,7 +822,7 @@ func (x *RevokeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeReply.ProtoReflect.Descriptor instead.
 func (*RevokeReply) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{9}
+	return file_replica_proto_rawDescGZIP(), []int{13}
 }
 
 type RaftBatch struct {
@@ -611,7 +834,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_replica_proto_msgTypes[10]
+	mi := &file_replica_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -623,7 +846,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[10]
+	mi := &file_replica_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -636,7 +859,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{10}
+	return file_replica_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RaftBatch) GetMsgs() [][]byte {
@@ -654,7 +877,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_replica_proto_msgTypes[11]
+	mi := &file_replica_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -666,7 +889,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[11]
+	mi := &file_replica_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -679,22 +902,35 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{11}
+	return file_replica_proto_rawDescGZIP(), []int{15}
 }
 
 var File_replica_proto protoreflect.FileDescriptor
 
 const file_replica_proto_rawDesc = "" +
 	"\n" +
-	"\rreplica.proto\x12\bferry.v1\x1a\vferry.proto\"G\n" +
+	"\rreplica.proto\x12\bferry.v1\x1a\vferry.proto\"p\n" +
 	"\tChunksReq\x12\x10\n" +
 	"\x03seq\x18\x01 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05index\x18\x02 \x03(\rR\x05index\x12\x12\n" +
-	"\x04zstd\x18\x03 \x01(\bR\x04zstd\"4\n" +
+	"\x04zstd\x18\x03 \x01(\bR\x04zstd\x12'\n" +
+	"\x04refs\x18\x04 \x01(\v2\x13.ferry.v1.ChunkRefsR\x04refs\"N\n" +
 	"\n" +
 	"ChunksData\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x12\n" +
-	"\x04zstd\x18\x02 \x01(\bR\x04zstd\"\x9f\x02\n" +
+	"\x04zstd\x18\x02 \x01(\bR\x04zstd\x12\x18\n" +
+	"\amissing\x18\x03 \x01(\bR\amissing\"\t\n" +
+	"\aCopyReq\"^\n" +
+	"\tCopyBatch\x12\"\n" +
+	"\x03cut\x18\x01 \x03(\v2\x10.ferry.v1.CutSeqR\x03cut\x12-\n" +
+	"\aentries\x18\x02 \x03(\v2\x13.ferry.v1.CopyEntryR\aentries\"2\n" +
+	"\x06CutSeq\x12\x16\n" +
+	"\x06member\x18\x01 \x01(\x04R\x06member\x12\x10\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seq\"i\n" +
+	"\tCopyEntry\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1f\n" +
+	"\x03dir\x18\x02 \x01(\v2\r.ferry.v1.DirR\x03dir\x12'\n" +
+	"\x04refs\x18\x03 \x01(\v2\x13.ferry.v1.ChunkRefsR\x04refs\"\x9f\x02\n" +
 	"\x06Update\x12\x10\n" +
 	"\x03seq\x18\x02 \x01(\x04R\x03seq\x12\x14\n" +
 	"\x05epoch\x18\x03 \x01(\x04R\x05epoch\x12\x0e\n" +
@@ -727,14 +963,15 @@ const file_replica_proto_rawDesc = "" +
 	"\vRevokeReply\"\x1f\n" +
 	"\tRaftBatch\x12\x12\n" +
 	"\x04msgs\x18\x01 \x03(\fR\x04msgs\"\t\n" +
-	"\aRaftAck2\xc7\x02\n" +
+	"\aRaftAck2\xf9\x02\n" +
 	"\aReplica\x120\n" +
 	"\x04Raft\x12\x13.ferry.v1.RaftBatch\x1a\x11.ferry.v1.RaftAck(\x01\x124\n" +
 	"\aUpdates\x12\x10.ferry.v1.Update\x1a\x13.ferry.v1.UpdateAck(\x010\x01\x127\n" +
 	"\aApplied\x12\x14.ferry.v1.AppliedReq\x1a\x16.ferry.v1.AppliedReply\x12.\n" +
 	"\x04Sync\x12\x11.ferry.v1.SyncReq\x1a\x13.ferry.v1.SyncReply\x124\n" +
 	"\x06Revoke\x12\x13.ferry.v1.RevokeReq\x1a\x15.ferry.v1.RevokeReply\x125\n" +
-	"\x06Chunks\x12\x13.ferry.v1.ChunksReq\x1a\x14.ferry.v1.ChunksData0\x01B)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
+	"\x06Chunks\x12\x13.ferry.v1.ChunksReq\x1a\x14.ferry.v1.ChunksData0\x01\x120\n" +
+	"\x04Copy\x12\x11.ferry.v1.CopyReq\x1a\x13.ferry.v1.CopyBatch0\x01B)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
 
 var (
 	file_replica_proto_rawDescOnce sync.Once
@@ -748,43 +985,54 @@ func file_replica_proto_rawDescGZIP() []byte {
 	return file_replica_proto_rawDescData
 }
 
-var file_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_replica_proto_goTypes = []any{
 	(*ChunksReq)(nil),    // 0: ferry.v1.ChunksReq
 	(*ChunksData)(nil),   // 1: ferry.v1.ChunksData
-	(*Update)(nil),       // 2: ferry.v1.Update
-	(*UpdateAck)(nil),    // 3: ferry.v1.UpdateAck
-	(*AppliedReq)(nil),   // 4: ferry.v1.AppliedReq
-	(*AppliedReply)(nil), // 5: ferry.v1.AppliedReply
-	(*SyncReq)(nil),      // 6: ferry.v1.SyncReq
-	(*SyncReply)(nil),    // 7: ferry.v1.SyncReply
-	(*RevokeReq)(nil),    // 8: ferry.v1.RevokeReq
-	(*RevokeReply)(nil),  // 9: ferry.v1.RevokeReply
-	(*RaftBatch)(nil),    // 10: ferry.v1.RaftBatch
-	(*RaftAck)(nil),      // 11: ferry.v1.RaftAck
-	(*Dir)(nil),          // 12: ferry.v1.Dir
-	(*ChunkRefs)(nil),    // 13: ferry.v1.ChunkRefs
+	(*CopyReq)(nil),      // 2: ferry.v1.CopyReq
+	(*CopyBatch)(nil),    // 3: ferry.v1.CopyBatch
+	(*CutSeq)(nil),       // 4: ferry.v1.CutSeq
+	(*CopyEntry)(nil),    // 5: ferry.v1.CopyEntry
+	(*Update)(nil),       // 6: ferry.v1.Update
+	(*UpdateAck)(nil),    // 7: ferry.v1.UpdateAck
+	(*AppliedReq)(nil),   // 8: ferry.v1.AppliedReq
+	(*AppliedReply)(nil), // 9: ferry.v1.AppliedReply
+	(*SyncReq)(nil),      // 10: ferry.v1.SyncReq
+	(*SyncReply)(nil),    // 11: ferry.v1.SyncReply
+	(*RevokeReq)(nil),    // 12: ferry.v1.RevokeReq
+	(*RevokeReply)(nil),  // 13: ferry.v1.RevokeReply
+	(*RaftBatch)(nil),    // 14: ferry.v1.RaftBatch
+	(*RaftAck)(nil),      // 15: ferry.v1.RaftAck
+	(*ChunkRefs)(nil),    // 16: ferry.v1.ChunkRefs
+	(*Dir)(nil),          // 17: ferry.v1.Dir
 }
 var file_replica_proto_depIdxs = []int32{
-	12, // 0: ferry.v1.Update.dir:type_name -> ferry.v1.Dir
-	13, // 1: ferry.v1.Update.refs:type_name -> ferry.v1.ChunkRefs
-	10, // 2: ferry.v1.Replica.Raft:input_type -> ferry.v1.RaftBatch
-	2,  // 3: ferry.v1.Replica.Updates:input_type -> ferry.v1.Update
-	4,  // 4: ferry.v1.Replica.Applied:input_type -> ferry.v1.AppliedReq
-	6,  // 5: ferry.v1.Replica.Sync:input_type -> ferry.v1.SyncReq
-	8,  // 6: ferry.v1.Replica.Revoke:input_type -> ferry.v1.RevokeReq
-	0,  // 7: ferry.v1.Replica.Chunks:input_type -> ferry.v1.ChunksReq
-	11, // 8: ferry.v1.Replica.Raft:output_type -> ferry.v1.RaftAck
-	3,  // 9: ferry.v1.Replica.Updates:output_type -> ferry.v1.UpdateAck
-	5,  // 10: ferry.v1.Replica.Applied:output_type -> ferry.v1.AppliedReply
-	7,  // 11: ferry.v1.Replica.Sync:output_type -> ferry.v1.SyncReply
-	9,  // 12: ferry.v1.Replica.Revoke:output_type -> ferry.v1.RevokeReply
-	1,  // 13: ferry.v1.Replica.Chunks:output_type -> ferry.v1.ChunksData
-	8,  // [8:14] is the sub-list for method output_type
-	2,  // [2:8] is the sub-list for method input_type
-	2,  // [2:2] is the sub-list for extension type_name
-	2,  // [2:2] is the sub-list for extension extendee
-	0,  // [0:2] is the sub-list for field type_name
+	16, // 0: ferry.v1.ChunksReq.refs:type_name -> ferry.v1.ChunkRefs
+	4,  // 1: ferry.v1.CopyBatch.cut:type_name -> ferry.v1.CutSeq
+	5,  // 2: ferry.v1.CopyBatch.entries:type_name -> ferry.v1.CopyEntry
+	17, // 3: ferry.v1.CopyEntry.dir:type_name -> ferry.v1.Dir
+	16, // 4: ferry.v1.CopyEntry.refs:type_name -> ferry.v1.ChunkRefs
+	17, // 5: ferry.v1.Update.dir:type_name -> ferry.v1.Dir
+	16, // 6: ferry.v1.Update.refs:type_name -> ferry.v1.ChunkRefs
+	14, // 7: ferry.v1.Replica.Raft:input_type -> ferry.v1.RaftBatch
+	6,  // 8: ferry.v1.Replica.Updates:input_type -> ferry.v1.Update
+	8,  // 9: ferry.v1.Replica.Applied:input_type -> ferry.v1.AppliedReq
+	10, // 10: ferry.v1.Replica.Sync:input_type -> ferry.v1.SyncReq
+	12, // 11: ferry.v1.Replica.Revoke:input_type -> ferry.v1.RevokeReq
+	0,  // 12: ferry.v1.Replica.Chunks:input_type -> ferry.v1.ChunksReq
+	2,  // 13: ferry.v1.Replica.Copy:input_type -> ferry.v1.CopyReq
+	15, // 14: ferry.v1.Replica.Raft:output_type -> ferry.v1.RaftAck
+	7,  // 15: ferry.v1.Replica.Updates:output_type -> ferry.v1.UpdateAck
+	9,  // 16: ferry.v1.Replica.Applied:output_type -> ferry.v1.AppliedReply
+	11, // 17: ferry.v1.Replica.Sync:output_type -> ferry.v1.SyncReply
+	13, // 18: ferry.v1.Replica.Revoke:output_type -> ferry.v1.RevokeReply
+	1,  // 19: ferry.v1.Replica.Chunks:output_type -> ferry.v1.ChunksData
+	3,  // 20: ferry.v1.Replica.Copy:output_type -> ferry.v1.CopyBatch
+	14, // [14:21] is the sub-list for method output_type
+	7,  // [7:14] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_replica_proto_init() }
@@ -799,7 +1047,7 @@ func file_replica_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_replica_proto_rawDesc), len(file_replica_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const (
 	Replica_Sync_FullMethodName    = "/ferry.v1.Replica/Sync"
 	Replica_Revoke_FullMethodName  = "/ferry.v1.Replica/Revoke"
 	Replica_Chunks_FullMethodName  = "/ferry.v1.Replica/Chunks"
+	Replica_Copy_FullMethodName    = "/ferry.v1.Replica/Copy"
 )
 
 // ReplicaClient is the client API for Replica service.
@@ -52,6 +53,12 @@ type ReplicaClient interface {
 	// Chunks sends the chunks of an update's content that the caller
 	// lacks, one ChunksData each, in the order asked.
 	Chunks(ctx context.Context, in *ChunksReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ChunksData], error)
+	// Copy lists the member's copy of the whole tree for a member that
+	// joins the set: every entry with its attributes and, for a file, its
+	// chunk list, as of one cut of the updates it applied (the first batch
+	// names it). The joiner fetches the chunks it lacks with Chunks (by
+	// refs) and goes on from the cut with each member's updates.
+	Copy(ctx context.Context, in *CopyReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CopyBatch], error)
 }
 
 type replicaClient struct {
@@ -137,6 +144,25 @@ func (c *replicaClient) Chunks(ctx context.Context, in *ChunksReq, opts ...grpc.
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Replica_ChunksClient = grpc.ServerStreamingClient[ChunksData]
 
+func (c *replicaClient) Copy(ctx context.Context, in *CopyReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CopyBatch], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Replica_ServiceDesc.Streams[3], Replica_Copy_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[CopyReq, CopyBatch]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Replica_CopyClient = grpc.ServerStreamingClient[CopyBatch]
+
 // ReplicaServer is the server API for Replica service.
 // All implementations must embed UnimplementedReplicaServer
 // for forward compatibility.
@@ -159,6 +185,12 @@ type ReplicaServer interface {
 	// Chunks sends the chunks of an update's content that the caller
 	// lacks, one ChunksData each, in the order asked.
 	Chunks(*ChunksReq, grpc.ServerStreamingServer[ChunksData]) error
+	// Copy lists the member's copy of the whole tree for a member that
+	// joins the set: every entry with its attributes and, for a file, its
+	// chunk list, as of one cut of the updates it applied (the first batch
+	// names it). The joiner fetches the chunks it lacks with Chunks (by
+	// refs) and goes on from the cut with each member's updates.
+	Copy(*CopyReq, grpc.ServerStreamingServer[CopyBatch]) error
 	mustEmbedUnimplementedReplicaServer()
 }
 
@@ -186,6 +218,9 @@ func (UnimplementedReplicaServer) Revoke(context.Context, *RevokeReq) (*RevokeRe
 }
 func (UnimplementedReplicaServer) Chunks(*ChunksReq, grpc.ServerStreamingServer[ChunksData]) error {
 	return status.Error(codes.Unimplemented, "method Chunks not implemented")
+}
+func (UnimplementedReplicaServer) Copy(*CopyReq, grpc.ServerStreamingServer[CopyBatch]) error {
+	return status.Error(codes.Unimplemented, "method Copy not implemented")
 }
 func (UnimplementedReplicaServer) mustEmbedUnimplementedReplicaServer() {}
 func (UnimplementedReplicaServer) testEmbeddedByValue()                 {}
@@ -287,6 +322,17 @@ func _Replica_Chunks_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Replica_ChunksServer = grpc.ServerStreamingServer[ChunksData]
 
+func _Replica_Copy_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(CopyReq)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(ReplicaServer).Copy(m, &grpc.GenericServerStream[CopyReq, CopyBatch]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Replica_CopyServer = grpc.ServerStreamingServer[CopyBatch]
+
 // Replica_ServiceDesc is the grpc.ServiceDesc for Replica service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -322,6 +368,11 @@ var Replica_ServiceDesc = grpc.ServiceDesc{
 		{
 			StreamName:    "Chunks",
 			Handler:       _Replica_Chunks_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Copy",
+			Handler:       _Replica_Copy_Handler,
 			ServerStreams: true,
 		},
 	},
