@@ -56,6 +56,7 @@ type env struct {
 	host    string   // HOST:PORT of the server.
 	metrics string   // HOST:PORT of its metrics, if it serves them.
 	via     []string // what client commands run through (a namespace's nsenter)
+	members string   // the members file of its replica set, if it is in one
 }
 
 // start runs ferry serve on a new temporary tree, with extra flags, and

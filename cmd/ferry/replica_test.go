@@ -75,8 +75,74 @@ func startSetWith(t *testing.T, m *netem.Mesh, flags []string, names ...string) 
 		}
 		es[n] = startIn(t, homes[n], via, append([]string{"--members", members, "--metrics", "127.0.0.1:0"}, flags...)...)
 		es[n].via = via // its clients are at its site
+		es[n].members = members
 	}
 	return es
+}
+
+// TestReplicaJoin adds a member to a running set of two ferry serve
+// processes: started with --replica-join on a directory of its own and
+// added with "ferry ctl HOST pass add", it copies the tree and serves it,
+// and what is changed through it reaches the others.
+func TestReplicaJoin(t *testing.T) {
+	es := startSet(t, "a", "b")
+	src := filepath.Join(t.TempDir(), "f")
+	big := strings.Repeat("ferry joins ", 30000)
+	if err := os.WriteFile(src, []byte(big), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	es["a"].run(true, "put", src, es["a"].at("/big"))
+	tree := filepath.Join(t.TempDir(), "d")
+	if err := os.Mkdir(tree, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(tree, "small"), []byte("small"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	es["b"].run(true, "put", tree, es["b"].at("/"))
+
+	home := t.TempDir()
+	cmd := exec.Command(ferryBin, "key", "--server")
+	cmd.Env = append(os.Environ(), "FERRY_HOME="+home)
+	fp, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("ferry key --server: %v", err)
+	}
+	set, err := os.ReadFile(es["a"].members)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := fmt.Sprintf("c %s %s", servertest.FreeAddr(t), strings.TrimSpace(string(fp)))
+	members := filepath.Join(t.TempDir(), "members")
+	if err := os.WriteFile(members, append(set, line+"\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := startIn(t, home, nil, "--members", members, "--replica-join")
+	out, _ := c.run(true, "ctl", c.host)
+	if !strings.Contains(out, "joining:") {
+		t.Errorf("c's control file before it was added:\n%s", out)
+	}
+	es["a"].run(true, append([]string{"ctl", es["a"].host, "pass", "add"}, strings.Fields(line)...)...)
+	if got, _ := c.run(true, "cat", c.at("/big")); got != big {
+		t.Fatalf("c read %d bytes of /big, want %d", len(got), len(big))
+	}
+	if got, _ := c.run(true, "cat", c.at("/d/small")); got != "small" {
+		t.Fatalf("c read %q", got)
+	}
+	if b, err := os.ReadFile(filepath.Join(c.dir, "big")); err != nil || string(b) != big {
+		t.Fatalf("c's directory holds %d bytes of big (%v)", len(b), err)
+	}
+	out, _ = es["b"].run(true, "ctl", es["b"].host)
+	if !strings.Contains(out, "member: c ") || strings.Contains(out, "learner") {
+		t.Errorf("b's control file after c joined:\n%s", out)
+	}
+	if err := os.WriteFile(src, []byte("c wrote"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c.run(true, "put", src, c.at("/d/small"))
+	if got, _ := es["b"].run(true, "cat", es["b"].at("/d/small")); got != "c wrote" {
+		t.Fatalf("b read %q after c wrote", got)
+	}
 }
 
 func checkSet(t *testing.T, es map[string]*env, names []string) {

@@ -198,8 +198,18 @@ them. Each member keeps a full copy in its DIR: a change is made under a
 control this member holds (asked of the set, or of the member holding it),
 then copied to the others in order; a read of what another member controls
 waits for that member's updates, so an open after a close at another site
-sees the close. Start every member on the same tree (or on empty ones): a
-member does not yet catch up with changes made while it was away.
+sees the close. A member that was down gets the changes made meanwhile
+from the others, which keep them on disk for it.
+
+To add a member to a running set, start it with --replica-join and a
+members file that names the set's members and itself, then write "pass
+add NAME ADDR FINGERPRINT" to any member's control file (ferry ctl HOST
+pass add ...). The new member copies the tree from the set, fetching only
+the chunks its directory lacks and removing what the set does not have,
+then goes on with the changes made meanwhile, and serves once it is
+current; the control file shows it as a learner until then. The others
+learn it from the log; once it has joined, add its line to their members
+files too, so that the files stay a true list of the set.
 
 Limitations: all admitted users have the server process's rights on DIR;
 a real file named Ctl at the top of DIR is shadowed by the control file.`,
@@ -211,6 +221,7 @@ a real file named Ctl at the top of DIR is shadowed by the control file.`,
 	c.Flags().StringVar(&rs.members, "members", "", "join the replica set this members `file` names")
 	c.Flags().StringVar(&rs.logDir, "replica-log", "", "directory of the replica set's raft log (default $FERRY_HOME/replica/NAME-HASH)")
 	c.Flags().StringVar(&rs.listen, "replica-listen", "", "listen for the other members on this `address` instead of this member's ADDR in the members file (behind a proxy or a NAT)")
+	c.Flags().BoolVar(&rs.join, "replica-join", false, "this member is new to a running set: wait until a member adds it, then copy the tree before serving")
 	c.Flags().DurationVar(&rs.idle, "replica-idle", replica.DefaultIdle, "how long this member keeps control of a part of the tree it no longer changes")
 	// The flag replica-shallow is hidden: it makes the set worse on
 	// purpose, for the SSH-build measurement to compare against.
@@ -267,6 +278,7 @@ type replicaOpts struct {
 	listen  string
 	idle    time.Duration
 	shallow bool
+	join    bool
 }
 
 // indexOpts are serve's chunk index flags.
@@ -418,7 +430,7 @@ func joinSet(rs *replicaOpts, key ed25519.PrivateKey, home, indexDir string, log
 	if err := os.MkdirAll(rs.logDir, 0o700); err != nil {
 		return nil, ferry.E("serve", rs.logDir, err)
 	}
-	return replica.Open(replica.Config{Members: ms, Key: key, LogDir: rs.logDir, Listen: rs.listen, Log: log})
+	return replica.Open(replica.Config{Members: ms, Key: key, LogDir: rs.logDir, Listen: rs.listen, Log: log, Join: rs.join})
 }
 
 // sweep removes, in the background, the temporary files that Puts of an

@@ -19,12 +19,18 @@ func PackRefs(refs []chunk.Ref) *ChunkRefs {
 // hashes and sizes do not pair up, a size is 0 or above chunk.MaxSize, or
 // there are more than MaxRefs.
 func UnpackRefs(m *ChunkRefs) ([]chunk.Hash, []int, error) {
+	return UnpackRefsMax(m, MaxRefs)
+}
+
+// UnpackRefsMax is UnpackRefs taking up to limit refs, for the calls that
+// carry a whole file's list.
+func UnpackRefsMax(m *ChunkRefs, limit int) ([]chunk.Hash, []int, error) {
 	const op = "proto.UnpackRefs"
 	if m == nil {
 		return nil, nil, nil
 	}
 	n := len(m.Sizes)
-	if len(m.Hashes) != n*chunk.HashSize || n > MaxRefs {
+	if len(m.Hashes) != n*chunk.HashSize || n > limit {
 		return nil, nil, ferry.E(op, "", ferry.KindInvalid, "malformed chunk list")
 	}
 	hs, sizes := make([]chunk.Hash, n), make([]int, n)

@@ -59,8 +59,16 @@ type FS struct {
 	// their clients' copies). Members that never read there cost nothing.
 	interest map[string]map[uint64]bool
 
-	stop context.CancelFunc
-	wg   sync.WaitGroup
+	// inMu is held for reading while another member's update is applied,
+	// and for writing while the copy is listed for a member that joins
+	// (copyList), so the listing holds whole updates only.
+	inMu sync.RWMutex
+
+	ctx     context.Context // ends when the layer closes
+	stop    context.CancelFunc
+	wg      sync.WaitGroup
+	closeMu sync.Mutex
+	closed  bool
 }
 
 // use is what this member does with a control it holds.
@@ -176,6 +184,10 @@ func NewFS(below ferry.FS, set *Set, opt Options) (*FS, error) {
 	if err := os.MkdirAll(spool, 0o700); err != nil {
 		return nil, ferry.E("replica.NewFS", spool, err)
 	}
+	// The members are steady while the layer starts: one added from now
+	// on finds it and is sent updates (addPeer).
+	set.mu.Lock()
+	defer set.mu.Unlock()
 	var peers []uint64
 	for id := range set.links {
 		peers = append(peers, id)
@@ -185,17 +197,11 @@ func NewFS(below ferry.FS, set *Set, opt Options) (*FS, error) {
 		return nil, ferry.E("replica.NewFS", spool, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &FS{FS: below, set: set, out: out, spool: spool, idle: idle,
+	f := &FS{FS: below, set: set, out: out, spool: spool, idle: idle, ctx: ctx,
 		shallow: opt.ShallowOnly, held: map[string]*use{}, interest: map[string]map[uint64]bool{}, stop: cancel}
 	set.fs.Store(f)
 	for _, l := range set.links {
-		f.wg.Add(1)
-		go func() {
-			defer f.wg.Done()
-			backoff(ctx, func(ctx context.Context) error { return f.streamUpdates(ctx, l) }, func(err error) {
-				set.log.Debug("replica: update stream to member lost", "member", l.m.Name, "err", err)
-			})
-		}()
+		f.sendTo(l)
 	}
 	f.wg.Add(1)
 	go func() {
@@ -205,11 +211,38 @@ func NewFS(below ferry.FS, set *Set, opt Options) (*FS, error) {
 	return f, nil
 }
 
+// sendTo streams this member's updates to l's member until the layer
+// closes.
+func (f *FS) sendTo(l *link) {
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		backoff(f.ctx, func(ctx context.Context) error { return f.streamUpdates(ctx, l) }, func(err error) {
+			f.set.log.Debug("replica: update stream to member lost", "member", l.m.Name, "err", err)
+		})
+	}()
+}
+
+// addPeer sends this member's updates to a member added to the set,
+// beginning with every update still kept: called under set.mu.
+func (f *FS) addPeer(l *link) {
+	f.closeMu.Lock()
+	defer f.closeMu.Unlock()
+	if f.closed {
+		return
+	}
+	f.out.addPeer(l.m.ID)
+	f.sendTo(l)
+}
+
 // Unwrap implements ferry.Unwrapper.
 func (f *FS) Unwrap() ferry.FS { return f.FS }
 
 // Close stops sending updates and releasing controls.
 func (f *FS) Close() error {
+	f.closeMu.Lock()
+	f.closed = true
+	f.closeMu.Unlock()
 	f.stop()
 	f.wg.Wait()
 	f.set.fs.CompareAndSwap(f, nil)
@@ -376,8 +409,9 @@ func (f *FS) everyoneApplied(ctx context.Context, cs []control.Control) error {
 // eachMember calls fn for every other member at once.
 func (f *FS) eachMember(ctx context.Context, fn func(context.Context, proto.ReplicaClient) error) error {
 	var wg sync.WaitGroup
-	errs := make(chan error, len(f.set.links))
-	for _, l := range f.set.links {
+	links := f.set.linkList()
+	errs := make(chan error, len(links))
+	for _, l := range links {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -397,7 +431,7 @@ func (f *FS) askRevoke(ctx context.Context, c control.Control) {
 	if !ok {
 		return
 	}
-	if l := f.set.links[m.ID]; l != nil {
+	if l := f.set.link(m.ID); l != nil {
 		f.set.stats.revokesSent.Add(1)
 		rctx, cancel := context.WithTimeout(ctx, time.Second)
 		defer cancel()
@@ -728,7 +762,7 @@ func (f *FS) syncFor(ctx context.Context, p string, tree bool) error {
 	}
 	for h := range holders {
 		m, ok := f.set.member(h)
-		l := f.set.links[m.ID]
+		l := f.set.link(m.ID)
 		if !ok || l == nil {
 			continue
 		}
@@ -830,11 +864,11 @@ func (f *FS) BeginPut(ctx context.Context, p string, d ferry.Dir, size int64) (*
 // is checked against its hash.
 func (f *FS) assemble(ctx context.Context, from Member, h *proto.Update, w io.Writer) error {
 	const op = "replica.assemble"
-	hashes, sizes, err := proto.UnpackRefs(h.Refs)
+	hashes, sizes, err := proto.UnpackRefsMax(h.Refs, maxRefs)
 	if err != nil {
 		return err
 	}
-	l := f.set.links[from.ID]
+	l := f.set.link(from.ID)
 	if l == nil {
 		return ferry.E(op, h.Path, ferry.KindInvalid, "an update from an unknown member")
 	}
@@ -964,6 +998,8 @@ func (f *FS) applyUpdate(ctx context.Context, from Member, h *proto.Update, st *
 		}
 		return nil
 	}
+	f.inMu.RLock()
+	defer f.inMu.RUnlock()
 	if h.Seq <= f.set.inbox.last(from.ID) {
 		return rest(io.Discard)
 	}

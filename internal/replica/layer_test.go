@@ -2,6 +2,7 @@ package replica
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"io"
 	"io/fs"
@@ -155,7 +156,11 @@ func snapshot(t *testing.T, dir string) string {
 		}
 		if info.Mode().IsRegular() {
 			c, _ := os.ReadFile(p)
-			fmt.Fprintf(&b, " %q", c)
+			if len(c) > 256 {
+				fmt.Fprintf(&b, " %d bytes sha256 %x", len(c), sha256.Sum256(c))
+			} else {
+				fmt.Fprintf(&b, " %q", c)
+			}
 		}
 		b.WriteString("\n")
 		return nil

@@ -1,10 +1,11 @@
 // Package replica makes several Ferry servers, one per site, one replica
 // set: each holds a full copy of the tree, and which member controls which
 // object (internal/control) is agreed on one raft log
-// (internal/consensus). This part runs the set: its members, their
-// mutually authenticated connections, the log and the control table, and
-// the "[replica]" section of the control file. The replica layer that
-// serves, forwards and streams updates by that table comes next (issue 15).
+// (internal/consensus). Set runs the set: its members, their mutually
+// authenticated connections, the log and the control table, members
+// added while it runs, and the "[replica]" section of the control file;
+// FS, the replica layer, serves, forwards and streams updates by that
+// table; join.go has a member added to a running set copy the tree.
 package replica
 
 import (
@@ -16,17 +17,14 @@ import (
 	"strings"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/control"
 )
 
 // Member is one server of a replica set, as the set's members file names
 // it: "NAME ADDR FINGERPRINT" a line, where ADDR is the address the member
-// listens on for the other members and FINGERPRINT its server key's.
-type Member struct {
-	Name        string
-	Addr        string
-	Fingerprint string
-	ID          uint64 // raft's id, from the name, so every member agrees
-}
+// listens on for the other members and FINGERPRINT its server key's. Its
+// raft id comes from its name (memberID), so every member agrees on it.
+type Member = control.Member
 
 // MaxMembers bounds a set: every grant waits for a majority of them.
 const MaxMembers = 9

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,8 +29,10 @@ import (
 // Config is what a member needs to join its set.
 type Config struct {
 	Members []Member
-	Key     ed25519.PrivateKey // the server's key; its fingerprint names this member
-	LogDir  string             // where the raft log lives
+	// Join starts a member that the set adds while it runs: see Open.
+	Join   bool
+	Key    ed25519.PrivateKey // the server's key; its fingerprint names this member
+	LogDir string             // where the raft log lives
 	// Listen is where to listen for the other members, if not this
 	// member's address in Members (behind a proxy or a NAT).
 	Listen string
@@ -45,34 +48,46 @@ type Config struct {
 
 // Set is this member's part of a replica set.
 type Set struct {
+	self       Member
+	key        ed25519.PrivateKey
+	log        *slog.Logger
+	disk       *consensus.Disk
+	machine    *counting // the control table
+	stats      stats
+	node       *consensus.Node
+	zip        *zwire.Codec // Of the chunks members fetch from each other.
+	fs         atomic.Pointer[FS]
+	ready      chan struct{} // closed once this member caught up with the log (and copied the tree, if it joined)
+	copied     chan struct{} // closed once this member's copy of the tree may take updates
+	copiedOnce sync.Once
+	inbox      *inbox
+	lis        net.Listener
+	srv        *grpc.Server
+	ctx        context.Context
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
+
+	// mu guards the members, which grow when the set adds one, and the
+	// connections to them.
+	mu      sync.RWMutex
 	members []Member
-	self    Member
-	key     ed25519.PrivateKey
-	log     *slog.Logger
-	disk    *consensus.Disk
-	machine *counting // the control table
-	stats   stats
-	node    *consensus.Node
-	senders map[uint64]*sender
 	links   map[uint64]*link
-	zip     *zwire.Codec // Of the chunks members fetch from each other.
-	fs      atomic.Pointer[FS]
-	ready   chan struct{} // closed once this member caught up with the log
-	inbox   *inbox
-	lis     net.Listener
-	srv     *grpc.Server
-	cancel  context.CancelFunc
-	wg      sync.WaitGroup
+	senders map[uint64]*sender
+	started bool // the senders run
 }
 
 // Open joins the set: it finds this member in cfg.Members by its key,
 // opens the log, listens on its address for the other members and starts
 // raft. It returns once the listener is up, not once a leader is elected.
+//
+// With cfg.Join, a member not in the log yet starts with an empty one and
+// waits until a member of the set adds it ("add" in Command); it then
+// copies the tree from a member (join.go) before it serves.
 func Open(cfg Config) (*Set, error) {
 	const op = "replica.Open"
 	fp := auth.Fingerprint(cfg.Key.Public().(ed25519.PublicKey))
-	s := &Set{members: cfg.Members, key: cfg.Key, log: cfg.Log, senders: map[uint64]*sender{},
-		links: map[uint64]*link{}, inbox: newInbox(), ready: make(chan struct{})}
+	s := &Set{key: cfg.Key, log: cfg.Log, senders: map[uint64]*sender{},
+		links: map[uint64]*link{}, inbox: newInbox(), ready: make(chan struct{}), copied: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -101,11 +116,10 @@ func Open(cfg Config) (*Set, error) {
 		lis.Close()
 		return nil, ferry.E(op, cfg.LogDir, ferry.KindIO, err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s.cancel = cancel
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	// unwind closes what Open made before it failed.
 	unwind := func(err error) (*Set, error) {
-		cancel()
+		s.cancel()
 		s.closeLinks()
 		lis.Close()
 		s.disk.Close()
@@ -114,29 +128,29 @@ func Open(cfg Config) (*Set, error) {
 	var ids []uint64
 	for _, m := range cfg.Members {
 		ids = append(ids, m.ID)
-		if m.ID == s.self.ID {
-			continue
-		}
-		l := &link{m: m}
-		s.links[m.ID] = l // closed by closeLinks, even half made
-		if l.ctl, err = dial(m, cfg.Key); err == nil {
-			l.bulk, err = dial(m, cfg.Key)
-		}
-		if err != nil {
+		if err := s.addMember(m); err != nil {
 			return unwind(err)
 		}
-		s.senders[m.ID] = &sender{to: m, conn: l.ctl, q: make(chan raftpb.Message, queueLen), log: s.log}
 	}
-	s.machine = &counting{Table: control.New(), grants: map[string]int{}, applied: make(chan struct{})}
-	s.node, err = consensus.Start(consensus.Config{ID: s.self.ID, Peers: ids}, s.disk, s.machine, s, cfg.Tick)
+	// Members added while the set ran come from the log: the table names
+	// them as it is restored and as it applies their addition.
+	s.machine = &counting{Table: control.New(), grants: map[string]int{}, applied: make(chan struct{}), joined: func(m Member) {
+		if err := s.addMember(m); err != nil {
+			s.log.Error("replica: a member added to the set cannot be reached", "member", m.Name, "err", err)
+		}
+	}}
+	s.node, err = consensus.Start(consensus.Config{ID: s.self.ID, Peers: ids, Join: cfg.Join}, s.disk, s.machine, s, cfg.Tick)
 	if err != nil {
 		return unwind(ferry.E(op, cfg.LogDir, err))
+	}
+	if slices.Contains(s.node.Conf().Voters, s.self.ID) {
+		s.copiedOnce.Do(func() { close(s.copied) }) // a member from the start, or one that joined
 	}
 	s.zip = zwire.New(chunk.Default.Max)
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		s.catchUp(ctx, cfg.Tick)
+		s.catchUp(s.ctx, cfg.Tick)
 	}()
 	if cfg.LeaderEvery == 0 {
 		cfg.LeaderEvery = 5 * time.Second
@@ -145,22 +159,18 @@ func Open(cfg Config) (*Set, error) {
 		s.wg.Add(1)
 		go func() {
 			defer s.wg.Done()
-			s.follow(ctx, cfg.LeaderEvery)
+			s.follow(s.ctx, cfg.LeaderEvery)
 		}()
 	}
+	s.mu.Lock()
+	s.started = true
 	for _, snd := range s.senders {
-		snd.rep = s.node
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			snd.run(ctx)
-		}()
+		s.run(snd)
 	}
+	s.mu.Unlock()
 	tlsCfg, err := auth.PeerTLS(cfg.Key, true, func(fp string) error {
-		for _, m := range s.members {
-			if m.Fingerprint == fp && m.ID != s.self.ID {
-				return nil
-			}
+		if _, ok := s.byKey(fp); ok {
+			return nil
 		}
 		return ferry.E(op, "", ferry.KindAuth, "key "+fp+" is not another member's")
 	})
@@ -168,7 +178,7 @@ func Open(cfg Config) (*Set, error) {
 		s.Close()
 		return nil, err
 	}
-	s.srv = grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsCfg)),
+	s.srv = grpc.NewServer(grpc.Creds(credentials.NewTLS(tlsCfg)), grpc.MaxRecvMsgSize(maxMsg), grpc.MaxSendMsgSize(maxMsg),
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 2 * time.Second, Timeout: 2 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: time.Second, PermitWithoutStream: true}))
 	proto.RegisterReplicaServer(s.srv, receiver{set: s})
@@ -180,9 +190,96 @@ func Open(cfg Config) (*Set, error) {
 	return s, nil
 }
 
+// addMember makes m a member: this one, or another to connect to, whose
+// raft messages and (once the replica layer runs) updates go out from now
+// on. A member known already changes nothing.
+func (s *Set) addMember(m Member) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, o := range s.members {
+		if o.ID == m.ID {
+			return nil
+		}
+	}
+	if m.ID == s.self.ID {
+		s.members = append(s.members, m)
+		return nil
+	}
+	l := &link{m: m}
+	var err error
+	if l.ctl, err = dial(m, s.key); err == nil {
+		if l.bulk, err = dial(m, s.key); err != nil {
+			l.ctl.Close()
+		}
+	}
+	if err != nil {
+		return err
+	}
+	s.members = append(s.members, m)
+	s.links[m.ID] = l
+	snd := &sender{to: m, conn: l.ctl, q: make(chan raftpb.Message, queueLen), log: s.log}
+	s.senders[m.ID] = snd
+	if s.started {
+		s.run(snd)
+	}
+	if f := s.fs.Load(); f != nil {
+		f.addPeer(l)
+	}
+	return nil
+}
+
+// run starts snd; called under s.mu once raft runs.
+func (s *Set) run(snd *sender) {
+	snd.rep = s.node
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		snd.run(s.ctx)
+	}()
+}
+
+// memberList returns the members, this one included.
+func (s *Set) memberList() []Member {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Clone(s.members)
+}
+
+// link returns the connections to member id, or nil.
+func (s *Set) link(id uint64) *link {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.links[id]
+}
+
+// linkList returns the connections to every other member.
+func (s *Set) linkList() []*link {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	ls := make([]*link, 0, len(s.links))
+	for _, l := range s.links {
+		ls = append(ls, l)
+	}
+	return ls
+}
+
+// byKey returns the other member whose key has fingerprint fp.
+func (s *Set) byKey(fp string) (Member, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, m := range s.members {
+		if m.Fingerprint == fp && m.ID != s.self.ID {
+			return m, true
+		}
+	}
+	return Member{}, false
+}
+
 // Send implements consensus.Transport: each message joins its member's
 // queue; one for a member whose queue is full is lost, and raft told.
 func (s *Set) Send(msgs []raftpb.Message) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
 	for _, m := range msgs {
 		snd := s.senders[m.To]
 		if snd == nil {
@@ -247,12 +344,22 @@ func (s *Set) Status(ctx context.Context) string {
 	st := s.node.Status()
 	var b strings.Builder
 	fmt.Fprintf(&b, "self: %s\n", s.self.Name)
-	for _, m := range s.members {
+	if !isClosed(s.ready) {
+		b.WriteString("joining: not serving until it copied the tree and the log\n")
+	}
+	cs := s.node.Conf()
+	for _, m := range s.memberList() {
 		role := ""
-		if m.ID == st.Leader {
-			role = " leader"
+		switch {
+		case slices.Contains(cs.Learners, m.ID):
+			role = " learner"
+		case !slices.Contains(cs.Voters, m.ID):
+			role = " not in the log yet"
 		}
-		fmt.Fprintf(&b, "member: %s %s%s\n", m.Name, m.Addr, role)
+		if m.ID == st.Leader {
+			role += " leader"
+		}
+		fmt.Fprintf(&b, "member: %s %s %s%s\n", m.Name, m.Addr, m.Fingerprint, role)
 	}
 	fmt.Fprintf(&b, "raft: %s term %d commit %d applied %d\n", strings.TrimPrefix(st.State, "State"), st.Term, st.Commit, st.Applied)
 	if st.Err != nil {
@@ -265,7 +372,7 @@ func (s *Set) Status(ctx context.Context) string {
 	fmt.Fprintf(&b, "updates.applied: %d fenced=%d\n", s.stats.applied.Load(), s.stats.fenced.Load())
 	fmt.Fprintf(&b, "updates.received: %d bytes of content, %d on the wire\n", s.stats.contentBytes.Load(), s.stats.wireBytes.Load())
 	if f := s.fs.Load(); f != nil {
-		for _, m := range s.members {
+		for _, m := range s.memberList() {
 			if lag, ok := f.out.lag(m.ID); ok {
 				fmt.Fprintf(&b, "updates.lag: %s %d\n", m.Name, lag)
 			}
@@ -287,7 +394,9 @@ func (s *Set) Status(ctx context.Context) string {
 
 // Command implements ctl.Controller: "grant PATH [deep]" and "release
 // PATH" act for this member (for administrators and tests; the replica
-// layer asks for its own), "leader NAME" hands raft's leadership over.
+// layer asks for its own), "leader NAME" hands raft's leadership over,
+// "add NAME ADDR FINGERPRINT" adds a member to the running set (see
+// join.go).
 func (s *Set) Command(ctx context.Context, args []string) error {
 	const op = "replica.Command"
 	switch {
@@ -324,8 +433,10 @@ func (s *Set) Command(ctx context.Context, args []string) error {
 		}
 		_, err = s.Release(ctx, c)
 		return err
+	case args[0] == "add" && len(args) == 4:
+		return s.addCommand(ctx, args[1:])
 	case args[0] == "leader" && len(args) == 2:
-		for _, m := range s.members {
+		for _, m := range s.memberList() {
 			if m.Name == args[1] {
 				s.node.TransferLeader(m.ID)
 				return nil
@@ -333,7 +444,7 @@ func (s *Set) Command(ctx context.Context, args []string) error {
 		}
 		return ferry.E(op, args[1], ferry.KindNotExist, "no such member")
 	}
-	return ferry.E(op, "", ferry.KindInvalid, fmt.Sprintf("unknown command %q (replica commands: grant PATH [deep], release PATH, leader NAME)", strings.Join(args, " ")))
+	return ferry.E(op, "", ferry.KindInvalid, fmt.Sprintf("unknown command %q (replica commands: grant PATH [deep], release PATH, leader NAME, add NAME ADDR FINGERPRINT)", strings.Join(args, " ")))
 }
 
 // Close leaves the set: it stops serving the other members, stops raft and
@@ -352,6 +463,8 @@ func (s *Set) Close() error {
 }
 
 func (s *Set) closeLinks() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	for _, l := range s.links {
 		if l.ctl != nil {
 			l.ctl.Close()
@@ -364,7 +477,9 @@ func (s *Set) closeLinks() {
 
 // member returns the member named name.
 func (s *Set) member(name string) (Member, bool) {
-	for _, m := range s.members {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, m := range s.memberList() {
 		if m.Name == name {
 			return m, true
 		}
@@ -374,17 +489,35 @@ func (s *Set) member(name string) (Member, bool) {
 
 // catchUp closes s.ready once this member has heard from a leader and
 // applied what it knows committed: a member that starts (or restarts)
-// serves by the table only once the table is current.
+// serves by the table only once the table is current. A member the set
+// added (a learner) first copies the tree and becomes a voter (join).
 func (s *Set) catchUp(ctx context.Context, tick time.Duration) {
+	wait := tick / 4
 	for {
 		if st := s.node.Status(); st.Leader != 0 && st.Applied >= st.Commit {
-			close(s.ready)
-			return
+			cs := s.node.Conf()
+			if slices.Contains(cs.Voters, s.self.ID) {
+				s.copiedOnce.Do(func() { close(s.copied) }) // promoted by a change this member applied after it started
+				close(s.ready)
+				return
+			}
+			if slices.Contains(cs.Learners, s.self.ID) {
+				err := s.join(ctx)
+				if err == nil {
+					close(s.ready)
+					return
+				}
+				if ctx.Err() != nil {
+					return
+				}
+				s.log.Warn("replica: joining the set failed; trying again", "err", err)
+				wait = min(2*max(wait, 100*time.Millisecond), 5*time.Second)
+			}
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(tick / 4):
+		case <-time.After(wait):
 		}
 	}
 }

@@ -38,6 +38,21 @@ type counting struct {
 	applied chan struct{} // closed and replaced after each entry
 	mu      sync.Mutex
 	grants  map[string]int
+	// joined is told of each member added to the set, as the table learns
+	// of it (applied, or restored from a snapshot).
+	joined func(Member)
+}
+
+// Added implements consensus.Joiner.
+func (c *counting) Added(index, id uint64, info []byte) {
+	c.tabMu.Lock()
+	m, ok := c.Table.Join(index, id, info)
+	close(c.applied)
+	c.applied = make(chan struct{})
+	c.tabMu.Unlock()
+	if ok && c.joined != nil {
+		c.joined(m)
+	}
 }
 
 func (c *counting) Apply(index uint64, cmd []byte) []byte {
@@ -56,10 +71,16 @@ func (c *counting) Apply(index uint64, cmd []byte) []byte {
 
 func (c *counting) Restore(data []byte) error {
 	c.tabMu.Lock()
-	defer c.tabMu.Unlock()
 	err := c.Table.Restore(data)
 	close(c.applied)
 	c.applied = make(chan struct{})
+	ms := c.Table.Members()
+	c.tabMu.Unlock()
+	if c.joined != nil {
+		for _, m := range ms {
+			c.joined(m)
+		}
+	}
 	return err
 }
 
@@ -105,7 +126,7 @@ func (s *Set) follow(ctx context.Context, period time.Duration) {
 			continue
 		}
 		best, n := Member{}, 0
-		for _, m := range s.members {
+		for _, m := range s.memberList() {
 			if m.ID != s.self.ID && counts[m.Name] > n {
 				best, n = m, counts[m.Name]
 			}
@@ -173,7 +194,7 @@ func (c setCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descUpdates, s.stats.fenced.Load(), "fenced")
 	counter(descTransfer, s.stats.transfers.Load())
 	if f := s.fs.Load(); f != nil {
-		for _, m := range s.members {
+		for _, m := range s.memberList() {
 			if lag, ok := f.out.lag(m.ID); ok {
 				gauge(descPending, float64(lag), m.Name)
 			}

@@ -26,6 +26,14 @@ type reporter interface {
 	ReportSnapshot(id uint64, ok bool)
 }
 
+// maxRefs is the most chunks of one file the members' calls list: files
+// of up to about 8 GiB (chunk.Default's average) by chunks, in messages
+// of up to maxMsg.
+const (
+	maxRefs = 1 << 20
+	maxMsg  = 64 << 20
+)
+
 // queueLen is how many messages wait for one member before more are
 // dropped (raft sends them again).
 const queueLen = 4096
@@ -67,7 +75,7 @@ func dial(m Member, key ed25519.PrivateKey) (*grpc.ClientConn, error) {
 		grpc.WithKeepaliveParams(keepalive.ClientParameters{Time: 2 * time.Second, Timeout: 2 * time.Second, PermitWithoutStream: true}),
 		grpc.WithConnectParams(grpc.ConnectParams{MinConnectTimeout: 5 * time.Second,
 			Backoff: gbackoff.Config{BaseDelay: 50 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: time.Second}}),
-		grpc.WithDefaultCallOptions(grpc.WaitForReady(true)))
+		grpc.WithDefaultCallOptions(grpc.WaitForReady(true), grpc.MaxCallRecvMsgSize(maxMsg), grpc.MaxCallSendMsgSize(maxMsg)))
 }
 
 // backoff runs fn until ctx ends, waiting longer after each failure.
@@ -203,10 +211,8 @@ func (s *Set) caller(ctx context.Context) (Member, error) {
 	if err != nil {
 		return Member{}, err
 	}
-	for _, m := range s.members {
-		if m.Fingerprint == fp && m.ID != s.self.ID {
-			return m, nil
-		}
+	if m, ok := s.byKey(fp); ok {
+		return m, nil
 	}
 	return Member{}, ferry.E("replica", "", ferry.KindAuth, "key "+fp+" is not another member's")
 }

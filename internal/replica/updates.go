@@ -234,6 +234,17 @@ func writeDurably(file string, data []byte) error {
 	return err
 }
 
+// addPeer sends every update still kept, and those to come, to member id
+// too, which the set just added.
+func (o *outbox) addPeer(id uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.acked[id]; !ok {
+		o.acked[id] = 0
+		o.notifyLocked()
+	}
+}
+
 // last returns the seq of the last update queued.
 func (o *outbox) last() uint64 {
 	o.mu.Lock()
@@ -537,6 +548,14 @@ func (r receiver) Updates(st grpc.BidiStreamingServer[proto.Update, proto.Update
 	if f == nil {
 		return ferry.E("replica.Updates", "", ferry.KindUnavailable, "this member serves no tree yet")
 	}
+	// A member that joins takes updates once its copy is made: those the
+	// copy holds are then skipped, and the others' controls stay until
+	// it applied the rest.
+	select {
+	case <-r.set.copied:
+	case <-st.Context().Done():
+		return st.Context().Err()
+	}
 	in := &updateIn{st: st, dec: zwire.NewDecoder(piece), stats: &r.set.stats}
 	defer in.dec.Close()
 	for {
@@ -632,6 +651,9 @@ func (r receiver) Chunks(q *proto.ChunksReq, st grpc.ServerStreamingServer[proto
 	if f == nil {
 		return ferry.E(op, "", ferry.KindUnavailable, "this member serves no tree")
 	}
+	if q.Refs != nil {
+		return r.chunksByRefs(f, q, st)
+	}
 	u := f.out.find(q.Seq)
 	if u == nil || u.spool == "" {
 		return ferry.E(op, "", ferry.KindNotExist, fmt.Sprintf("no content kept for update %d", q.Seq))
@@ -688,18 +710,31 @@ func (s *Set) fetchChunks(ctx context.Context, l *link, seq uint64, index []int)
 
 // next returns the next chunk.
 func (c *chunksIn) next() ([]byte, error) {
+	b, missing, err := c.nextOrMissing()
+	if err == nil && missing {
+		err = ferry.E("replica.Chunks", "", ferry.KindNotExist, "a chunk asked for is not held")
+	}
+	return b, err
+}
+
+// nextOrMissing returns the next chunk, or whether the member no longer
+// held it.
+func (c *chunksIn) nextOrMissing() ([]byte, bool, error) {
 	m, err := c.st.Recv()
 	if err != nil {
-		return nil, err
+		return nil, false, err
+	}
+	if m.Missing {
+		return nil, true, nil
 	}
 	b := m.Data
 	if m.Zstd {
 		if b, err = c.set.zip.Decompress(nil, m.Data); err != nil {
-			return nil, ferry.E("replica.Chunks", "", err)
+			return nil, false, ferry.E("replica.Chunks", "", err)
 		}
 	}
 	c.set.stats.received(len(b), len(m.Data))
-	return b, nil
+	return b, false, nil
 }
 
 // Revoke marks this member's control over a path to be given up as soon

@@ -1,0 +1,142 @@
+package replica
+
+import (
+	"context"
+	"crypto/ed25519"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/auth"
+	"github.com/ferryfs/ferry/internal/servertest"
+)
+
+// TestJoinRunningSet adds a third member to a set of two while both
+// change the tree: the new member starts on a stale copy of its own (a
+// file it shares, one the set removed, a file where the set has a
+// directory), copies what differs from one member, fetching only the
+// chunks it lacks, goes on with the updates made meanwhile, and ends with
+// the same tree as the others. It then serves: its change reaches the
+// others, and a member that restarts still knows it.
+func TestJoinRunningSet(t *testing.T) {
+	ts := newTestSet(t, "a", "b")
+	s := newSitesWith(t, &sites{testSet: ts, chunked: true}, 200*time.Millisecond)
+	big := make([]byte, 10<<20) // more chunks than one ChunkRefs of a client call lists
+	rand.NewChaCha8([32]byte{7}).Read(big)
+	put(t, s.fs["a"], "/big", string(big))
+	mkdir := func(name, p string) {
+		t.Helper()
+		_, err := s.fs[name].Put(context.Background(), p, ferry.Dir{ferry.AttrType: ferry.TypeDir, ferry.AttrMode: "0750"}, ferry.Whole, nil).Wait()
+		must(t, err)
+	}
+	for _, p := range []string{"/src", "/src/util", "/many", "/w"} {
+		mkdir("a", p)
+	}
+	mkdir("a", "/w/a")
+	mkdir("b", "/w/b")
+	_, err := s.fs["b"].Put(context.Background(), "/src/link", ferry.Dir{ferry.AttrType: ferry.TypeSymlink, ferry.AttrTarget: "main.c"}, ferry.Whole, nil).Wait()
+	must(t, err)
+	put(t, s.fs["a"], "/src/main.c", "int main() { return 0; }\n")
+	put(t, s.fs["b"], "/src/util/u.c", "void u(void) {}\n")
+	put(t, s.fs["b"], "/doc", "the set's doc\n")
+	for i := range 40 {
+		put(t, s.fs["a"], fmt.Sprintf("/many/f%02d", i), strings.Repeat(fmt.Sprint(i), 100+i))
+	}
+	s.quiet(t)
+
+	// The new member's copy: stale, in part shared.
+	c := Member{Name: "c", Addr: servertest.FreeAddr(t), ID: memberID("c")}
+	k := newKey(t)
+	c.Fingerprint = auth.Fingerprint(k.Public().(ed25519.PublicKey))
+	ts.keys["c"] = k
+	s.dirs["c"], s.spools["c"], s.index["c"] = t.TempDir(), filepath.Join(t.TempDir(), "spool"), t.TempDir()
+	must(t, os.WriteFile(filepath.Join(s.dirs["c"], "big"), big, 0o644))
+	must(t, os.WriteFile(filepath.Join(s.dirs["c"], "gone"), []byte("removed from the set"), 0o644))
+	must(t, os.WriteFile(filepath.Join(s.dirs["c"], "src"), []byte("a file where the set has a directory"), 0o644))
+	set, err := Open(Config{Members: append(slices.Clone(ts.members), c), Key: k, LogDir: filepath.Join(ts.dir, "c"),
+		Tick: 20 * time.Millisecond, Join: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.sets["c"] = set
+	s.layer(t, "c")
+
+	// Both members change the tree while c joins.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, name := range []string{"a", "b"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				p := fmt.Sprintf("/w/%s/f%d", name, i%7)
+				if _, err := s.fs[name].Put(ctx, p, nil, -1, strings.NewReader(fmt.Sprintf("%s %d", name, i))).Wait(); err != nil {
+					t.Errorf("put %s at %s: %v", p, name, err)
+					return
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}()
+	}
+	time.Sleep(100 * time.Millisecond)
+	if err := s.sets["b"].Command(ctx, []string{"add", "c", c.Addr, c.Fingerprint}); err != nil {
+		t.Fatal(err)
+	}
+	if err := set.waitReady(ctx); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // changes after the join, too
+	close(stop)
+	wg.Wait()
+	if t.Failed() {
+		return
+	}
+	s.same(t)
+	t.Logf("c fetched %d bytes, applied %d updates, %d fenced", set.stats.fetchedBytes.Load(), set.stats.applied.Load(), set.stats.fenced.Load())
+	if fetched := set.stats.fetchedBytes.Load(); fetched >= int64(len(big)) {
+		t.Errorf("c fetched %d bytes, though it held the big file's %d", fetched, len(big))
+	}
+	for name, m := range ts.sets {
+		if cs := m.node.Conf(); !slices.Contains(cs.Voters, c.ID) || len(cs.Voters) != 3 {
+			t.Errorf("%s: configuration %+v, want c a voter of three", name, cs)
+		}
+	}
+	if st := s.sets["a"].Status(ctx); !strings.Contains(st, "member: c "+c.Addr) {
+		t.Errorf("a's status does not show c:\n%s", st)
+	}
+
+	// c serves: its change reaches the others; a restarted member still
+	// knows c from the log.
+	put(t, s.fs["c"], "/from-c", "made at the new member")
+	if got := get(t, s.fs["a"], "/from-c"); got != "made at the new member" {
+		t.Fatalf("a reads %q", got)
+	}
+	s.stop("a")
+	s.restart(t, "a")
+	put(t, s.fs["a"], "/after-restart", "a again")
+	if got := get(t, s.fs["c"], "/after-restart"); got != "a again" {
+		t.Fatalf("c reads %q", got)
+	}
+	s.same(t)
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
