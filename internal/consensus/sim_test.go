@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"testing"
 	"testing/cryptotest"
@@ -36,8 +37,35 @@ func (c checked) Apply(index uint64, cmd []byte) []byte {
 	return res
 }
 
+// Added checks that every member reaches the same configuration at the
+// same entry, and that a member once a voter stays one (an add repeated
+// after its promotion must not demote it).
+func (c checked) Added(index, id uint64, info []byte) {
+	c.Table.Added(index, id, info)
+	cs := c.sim.nodes[c.node-1].p.conf
+	conf := fmt.Sprintf("voters %v learners %v", cs.Voters, cs.Learners)
+	if prev, ok := c.sim.confs[index]; ok && prev != conf {
+		c.sim.fail("node %d: configuration after entry %d is %s, another member's %s", c.node, index, conf, prev)
+	}
+	c.sim.confs[index] = conf
+	for v, at := range c.sim.voterSince {
+		if at < index && !slices.Contains(cs.Voters, v) {
+			c.sim.fail("node %d: %d, a voter since entry %d, is not one after entry %d", c.node, v, at, index)
+		}
+	}
+	for _, v := range cs.Voters {
+		if at, ok := c.sim.voterSince[v]; !ok || index < at {
+			c.sim.voterSince[v] = index
+			if c.sim.nodes[v-1].joiner {
+				c.sim.joined++
+			}
+		}
+	}
+}
+
 type simNode struct {
 	id      uint64
+	joiner  bool                // started empty, to be added by a configuration change
 	mem     *raft.MemoryStorage // what the member stored; it outlives a crash
 	p       *peer
 	tab     *control.Table
@@ -58,19 +86,25 @@ type simMsg struct {
 // seeded scheduler that drops, duplicates, delays and reorders messages,
 // partitions members, crashes and restarts them, and moves leadership.
 type sim struct {
-	rng      *rand.Rand
-	nodes    []*simNode
-	net      []simMsg
-	now      int
-	key      uint64
-	sums     map[uint64][32]byte
-	drop     int // percent of messages dropped
-	errs     []string
-	trace    []byte
-	answered int // proposals whose proposer got their result
-	proposed int // proposals raft took
-	snaps    int // snapshots delivered to a member behind
-	restarts int
+	rng   *rand.Rand
+	nodes []*simNode
+	net   []simMsg
+	now   int
+	key   uint64
+	sums  map[uint64][32]byte
+	confs map[uint64]string // the configuration after each entry that added a member
+	// voterSince is, per member, the first entry after which it was a
+	// voter.
+	voterSince map[uint64]uint64
+	peers      []uint64 // the members the group began with
+	drop       int      // percent of messages dropped
+	errs       []string
+	trace      []byte
+	answered   int // proposals whose proposer got their result
+	proposed   int // proposals raft took
+	snaps      int // snapshots delivered to a member behind
+	restarts   int
+	joined     int // members added while the group ran
 }
 
 func (s *sim) fail(format string, args ...any) {
@@ -81,13 +115,18 @@ func (s *sim) note(format string, args ...any) {
 	s.trace = fmt.Appendf(s.trace, "%d: "+format+"\n", append([]any{s.now}, args...)...)
 }
 
-var simMembers = []string{"", "a", "b", "c", "d", "e"}
+var simMembers = []string{"", "a", "b", "c", "d", "e", "f", "g"}
 
-func newSim(seed uint64, n int) *sim {
-	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), sums: map[uint64][32]byte{}}
+// newSim makes a group of n members and joiners more that it may add.
+func newSim(seed uint64, n, joiners int) *sim {
+	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), sums: map[uint64][32]byte{},
+		confs: map[uint64]string{}, voterSince: map[uint64]uint64{}}
 	s.drop = s.rng.IntN(25)
-	for i := 1; i <= n; i++ {
-		s.nodes = append(s.nodes, &simNode{id: uint64(i), mem: raft.NewMemoryStorage()})
+	for i := 1; i <= n+joiners; i++ {
+		s.nodes = append(s.nodes, &simNode{id: uint64(i), mem: raft.NewMemoryStorage(), joiner: i > n})
+		if i <= n {
+			s.peers = append(s.peers, uint64(i))
+		}
 	}
 	for _, nd := range s.nodes {
 		s.start(nd)
@@ -95,12 +134,18 @@ func newSim(seed uint64, n int) *sim {
 	return s
 }
 
-func (s *sim) ids() []uint64 {
-	var ids []uint64
-	for _, nd := range s.nodes {
-		ids = append(ids, nd.id)
+// inConf reports whether nd is in the configuration a leader (or, with
+// none, any member) applied.
+func (s *sim) inConf(nd *simNode) bool {
+	if !nd.joiner {
+		return true
 	}
-	return ids
+	for _, o := range s.nodes {
+		if !o.joiner && (slices.Contains(o.p.conf.Voters, nd.id) || slices.Contains(o.p.conf.Learners, nd.id)) {
+			return true
+		}
+	}
+	return false
 }
 
 // start (re)starts a member from what it stored, with a fresh table.
@@ -108,7 +153,7 @@ func (s *sim) start(nd *simNode) {
 	nd.runs++
 	nd.tab = control.New()
 	nd.waiting, nd.gaveUp, nd.results = map[uint64][]byte{}, map[uint64]bool{}, map[uint64][]byte{}
-	p, err := newPeer(Config{ID: nd.id, Peers: s.ids(), ElectionTicks: 10, SnapshotEvery: 16},
+	p, err := newPeer(Config{ID: nd.id, Peers: s.peers, Join: nd.joiner, ElectionTicks: 10, SnapshotEvery: 16},
 		nd.mem, nil, checked{nd.tab, s, nd.id}, nd.runs)
 	if err != nil {
 		s.fail("start node %d: %v", nd.id, err)
@@ -269,6 +314,10 @@ func (s *sim) step() {
 			nd := up[s.rng.IntN(len(up))]
 			nd.p.rn.TransferLeader(s.nodes[s.rng.IntN(len(s.nodes))].id)
 		}
+	case r < 99:
+		if len(up) > 0 {
+			s.changeConf(up)
+		}
 	default:
 		// A proposal lost with its leader is never answered; its caller
 		// gives up (a Node's caller by its context).
@@ -284,6 +333,39 @@ func (s *sim) step() {
 	s.settle()
 }
 
+// changeConf has a member of up propose a change: a learner its own
+// promotion, or another the addition of a joiner as a learner (now and
+// then of one added already, as a proposal made again would be).
+func (s *sim) changeConf(up []*simNode) {
+	nd := up[s.rng.IntN(len(up))]
+	if s.rng.IntN(2) == 0 {
+		for _, o := range up {
+			if slices.Contains(o.p.conf.Learners, o.id) {
+				s.note("%d asks to be a voter", o.id)
+				o.p.rn.ProposeConfChange(raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: o.id})
+				return
+			}
+		}
+	}
+	var js []*simNode
+	for _, o := range s.nodes {
+		if o.joiner {
+			js = append(js, o)
+		}
+	}
+	if len(js) == 0 {
+		return
+	}
+	s.changeConfAdd(nd, js[s.rng.IntN(len(js))])
+}
+
+// changeConfAdd has nd propose the addition of j as a learner.
+func (s *sim) changeConfAdd(nd, j *simNode) {
+	info := control.EncodeMember(control.Member{Name: fmt.Sprint("j", j.id), Addr: fmt.Sprint("j", j.id, ":1"), Fingerprint: fmt.Sprint("SHA256:", j.id), ID: j.id})
+	s.note("%d asks to add %d", nd.id, j.id)
+	nd.p.rn.ProposeConfChange(raftpb.ConfChange{Type: raftpb.ConfChangeAddLearnerNode, NodeID: j.id, Context: info})
+}
+
 // heal ends every fault and runs until the members agree, then checks that
 // a new proposal commits and that every table is the same.
 func (s *sim) heal() {
@@ -296,6 +378,7 @@ func (s *sim) heal() {
 	}
 	s.settle()
 	var final uint64
+	repeated := map[uint64]bool{}
 	for round := 0; round < 2000; round++ {
 		s.now++
 		for _, nd := range s.nodes {
@@ -317,9 +400,30 @@ func (s *sim) heal() {
 			s.settle()
 		}
 		s.settle()
+		if round%20 == 0 {
+			// A learner asks to be a voter until it is one, as a
+			// joining member does once it has copied the tree.
+			for _, nd := range s.nodes {
+				if slices.Contains(nd.p.conf.Learners, nd.id) {
+					nd.p.rn.ProposeConfChange(raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: nd.id})
+				}
+			}
+			s.settle()
+		}
 		lead := s.leader()
 		if lead == nil {
 			continue
+		}
+		if round%20 == 10 {
+			// An addition made again after its member's promotion (a
+			// repeated proposal) must not demote it.
+			for _, nd := range s.nodes {
+				if nd.joiner && !repeated[nd.id] && slices.Contains(lead.p.conf.Voters, nd.id) {
+					repeated[nd.id] = true
+					s.changeConfAdd(lead, nd)
+				}
+			}
+			s.settle()
 		}
 		if final == 0 {
 			s.key++
@@ -336,7 +440,7 @@ func (s *sim) heal() {
 		if _, waiting := lead.waiting[final]; waiting {
 			continue
 		}
-		if s.agreed() {
+		if s.agreed() && len(lead.p.conf.Learners) == 0 {
 			return
 		}
 	}
@@ -363,6 +467,9 @@ func (s *sim) applied() []uint64 {
 func (s *sim) agreed() bool {
 	first := s.nodes[0]
 	for _, nd := range s.nodes[1:] {
+		if !s.inConf(nd) {
+			continue
+		}
 		if nd.p.applied != first.p.applied || nd.tab.Sum() != first.tab.Sum() {
 			return false
 		}
@@ -389,7 +496,7 @@ func runSim(t *testing.T, seed uint64, steps int) *sim {
 	if seed%4 == 0 {
 		n = 5
 	}
-	s := newSim(seed, n)
+	s := newSim(seed, n, int(seed%3))
 	for i := 0; i < steps && len(s.errs) == 0; i++ {
 		s.step()
 	}
@@ -405,7 +512,7 @@ func runSim(t *testing.T, seed uint64, steps int) *sim {
 // the faults end, a new grant commits and all tables are the same.
 func TestSimulation(t *testing.T) {
 	seeds := simSeeds(t)
-	var answered, entries, proposed, snaps, restarts int
+	var answered, entries, proposed, snaps, restarts, joined int
 	for seed := uint64(1); seed <= uint64(seeds); seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			s := runSim(t, seed, 3000)
@@ -416,16 +523,17 @@ func TestSimulation(t *testing.T) {
 			proposed += s.proposed
 			snaps += s.snaps
 			restarts += s.restarts
+			joined += s.joined
 			entries += len(s.sums)
 		})
 		if t.Failed() {
 			break
 		}
 	}
-	t.Logf("%d seeds: %d proposals taken, %d command entries applied, %d answered, %d snapshots sent, %d restarts",
-		seeds, proposed, entries, answered, snaps, restarts)
-	if !t.Failed() && (entries < seeds || snaps == 0 || restarts == 0) {
-		t.Fatal("the simulation no longer exercises commits, snapshots and restarts")
+	t.Logf("%d seeds: %d proposals taken, %d command entries applied, %d answered, %d snapshots sent, %d restarts, %d members joined and promoted",
+		seeds, proposed, entries, answered, snaps, restarts, joined)
+	if !t.Failed() && (entries < seeds || snaps == 0 || restarts == 0 || joined == 0) {
+		t.Fatal("the simulation no longer exercises commits, snapshots, restarts and joins")
 	}
 }
 

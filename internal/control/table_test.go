@@ -187,3 +187,33 @@ func FuzzApply(f *testing.F) {
 		}
 	})
 }
+
+// FuzzJoin feeds Join arbitrary contexts: it records a member only from a
+// whole one naming the id of the change, never twice, and the members
+// survive a snapshot.
+func FuzzJoin(f *testing.F) {
+	f.Add(uint64(4), EncodeMember(Member{Name: "d", Addr: "d:1", Fingerprint: "SHA256:d", ID: 4}))
+	f.Add(uint64(5), EncodeMember(Member{Name: "d", Addr: "d:1", Fingerprint: "SHA256:d", ID: 4}))
+	f.Add(uint64(4), []byte{0x08, 0x04, 0xff})
+	f.Fuzz(func(t *testing.T, id uint64, info []byte) {
+		tab := New()
+		tab.Apply(2, grant("a", true, "/x"))
+		m, ok := tab.Join(3, id, info)
+		if ok && (m.ID != id || m.ID == 0 || m.Name == "" || m.Addr == "" || m.Fingerprint == "") {
+			t.Fatalf("joined %+v from %x for id %d", m, info, id)
+		}
+		if _, again := tab.Join(4, id, info); again {
+			t.Fatal("a member joined twice")
+		}
+		if len(tab.Members()) != map[bool]int{true: 1, false: 0}[ok] || tab.Index() != 4 {
+			t.Fatalf("members %+v, index %d", tab.Members(), tab.Index())
+		}
+		back := New()
+		if err := back.Restore(tab.Snapshot()); err != nil {
+			t.Fatal(err)
+		}
+		if back.Sum() != tab.Sum() || len(back.Members()) != len(tab.Members()) {
+			t.Fatal("members do not survive a snapshot")
+		}
+	})
+}

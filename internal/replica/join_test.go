@@ -52,21 +52,11 @@ func TestJoinRunningSet(t *testing.T) {
 	s.quiet(t)
 
 	// The new member's copy: stale, in part shared.
-	c := Member{Name: "c", Addr: servertest.FreeAddr(t), ID: memberID("c")}
-	k := newKey(t)
-	c.Fingerprint = auth.Fingerprint(k.Public().(ed25519.PublicKey))
-	ts.keys["c"] = k
-	s.dirs["c"], s.spools["c"], s.index["c"] = t.TempDir(), filepath.Join(t.TempDir(), "spool"), t.TempDir()
-	must(t, os.WriteFile(filepath.Join(s.dirs["c"], "big"), big, 0o644))
-	must(t, os.WriteFile(filepath.Join(s.dirs["c"], "gone"), []byte("removed from the set"), 0o644))
-	must(t, os.WriteFile(filepath.Join(s.dirs["c"], "src"), []byte("a file where the set has a directory"), 0o644))
-	set, err := Open(Config{Members: append(slices.Clone(ts.members), c), Key: k, LogDir: filepath.Join(ts.dir, "c"),
-		Tick: 20 * time.Millisecond, Join: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ts.sets["c"] = set
-	s.layer(t, "c")
+	c, set := s.joiner(t, "c", 0, func(dir string) {
+		must(t, os.WriteFile(filepath.Join(dir, "big"), big, 0o644))
+		must(t, os.WriteFile(filepath.Join(dir, "gone"), []byte("removed from the set"), 0o644))
+		must(t, os.WriteFile(filepath.Join(dir, "src"), []byte("a file where the set has a directory"), 0o644))
+	})
 
 	// Both members change the tree while c joins.
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -132,6 +122,31 @@ func TestJoinRunningSet(t *testing.T) {
 		t.Fatalf("c reads %q", got)
 	}
 	s.same(t)
+}
+
+// joiner starts member name, new to the set and oneWay from the others,
+// on a copy that seed makes in its directory, and returns it, not yet
+// added.
+func (s *sites) joiner(t *testing.T, name string, oneWay time.Duration, seed func(dir string)) (Member, *Set) {
+	ts := s.testSet
+	m := Member{Name: name, Addr: servertest.FreeAddr(t), ID: memberID(name)}
+	listen := ""
+	if oneWay > 0 {
+		listen, m.Addr = m.Addr, servertest.DelayProxy(t, m.Addr, oneWay)
+	}
+	k := newKey(t)
+	m.Fingerprint = auth.Fingerprint(k.Public().(ed25519.PublicKey))
+	ts.keys[name] = k
+	s.dirs[name], s.spools[name], s.index[name] = t.TempDir(), filepath.Join(t.TempDir(), "spool"), t.TempDir()
+	seed(s.dirs[name])
+	set, err := Open(Config{Members: append(slices.Clone(ts.members), m), Key: k, LogDir: filepath.Join(ts.dir, name),
+		Tick: 20 * time.Millisecond, Join: true, Listen: listen})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.sets[name] = set
+	s.layer(t, name)
+	return m, set
 }
 
 func must(t *testing.T, err error) {

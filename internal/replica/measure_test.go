@@ -1,10 +1,17 @@
 package replica
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"path"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -56,13 +63,7 @@ func TestMeasureUnpackAcrossSites(t *testing.T) {
 	if os.Getenv("FERRY_MEASURE") == "" {
 		t.Skip("a measurement: FERRY_MEASURE=1 runs it")
 	}
-	oneWay := 60 * time.Millisecond
-	if v := os.Getenv("FERRY_ONEWAY"); v != "" {
-		var err error
-		if oneWay, err = time.ParseDuration(v); err != nil {
-			t.Fatal(err)
-		}
-	}
+	oneWay := oneWayFromEnv(t)
 	const dirs, files, pause = 10, 20, 150 * time.Millisecond
 	type cell struct {
 		name string
@@ -111,5 +112,136 @@ func TestMeasureUnpackAcrossSites(t *testing.T) {
 		}
 		sort.Slice(took, func(i, j int) bool { return took[i] < took[j] })
 		t.Logf("%-34s median %7.3fs  runs %v  %s", c.name, took[len(took)/2].Seconds(), took, note)
+	}
+}
+
+// oneWayFromEnv returns the one-way delay between sites a measurement
+// asks for in FERRY_ONEWAY, 60 ms by default.
+func oneWayFromEnv(t *testing.T) time.Duration {
+	v := os.Getenv("FERRY_ONEWAY")
+	if v == "" {
+		return 60 * time.Millisecond
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// tarFile is a file or directory of a tarball.
+type tarFile struct {
+	path string
+	dir  bool
+	mode os.FileMode
+	mt   time.Time
+	data []byte
+}
+
+// readTarball reads a .tar.gz's directories and regular files, in order.
+func readTarball(t *testing.T, file string) []tarFile {
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := tar.NewReader(zr)
+	var out []tarFile
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := path.Clean("/" + h.Name)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			out = append(out, tarFile{path: p, dir: true, mode: h.FileInfo().Mode().Perm(), mt: h.ModTime})
+		case tar.TypeReg:
+			b, err := io.ReadAll(tr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out = append(out, tarFile{path: p, mode: h.FileInfo().Mode().Perm(), mt: h.ModTime, data: b})
+		}
+	}
+}
+
+// TestMeasureJoin measures a member joining a set of two members
+// 2*FERRY_ONEWAY apart (default 60 ms: 120 ms round trip) that holds
+// OpenSSH's source tree (FERRY_SSH_TARBALL): from the add to the new
+// member serving, and the bytes it fetched, with an empty directory, one
+// holding the tree with every tenth file changed, and one holding the
+// tree. FERRY_MEASURE=1 runs it.
+func TestMeasureJoin(t *testing.T) {
+	if os.Getenv("FERRY_MEASURE") == "" || os.Getenv("FERRY_SSH_TARBALL") == "" {
+		t.Skip("a measurement: FERRY_MEASURE=1 FERRY_SSH_TARBALL=openssh_VERSION.orig.tar.gz runs it")
+	}
+	oneWay := oneWayFromEnv(t)
+	files := readTarball(t, os.Getenv("FERRY_SSH_TARBALL"))
+	var size int64
+	for _, f := range files {
+		size += int64(len(f.data))
+	}
+	// write makes the tree in dir, with every every-th file changed.
+	write := func(dir string, every int) {
+		for i, f := range files {
+			p := filepath.Join(dir, f.path)
+			if f.dir {
+				must(t, os.MkdirAll(p, 0o755))
+				continue
+			}
+			data := f.data
+			if every > 0 && i%every == 0 {
+				data = append(slices.Clone(data), "/* changed */\n"...)
+			}
+			must(t, os.WriteFile(p, data, f.mode))
+			must(t, os.Chtimes(p, f.mt, f.mt))
+		}
+	}
+	cells := []struct {
+		name string
+		seed func(dir string)
+	}{
+		{"empty directory", func(string) {}},
+		{"every tenth file changed", func(dir string) { write(dir, 10) }},
+		{"the same tree", func(dir string) { write(dir, 0) }},
+	}
+	for _, c := range cells {
+		t.Run(c.name, func(t *testing.T) {
+			s := newSitesWith(t, &sites{testSet: newDelayedSet(t, oneWay, "a", "b"), chunked: true}, time.Second)
+			ctx := context.Background()
+			for _, f := range files {
+				d := ferry.Dir{}
+				d.SetMode(f.mode)
+				d.SetMtime(f.mt)
+				var r io.Reader = bytes.NewReader(f.data)
+				if f.dir {
+					d[ferry.AttrType], r = ferry.TypeDir, nil
+				}
+				if _, err := s.fs["a"].Put(ctx, f.path, d, ferry.Whole, r).Wait(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			s.quiet(t)
+			m, set := s.joiner(t, "c", oneWay, c.seed)
+			start := time.Now()
+			if err := s.sets["a"].Command(ctx, []string{"add", m.Name, m.Addr, m.Fingerprint}); err != nil {
+				t.Fatal(err)
+			}
+			if err := set.waitReady(ctx); err != nil {
+				t.Fatal(err)
+			}
+			took := time.Since(start)
+			s.same(t)
+			t.Logf("%-26s joined in %6.2fs  fetched %8d bytes of content, %8d on the wire; tree %d files, %d bytes; %v round trip",
+				c.name, took.Seconds(), set.stats.fetchedBytes.Load(), set.stats.wireBytes.Load(), len(files), size, 2*oneWay)
+		})
 	}
 }
