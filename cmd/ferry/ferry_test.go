@@ -74,6 +74,9 @@ func startVia(t *testing.T, via []string, flags ...string) *env {
 // startIn is startVia with the server's FERRY_HOME given.
 func startIn(t *testing.T, home string, via []string, flags ...string) *env {
 	e := &env{t: t, home: home, dir: t.TempDir()}
+	// FERRY_SERVE_ARGS adds flags to every server a measurement starts
+	// (say, --cpuprofile /tmp/serve-%p.pprof).
+	flags = append(flags, strings.Fields(os.Getenv("FERRY_SERVE_ARGS"))...)
 	args := append(append(via, ferryBin, "serve", e.dir, "--listen", "127.0.0.1:0", "--grace", "2s"), flags...)
 	cmd := exec.Command(args[0], args[1:]...)
 	cmd.Env = e.environ()

@@ -18,6 +18,7 @@ import (
 	"os/user"
 	"path/filepath"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -146,6 +147,7 @@ func serveCmd() *cobra.Command {
 	var ix indexOpts
 	var raFixed int64
 	var metricsPerConn bool
+	var cpuProfile string
 	memory := sizeFlag(server.DefaultMemory)
 	var rs replicaOpts
 	c := &cobra.Command{
@@ -215,6 +217,13 @@ Limitations: all admitted users have the server process's rights on DIR;
 a real file named Ctl at the top of DIR is shadowed by the control file.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if cpuProfile != "" {
+				stop, err := profileCPU(strings.ReplaceAll(cpuProfile, "%p", strconv.Itoa(os.Getpid())))
+				if err != nil {
+					return err
+				}
+				defer stop()
+			}
 			return serve(cmd.Context(), args[0], listen, metrics, grace, !noSelf, ix, rs, serverTuning{int64(memory), raFixed, metricsPerConn}, cmd.ErrOrStderr())
 		},
 	}
@@ -244,7 +253,27 @@ a real file named Ctl at the top of DIR is shadowed by the control file.`,
 	c.Flags().MarkHidden("readahead-fixed")
 	c.Flags().BoolVar(&metricsPerConn, "metrics-per-connection", false, "label the connection metrics with each connection's address (for benchmarks: the series grow with the connections)")
 	c.Flags().MarkHidden("metrics-per-connection")
+	// The flag cpuprofile is hidden: it is for developers finding where a
+	// server's time goes in a measurement.
+	c.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile to this `file` when the server stops (%p: the process id)")
+	c.Flags().MarkHidden("cpuprofile")
 	return c
+}
+
+// profileCPU profiles this process's CPU into file until stop is called.
+func profileCPU(file string) (stop func(), err error) {
+	f, err := os.Create(file)
+	if err != nil {
+		return nil, ferry.E("serve", file, err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, ferry.E("serve", file, err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 // canChown reports whether this process may give files to other owners:
