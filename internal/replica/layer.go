@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -636,12 +637,14 @@ func attrsOf(d ferry.Dir) ferry.Dir {
 // Put implements ferry.Tree.
 func (f *FS) Put(ctx context.Context, p string, d ferry.Dir, off int64, data io.Reader) *ferry.Future[ferry.Dir] {
 	return ferry.Go(func() (ferry.Dir, error) {
+		// The content waits here, not holding the order of changes while
+		// a slow client sends it: in memory if small, else in a spool
+		// file.
+		var small []byte
 		in := ""
 		if data != nil {
-			// The content waits here, not holding the order of changes
-			// while a slow client sends it.
 			var err error
-			if in, err = f.spoolFile(data); err != nil {
+			if small, in, err = f.take(data); err != nil {
 				return nil, ferry.E("replica.Put", p, err)
 			}
 			defer func() {
@@ -653,13 +656,16 @@ func (f *FS) Put(ctx context.Context, p string, d ferry.Dir, off int64, data io.
 		var out ferry.Dir
 		err := f.change(ctx, []string{p}, func() (*proto.Update, string, error) {
 			var r io.Reader
-			if in != "" {
+			switch {
+			case in != "":
 				fh, err := os.Open(in)
 				if err != nil {
 					return nil, "", err
 				}
 				defer fh.Close()
 				r = fh
+			case data != nil:
+				r = bytes.NewReader(small)
 			}
 			var err error
 			if out, err = f.FS.Put(ctx, p, d, off, r).Wait(); err != nil {
@@ -667,22 +673,35 @@ func (f *FS) Put(ctx context.Context, p string, d ferry.Dir, off int64, data io.
 			}
 			u := &proto.Update{Op: "put", Path: p, Dir: proto.FromDir(attrsOf(out))}
 			spool := ""
-			if out.Type() == ferry.TypeFile {
-				if off == ferry.Whole && in != "" {
-					spool, in = in, "" // what was put is the content
-				} else {
-					rc := f.FS.Get(ctx, p, 0, -1)
-					spool, err = f.spoolFile(rc)
-					rc.Close()
-					if err != nil {
-						return nil, "", err
-					}
+			switch {
+			case out.Type() != ferry.TypeFile:
+			case off == ferry.Whole && in != "":
+				spool, in = in, "" // what was put is the content
+			case off == ferry.Whole && data != nil:
+				u.Data = small
+			default:
+				rc := f.FS.Get(ctx, p, 0, -1)
+				u.Data, spool, err = f.take(rc)
+				rc.Close()
+				if err != nil {
+					return nil, "", err
 				}
 			}
 			return u, spool, nil
 		})
 		return out, err
 	})
+}
+
+// take reads r whole: its bytes if fewer than byChunks (an update carries
+// them in its header), else the spool file it copied them into.
+func (f *FS) take(r io.Reader) (small []byte, spool string, err error) {
+	small, err = io.ReadAll(io.LimitReader(r, byChunks))
+	if err != nil || len(small) < byChunks {
+		return small, "", err
+	}
+	spool, err = f.spoolFile(io.MultiReader(bytes.NewReader(small), r))
+	return nil, spool, err
 }
 
 // Move implements ferry.Tree.

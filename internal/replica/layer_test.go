@@ -1,6 +1,7 @@
 package replica
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"fmt"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/ferryfs/ferry"
 	"github.com/ferryfs/ferry/internal/callback"
+	"github.com/ferryfs/ferry/internal/chunk"
 	"github.com/ferryfs/ferry/internal/chunkstore"
 	"github.com/ferryfs/ferry/internal/local"
 )
@@ -412,6 +414,14 @@ func TestUpdatesByChunks(t *testing.T) {
 	first := s.sets["b"].stats.fetchedBytes.Load()
 	if first != int64(len(big)) {
 		t.Fatalf("b fetched %d bytes of a new 1 MiB file, want all of it", first)
+	}
+	// b and c fetched every chunk; a tried to compress each once.
+	refs, err := chunk.List(bytes.NewReader(big), chunk.Default)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tried := s.sets["a"].zip.Stats().Skipped; tried != int64(len(refs)) {
+		t.Errorf("a tried to compress %d chunks for two members fetching %d", tried, len(refs))
 	}
 	big[len(big)/2] ^= 0xff
 	put(t, s.fs["a"], "/big", string(big))

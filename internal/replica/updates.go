@@ -32,17 +32,103 @@ const piece = proto.SendData
 // update is one change this member made, kept until every other member
 // applied it.
 type update struct {
-	h     *proto.Update // without data
-	spool string        // the content of a put, "" for none
+	// h is the update; a small put's content is in its Data, unless hdr
+	// names the header file to read it from (past inlineMax).
+	h     *proto.Update
+	hdr   string
+	spool string // the content of a larger put, "" for none
 
 	once sync.Once // cuts the content into chunks, for the first member sent it
 	refs []chunk.Ref
 	err  error
+
+	// zmu guards zc: its chunks compressed for the first member that
+	// fetched them, kept for the others (within zipMax over the outbox).
+	zmu sync.Mutex
+	zc  map[int][]byte
+}
+
+// zipMax bounds the compressed chunks an outbox keeps for the members
+// that fetch them next.
+const zipMax = 64 << 20
+
+// zipped returns chunk i of u compressed, or false if it does not
+// compress, compressing b (its bytes) with zip unless an earlier fetch
+// did; it keeps what it compresses while kept (the outbox's count) stays
+// within zipMax.
+func (u *update) zipped(i int, b []byte, zip *zwire.Codec, kept *atomic.Int64) ([]byte, bool) {
+	u.zmu.Lock()
+	defer u.zmu.Unlock()
+	if c, ok := u.zc[i]; ok {
+		return c, c != nil
+	}
+	c, ok := zip.Compress(nil, b)
+	if !ok {
+		c = nil // b itself: the caller's buffer
+	}
+	if kept.Add(int64(len(c))+1) <= zipMax {
+		if u.zc == nil {
+			u.zc = map[int][]byte{}
+		}
+		u.zc[i] = c
+	} else {
+		kept.Add(-int64(len(c)) - 1)
+	}
+	return c, ok
+}
+
+// unzip gives back what u kept of its compressed chunks.
+func (u *update) unzip(kept *atomic.Int64) {
+	u.zmu.Lock()
+	defer u.zmu.Unlock()
+	for _, c := range u.zc {
+		kept.Add(-int64(len(c)) - 1)
+	}
+	u.zc = nil
 }
 
 // byChunks is the least content sent as a chunk list rather than whole:
-// below it one round trip more costs more than the bytes it saves.
+// below it one round trip more costs more than the bytes it saves. Less
+// content goes in the update's header (Data), one file per update and
+// nothing to open again for each member.
 const byChunks = 64 << 10
+
+// inlineMax bounds the small puts' content an outbox holds in memory;
+// past it, content is read again from the update's header when sent.
+const inlineMax = 64 << 20
+
+// keepLocked keeps u's inline content in memory, or drops it there if the
+// outbox holds inlineMax already.
+func (o *outbox) keepLocked(u *update, hdr string) {
+	if n := len(u.h.Data); n > 0 {
+		if o.inline+n > o.inlineMax {
+			u.h.Data, u.hdr = nil, hdr
+		} else {
+			o.inline += n
+		}
+	}
+}
+
+// header returns u's update with its content, reading it again from its
+// header file if it is not held.
+func (u *update) header() (*proto.Update, error) {
+	if u.hdr == "" {
+		return u.h, nil
+	}
+	b, err := os.ReadFile(u.hdr)
+	if err != nil {
+		return nil, err
+	}
+	b, whole := decodeHead(b)
+	if !whole {
+		return nil, fmt.Errorf("replica: update %s torn", u.hdr)
+	}
+	h := &proto.Update{}
+	if err := pb.Unmarshal(b, h); err != nil {
+		return nil, fmt.Errorf("replica: update %s: %w", u.hdr, err)
+	}
+	return h, nil
+}
 
 // chunks returns the chunk list of u's content.
 func (u *update) chunks() ([]chunk.Ref, error) {
@@ -65,17 +151,21 @@ func (u *update) chunks() ([]chunk.Ref, error) {
 // a change it answered is never lost to the other members. Their numbers
 // (seq) go on from the highest it kept.
 type outbox struct {
-	dir     string
-	mu      sync.Mutex
-	seq     uint64
-	log     []*update
-	acked   map[uint64]uint64 // member id -> last seq it applied
-	changed chan struct{}     // closed and replaced on each add and ack
+	dir    string
+	mu     sync.Mutex
+	seq    uint64
+	log    []*update
+	inline int          // bytes of small puts' content held in memory
+	zipped atomic.Int64 // bytes of compressed chunks the updates keep
+	// inlineMax bounds inline (inlineMax, but for tests).
+	inlineMax int
+	acked     map[uint64]uint64 // member id -> last seq it applied
+	changed   chan struct{}     // closed and replaced on each add and ack
 }
 
 // openOutbox loads the updates left in dir.
 func openOutbox(dir string, peers []uint64) (*outbox, error) {
-	o := &outbox{dir: dir, acked: map[uint64]uint64{}, changed: make(chan struct{})}
+	o := &outbox{dir: dir, acked: map[uint64]uint64{}, changed: make(chan struct{}), inlineMax: inlineMax}
 	for _, id := range peers {
 		o.acked[id] = 0
 	}
@@ -112,6 +202,7 @@ func openOutbox(dir string, peers []uint64) (*outbox, error) {
 		if fileExists(dat) {
 			u.spool = dat
 		}
+		o.keepLocked(u, n)
 		o.log = append(o.log, u)
 		o.seq = max(o.seq, h.Seq)
 	}
@@ -159,6 +250,7 @@ func (o *outbox) add(h *proto.Update, spool string) (uint64, error) {
 		os.Remove(u.spool)
 		return 0, fmt.Errorf("replica: keeping an update: %w", err)
 	}
+	o.keepLocked(u, base+".hdr")
 	o.log = append(o.log, u)
 	if len(o.acked) == 0 {
 		o.trimLocked(h.Seq)
@@ -330,6 +422,8 @@ func (o *outbox) trimLocked(seq uint64) {
 	n := 0
 	for n < len(o.log) && o.log[n].h.Seq <= seq {
 		u := o.log[n]
+		o.inline -= len(u.h.Data)
+		u.unzip(&o.zipped)
 		os.Remove(filepath.Join(o.dir, fmt.Sprintf("u-%020d.hdr", u.h.Seq)))
 		if u.spool != "" {
 			os.Remove(u.spool)
@@ -447,7 +541,20 @@ func (f *FS) streamUpdates(ctx context.Context, l *link) error {
 // list.
 func sendUpdate(st grpc.BidiStreamingClient[proto.Update, proto.UpdateAck], u *update, z *zwire.Encoder) error {
 	if u.spool == "" {
-		return st.Send(u.h)
+		h, err := u.header()
+		if err != nil {
+			return err
+		}
+		if z == nil || len(h.Data) < zwire.MinSize {
+			return st.Send(h)
+		}
+		c, err := z.Compress(h.Data)
+		if err != nil {
+			return err
+		}
+		m := pb.Clone(h).(*proto.Update)
+		m.Data, m.Zstd, m.Size = c, true, uint32(len(h.Data))
+		return st.Send(m)
 	}
 	f, err := os.Open(u.spool)
 	if err != nil {
@@ -682,8 +789,12 @@ func (r receiver) Chunks(q *proto.ChunksReq, st grpc.ServerStreamingServer[proto
 		if q.Zstd {
 			// Each chunk alone, at the fastest level: a Chunks call
 			// carries the chunks of one file, and a stream's encoder
-			// made for each cost the members more than it saved.
-			m.Data, m.Zstd = r.set.zip.Compress(nil, b)
+			// made for each cost the members more than it saved. The
+			// other members fetch the same chunks: compressed once.
+			m.Data, m.Zstd = u.zipped(i, b, r.set.zip, &f.out.zipped)
+			if !m.Zstd {
+				m.Data = b
+			}
 		}
 		if err := st.Send(m); err != nil {
 			return err

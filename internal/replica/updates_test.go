@@ -95,6 +95,50 @@ func TestOutboxKept(t *testing.T) {
 	})
 }
 
+// TestOutboxInline: a small put's content travels in its update's
+// header: held in memory up to the outbox's bound, read again from the
+// header past it, and back after a restart; trimming gives the memory
+// back.
+func TestOutboxInline(t *testing.T) {
+	const peer = 2
+	dir := t.TempDir()
+	o, err := openOutbox(dir, []uint64{peer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	o.inlineMax = 25
+	for _, c := range []string{"first ten", "second ten", "third, past the bound"} {
+		if _, err := o.add(&proto.Update{Op: "put", Path: "/" + c, Data: []byte(c)}, ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check := func(o *outbox, held []bool) {
+		t.Helper()
+		for i, u := range o.log {
+			if got := len(u.h.Data) > 0; got != held[i] {
+				t.Errorf("update %d: content held in memory %v, want %v", u.h.Seq, got, held[i])
+			}
+			h, err := u.header()
+			if err != nil || "/"+string(h.Data) != h.Path {
+				t.Errorf("update %d: content %q (%v), want %q", u.h.Seq, h.GetData(), err, h.GetPath()[1:])
+			}
+		}
+	}
+	check(o, []bool{true, true, false})
+	if o.inline != len("first ten")+len("second ten") {
+		t.Errorf("%d bytes held, want 19", o.inline)
+	}
+	o.ack(peer, 1)
+	if o.inline != len("second ten") {
+		t.Errorf("%d bytes held after trimming, want 10", o.inline)
+	}
+	o, err = openOutbox(dir, []uint64{peer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(o, []bool{true, true})
+}
+
 // FuzzDecodeHead: any bytes of a header file are either whole, giving back
 // what was written, or refused; none panics.
 func FuzzDecodeHead(f *testing.F) {
