@@ -211,7 +211,11 @@ the chunks its directory lacks and removing what the set does not have,
 then goes on with the changes made meanwhile, and serves once it is
 current; the control file shows it as a learner until then. The others
 learn it from the log; once it has joined, add its line to their members
-files too, so that the files stay a true list of the set.
+files too, so that the files stay a true list of the set. "pass remove
+NAME" removes a member that is gone for good (its site lost, or added but
+never started): the others stop waiting for it, and the controls it held
+are dropped with whatever of their changes it had not sent. Stop its
+server first; a member removed does not join again under its name.
 
 Limitations: all admitted users have the server process's rights on DIR;
 a real file named Ctl at the top of DIR is shadowed by the control file.`,

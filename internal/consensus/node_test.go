@@ -236,4 +236,19 @@ func TestJoin(t *testing.T) {
 	delete(ms, 3)
 	grant(ms[4], "/d") // 1, 2 and 4: three of four
 	same(1, 2, 4)
+	// 3 removed, the group is three, and two of them are a quorum.
+	gone := raftpb.ConfChange{Type: raftpb.ConfChangeRemoveNode, NodeID: 3,
+		Context: control.EncodeMember(control.Member{Name: simMembers[3], ID: 3})}
+	if err := ms[1].node.ChangeConf(ctx, gone, func(cs raftpb.ConfState) bool { return !slices.Contains(cs.Voters, 3) }); err != nil {
+		t.Fatal(err)
+	}
+	ms[4].stop(l, 4)
+	delete(ms, 4)
+	grant(ms[2], "/e")
+	same(1, 2)
+	ms[1].node.View(func() {
+		if g := ms[1].tab.Gone(); len(g) != 1 || g[0].ID != 3 {
+			t.Errorf("the table's members removed: %+v", g)
+		}
+	})
 }

@@ -31,12 +31,16 @@ type Machine interface {
 	Restore(data []byte) error
 }
 
-// Joiner is a Machine that learns of the members a configuration change
-// adds to the group: Added is called, in log order with the machine's
-// commands, with the change's index, the member's id and the change's
-// context.
-type Joiner interface {
+// Membership is a Machine that learns of the members configuration
+// changes add to the group and remove from it: Added and Removed are
+// called, in log order with the machine's commands, with the change's
+// index, the member's id and the change's context.
+type Membership interface {
+	// Admits reports whether member id may be added (or promoted): a
+	// change it refuses is not applied, the same way at every member.
+	Admits(id uint64) bool
 	Added(index, id uint64, info []byte)
+	Removed(index, id uint64, info []byte)
 }
 
 // Config sets a peer's raft parameters; ticks are the Node's Tick period.
@@ -136,7 +140,11 @@ func newPeer(cfg Config, mem *raft.MemoryStorage, disk *Disk, sm Machine, nonce 
 		MaxInflightMsgs: 256,
 		CheckQuorum:     true,
 		PreVote:         true,
-		Logger:          cfg.Logger,
+		// A leader removed from the group steps down, so that the
+		// others elect one of their own; else it led on, taking no
+		// proposal.
+		StepDownOnRemoval: true,
+		Logger:            cfg.Logger,
 	})
 	if err != nil {
 		return nil, err
@@ -245,19 +253,24 @@ func (p *peer) apply(e raftpb.Entry) error {
 		if err := cc.Unmarshal(e.Data); err != nil {
 			return err
 		}
-		if cc.Type == raftpb.ConfChangeAddLearnerNode && slices.Contains(p.conf.Voters, cc.NodeID) {
-			// Made again after the member was promoted (a proposal
-			// repeated): applying it would demote the member.
+		ms, _ := p.sm.(Membership)
+		add := cc.Type == raftpb.ConfChangeAddNode || cc.Type == raftpb.ConfChangeAddLearnerNode
+		if refuse(p.conf, cc) || add && ms != nil && !ms.Admits(cc.NodeID) {
 			return nil
 		}
 		p.conf = *p.rn.ApplyConfChange(cc)
-		if cc.Type == raftpb.ConfChangeAddNode || cc.Type == raftpb.ConfChangeAddLearnerNode {
-			if j, ok := p.sm.(Joiner); ok {
-				j.Added(e.Index, cc.NodeID, cc.Context)
+		switch cc.Type {
+		case raftpb.ConfChangeAddNode, raftpb.ConfChangeAddLearnerNode:
+			if ms != nil {
+				ms.Added(e.Index, cc.NodeID, cc.Context)
 			}
 			// A new member whose log is empty gets a snapshot, which it
 			// takes only if the snapshot's configuration names it.
 			p.snapNow = true
+		case raftpb.ConfChangeRemoveNode:
+			if ms != nil {
+				ms.Removed(e.Index, cc.NodeID, cc.Context)
+			}
 		}
 	case raftpb.EntryConfChangeV2:
 		var cc raftpb.ConfChangeV2
@@ -267,6 +280,22 @@ func (p *peer) apply(e raftpb.Entry) error {
 		p.conf = *p.rn.ApplyConfChange(cc)
 	}
 	return nil
+}
+
+// refuse reports whether the change cc, committed while the
+// configuration is conf, is not applied, the same way at every member: an
+// addition of a learner that is a voter already (a proposal made again
+// after the member's promotion would demote it), a removal of the last
+// voter (raft cannot apply it) or of no member.
+func refuse(conf raftpb.ConfState, cc raftpb.ConfChange) bool {
+	switch cc.Type {
+	case raftpb.ConfChangeAddLearnerNode:
+		return slices.Contains(conf.Voters, cc.NodeID)
+	case raftpb.ConfChangeRemoveNode:
+		voter := slices.Contains(conf.Voters, cc.NodeID)
+		return voter && len(conf.Voters) == 1 || !voter && !slices.Contains(conf.Learners, cc.NodeID)
+	}
+	return false
 }
 
 // maybeSnapshot snapshots the machine every SnapshotEvery entries and

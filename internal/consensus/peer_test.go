@@ -1,6 +1,8 @@
 package consensus
 
 import (
+	"go.etcd.io/raft/v3/raftpb"
+
 	"bytes"
 	"fmt"
 	"testing"
@@ -71,5 +73,30 @@ func TestDedupe(t *testing.T) {
 	}
 	if _, first := d2.first(1, 2, dedupeWindow+11); !first {
 		t.Fatal("a new proposal after a snapshot is taken for a duplicate")
+	}
+}
+
+// TestRefuse: the configuration changes every member skips alike.
+func TestRefuse(t *testing.T) {
+	conf := raftpb.ConfState{Voters: []uint64{1, 2}, Learners: []uint64{3}}
+	one := raftpb.ConfState{Voters: []uint64{1}}
+	for _, tc := range []struct {
+		name string
+		conf raftpb.ConfState
+		cc   raftpb.ConfChange
+		want bool
+	}{
+		{"add a learner", conf, raftpb.ConfChange{Type: raftpb.ConfChangeAddLearnerNode, NodeID: 4}, false},
+		{"add a learner again", conf, raftpb.ConfChange{Type: raftpb.ConfChangeAddLearnerNode, NodeID: 3}, false},
+		{"demote a voter by adding it as a learner", conf, raftpb.ConfChange{Type: raftpb.ConfChangeAddLearnerNode, NodeID: 2}, true},
+		{"promote a learner", conf, raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: 3}, false},
+		{"remove a voter", conf, raftpb.ConfChange{Type: raftpb.ConfChangeRemoveNode, NodeID: 2}, false},
+		{"remove a learner", conf, raftpb.ConfChange{Type: raftpb.ConfChangeRemoveNode, NodeID: 3}, false},
+		{"remove no member", conf, raftpb.ConfChange{Type: raftpb.ConfChangeRemoveNode, NodeID: 9}, true},
+		{"remove the last voter", one, raftpb.ConfChange{Type: raftpb.ConfChangeRemoveNode, NodeID: 1}, true},
+	} {
+		if got := refuse(tc.conf, tc.cc); got != tc.want {
+			t.Errorf("%s: refused %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }

@@ -49,6 +49,9 @@ func (c checked) Added(index, id uint64, info []byte) {
 	}
 	c.sim.confs[index] = conf
 	for v, at := range c.sim.voterSince {
+		if gone, ok := c.sim.removedAt[v]; ok && gone <= index {
+			continue
+		}
 		if at < index && !slices.Contains(cs.Voters, v) {
 			c.sim.fail("node %d: %d, a voter since entry %d, is not one after entry %d", c.node, v, at, index)
 		}
@@ -60,6 +63,22 @@ func (c checked) Added(index, id uint64, info []byte) {
 				c.sim.joined++
 			}
 		}
+	}
+}
+
+// Removed records the entry at which member id left, and checks that
+// every member removes it at the same entry.
+func (c checked) Removed(index, id uint64, info []byte) {
+	_, ok := c.Table.Remove(index, id, info)
+	if at, seen := c.sim.removedAt[id]; ok && seen && at != index {
+		c.sim.fail("node %d: %d removed at entry %d, at another member at %d", c.node, id, index, at)
+	}
+	if ok {
+		c.sim.removedAt[id] = index
+	}
+	cs := c.sim.nodes[c.node-1].p.conf
+	if slices.Contains(cs.Voters, id) || slices.Contains(cs.Learners, id) {
+		c.sim.fail("node %d: %d still in the configuration after its removal at %d", c.node, id, index)
 	}
 }
 
@@ -96,8 +115,9 @@ type sim struct {
 	// voterSince is, per member, the first entry after which it was a
 	// voter.
 	voterSince map[uint64]uint64
-	peers      []uint64 // the members the group began with
-	drop       int      // percent of messages dropped
+	removedAt  map[uint64]uint64 // the entry that removed a member
+	peers      []uint64          // the members the group began with
+	drop       int               // percent of messages dropped
 	errs       []string
 	trace      []byte
 	answered   int // proposals whose proposer got their result
@@ -106,6 +126,9 @@ type sim struct {
 	restarts   int
 	joined     int // members added while the group ran
 }
+
+// removed counts the members removed while the group ran.
+func (s *sim) removed() int { return len(s.removedAt) }
 
 func (s *sim) fail(format string, args ...any) {
 	s.errs = append(s.errs, fmt.Sprintf(format, args...))
@@ -120,7 +143,7 @@ var simMembers = []string{"", "a", "b", "c", "d", "e", "f", "g"}
 // newSim makes a group of n members and joiners more that it may add.
 func newSim(seed uint64, n, joiners int) *sim {
 	s := &sim{rng: rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)), sums: map[uint64][32]byte{},
-		confs: map[uint64]string{}, voterSince: map[uint64]uint64{}}
+		confs: map[uint64]string{}, voterSince: map[uint64]uint64{}, removedAt: map[uint64]uint64{}}
 	s.drop = s.rng.IntN(25)
 	for i := 1; i <= n+joiners; i++ {
 		s.nodes = append(s.nodes, &simNode{id: uint64(i), mem: raft.NewMemoryStorage(), joiner: i > n})
@@ -134,18 +157,9 @@ func newSim(seed uint64, n, joiners int) *sim {
 	return s
 }
 
-// inConf reports whether nd is in the configuration a leader (or, with
-// none, any member) applied.
-func (s *sim) inConf(nd *simNode) bool {
-	if !nd.joiner {
-		return true
-	}
-	for _, o := range s.nodes {
-		if !o.joiner && (slices.Contains(o.p.conf.Voters, nd.id) || slices.Contains(o.p.conf.Learners, nd.id)) {
-			return true
-		}
-	}
-	return false
+// inConf reports whether nd is in the configuration lead applied.
+func inConf(lead, nd *simNode) bool {
+	return slices.Contains(lead.p.conf.Voters, nd.id) || slices.Contains(lead.p.conf.Learners, nd.id)
 }
 
 // start (re)starts a member from what it stored, with a fresh table.
@@ -334,10 +348,24 @@ func (s *sim) step() {
 }
 
 // changeConf has a member of up propose a change: a learner its own
-// promotion, or another the addition of a joiner as a learner (now and
-// then of one added already, as a proposal made again would be).
+// promotion, another the removal of a member, or the addition of a
+// joiner as a learner (now and then of one added already, as a proposal
+// made again would be, or of one removed, which is refused).
 func (s *sim) changeConf(up []*simNode) {
 	nd := up[s.rng.IntN(len(up))]
+	if s.rng.IntN(5) == 0 {
+		// As the replica set removes one: the leader proposes it, never
+		// its own, nor one of two voters (see replica's removeCommand).
+		gone := s.nodes[s.rng.IntN(len(s.nodes))]
+		voter := slices.Contains(nd.p.conf.Voters, gone.id)
+		if nd.p.rn.BasicStatus().RaftState != raft.StateLeader || gone == nd || voter && len(nd.p.conf.Voters) <= 2 {
+			return
+		}
+		info := control.EncodeMember(control.Member{Name: simMembers[gone.id], ID: gone.id})
+		s.note("%d asks to remove %d", nd.id, gone.id)
+		nd.p.rn.ProposeConfChange(raftpb.ConfChange{Type: raftpb.ConfChangeRemoveNode, NodeID: gone.id, Context: info})
+		return
+	}
 	if s.rng.IntN(2) == 0 {
 		for _, o := range up {
 			if slices.Contains(o.p.conf.Learners, o.id) {
@@ -361,7 +389,7 @@ func (s *sim) changeConf(up []*simNode) {
 
 // changeConfAdd has nd propose the addition of j as a learner.
 func (s *sim) changeConfAdd(nd, j *simNode) {
-	info := control.EncodeMember(control.Member{Name: fmt.Sprint("j", j.id), Addr: fmt.Sprint("j", j.id, ":1"), Fingerprint: fmt.Sprint("SHA256:", j.id), ID: j.id})
+	info := control.EncodeMember(control.Member{Name: simMembers[j.id], Addr: fmt.Sprint("j", j.id, ":1"), Fingerprint: fmt.Sprint("SHA256:", j.id), ID: j.id})
 	s.note("%d asks to add %d", nd.id, j.id)
 	nd.p.rn.ProposeConfChange(raftpb.ConfChange{Type: raftpb.ConfChangeAddLearnerNode, NodeID: j.id, Context: info})
 }
@@ -400,11 +428,13 @@ func (s *sim) heal() {
 			s.settle()
 		}
 		s.settle()
-		if round%20 == 0 {
+		if lead := s.leader(); lead != nil && round%20 == 0 {
 			// A learner asks to be a voter until it is one, as a
-			// joining member does once it has copied the tree.
+			// joining member does once it has copied the tree (one
+			// removed meanwhile is stopped, as an administrator
+			// stops a member before removing it).
 			for _, nd := range s.nodes {
-				if slices.Contains(nd.p.conf.Learners, nd.id) {
+				if slices.Contains(nd.p.conf.Learners, nd.id) && slices.Contains(lead.p.conf.Learners, nd.id) {
 					nd.p.rn.ProposeConfChange(raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: nd.id})
 				}
 			}
@@ -440,7 +470,7 @@ func (s *sim) heal() {
 		if _, waiting := lead.waiting[final]; waiting {
 			continue
 		}
-		if s.agreed() && len(lead.p.conf.Learners) == 0 {
+		if s.agreed(lead) && len(lead.p.conf.Learners) == 0 {
 			return
 		}
 	}
@@ -464,13 +494,11 @@ func (s *sim) applied() []uint64 {
 	return out
 }
 
-func (s *sim) agreed() bool {
-	first := s.nodes[0]
-	for _, nd := range s.nodes[1:] {
-		if !s.inConf(nd) {
-			continue
-		}
-		if nd.p.applied != first.p.applied || nd.tab.Sum() != first.tab.Sum() {
+// agreed reports whether every member in lead's configuration applied
+// what lead did and holds the same table.
+func (s *sim) agreed(lead *simNode) bool {
+	for _, nd := range s.nodes {
+		if inConf(lead, nd) && (nd.p.applied != lead.p.applied || nd.tab.Sum() != lead.tab.Sum()) {
 			return false
 		}
 	}
@@ -512,7 +540,7 @@ func runSim(t *testing.T, seed uint64, steps int) *sim {
 // the faults end, a new grant commits and all tables are the same.
 func TestSimulation(t *testing.T) {
 	seeds := simSeeds(t)
-	var answered, entries, proposed, snaps, restarts, joined int
+	var answered, entries, proposed, snaps, restarts, joined, removed int
 	for seed := uint64(1); seed <= uint64(seeds); seed++ {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			s := runSim(t, seed, 3000)
@@ -524,16 +552,17 @@ func TestSimulation(t *testing.T) {
 			snaps += s.snaps
 			restarts += s.restarts
 			joined += s.joined
+			removed += s.removed()
 			entries += len(s.sums)
 		})
 		if t.Failed() {
 			break
 		}
 	}
-	t.Logf("%d seeds: %d proposals taken, %d command entries applied, %d answered, %d snapshots sent, %d restarts, %d members joined and promoted",
-		seeds, proposed, entries, answered, snaps, restarts, joined)
-	if !t.Failed() && (entries < seeds || snaps == 0 || restarts == 0 || joined == 0) {
-		t.Fatal("the simulation no longer exercises commits, snapshots, restarts and joins")
+	t.Logf("%d seeds: %d proposals taken, %d command entries applied, %d answered, %d snapshots sent, %d restarts, %d members joined and promoted, %d removed",
+		seeds, proposed, entries, answered, snaps, restarts, joined, removed)
+	if !t.Failed() && (entries < seeds || snaps == 0 || restarts == 0 || joined == 0 || removed == 0) {
+		t.Fatal("the simulation no longer exercises commits, snapshots, restarts, joins and removals")
 	}
 }
 

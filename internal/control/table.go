@@ -68,14 +68,17 @@ type Table struct {
 	// members are those added to the set since it began, by id; the
 	// members it began with are in every member's members file.
 	members map[uint64]Member
+	// removed are the members removed from the set, by id: never added
+	// again, and dropped from the members files' at every start.
+	removed map[uint64]Member
 }
 
 // New returns an empty table.
 func New() *Table {
-	return &Table{rows: map[string]Control{}, counts: map[string]map[string]int{}, members: map[uint64]Member{}}
+	return &Table{rows: map[string]Control{}, counts: map[string]map[string]int{}, members: map[uint64]Member{}, removed: map[uint64]Member{}}
 }
 
-// Added implements consensus.Joiner.
+// Added implements consensus.Membership.
 func (t *Table) Added(index, id uint64, info []byte) { t.Join(index, id, info) }
 
 // Join records member id, whom the configuration change at index added,
@@ -93,18 +96,70 @@ func (t *Table) Join(index, id uint64, info []byte) (Member, bool) {
 	if _, ok := t.members[m.Id]; ok {
 		return Member{}, false
 	}
+	if _, ok := t.removed[m.Id]; ok {
+		return Member{}, false
+	}
 	j := Member{Name: m.Name, Addr: m.Addr, Fingerprint: m.Fingerprint, ID: m.Id}
 	t.members[m.Id] = j
 	return j, true
 }
 
+// Admits implements consensus.Membership: a member removed is not added
+// again (under its name, which gives its id).
+func (t *Table) Admits(id uint64) bool {
+	_, gone := t.removed[id]
+	return !gone
+}
+
+// Removed implements consensus.Membership.
+func (t *Table) Removed(index, id uint64, info []byte) { t.Remove(index, id, info) }
+
+// Remove records that the configuration change at index removed member
+// id, named in the change's context (EncodeMember), and drops the
+// controls it held: what it had not sent of their changes is lost with
+// it. A context that does not decode or names another id changes
+// nothing; it returns the member and whether it was removed.
+func (t *Table) Remove(index, id uint64, info []byte) (Member, bool) {
+	if index > t.index {
+		t.index = index
+	}
+	var m proto.SetMember
+	if err := pb.Unmarshal(info, &m); err != nil || m.Id != id || id == 0 || m.Name == "" {
+		return Member{}, false
+	}
+	if _, ok := t.removed[id]; ok {
+		return Member{}, false
+	}
+	r := Member{Name: m.Name, Addr: m.Addr, Fingerprint: m.Fingerprint, ID: id}
+	delete(t.members, id)
+	t.removed[id] = r
+	for _, c := range t.Held(r.Name) {
+		delete(t.rows, c.Path)
+		t.count(c.Path, c.Holder, -1)
+	}
+	return r, true
+}
+
+// Gone returns the members removed from the set, by id.
+func (t *Table) Gone() []Member { return sortedMembers(t.removed) }
+
 // Members returns the members added since the set began, by id.
-func (t *Table) Members() []Member {
-	out := make([]Member, 0, len(t.members))
-	for _, m := range t.members {
+func (t *Table) Members() []Member { return sortedMembers(t.members) }
+
+func sortedMembers(ms map[uint64]Member) []Member {
+	out := make([]Member, 0, len(ms))
+	for _, m := range ms {
 		out = append(out, m)
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func toSetMembers(ms []Member) []*proto.SetMember {
+	var out []*proto.SetMember
+	for _, m := range ms {
+		out = append(out, &proto.SetMember{Id: m.ID, Name: m.Name, Addr: m.Addr, Fingerprint: m.Fingerprint})
+	}
 	return out
 }
 
@@ -194,6 +249,11 @@ func (t *Table) grant(index uint64, g *proto.Grant) *proto.ControlResult {
 	s := g.GetServer()
 	if s == "" || len(g.GetPaths()) == 0 || len(g.GetPaths()) > 2 {
 		return refused("a grant names a member and one or two paths")
+	}
+	for _, m := range t.removed {
+		if m.Name == s {
+			return refused("member " + s + " was removed from the set")
+		}
 	}
 	for _, p := range g.Paths {
 		if !clean(p) {
@@ -321,10 +381,8 @@ func (t *Table) Check() error {
 // Snapshot returns the table encoded, rows sorted, so that equal tables
 // encode alike.
 func (t *Table) Snapshot() []byte {
-	snap := &proto.ControlSnapshot{Controls: toProto(t.Rows()), Index: t.index}
-	for _, m := range t.Members() {
-		snap.Members = append(snap.Members, &proto.SetMember{Id: m.ID, Name: m.Name, Addr: m.Addr, Fingerprint: m.Fingerprint})
-	}
+	snap := &proto.ControlSnapshot{Controls: toProto(t.Rows()), Index: t.index,
+		Members: toSetMembers(t.Members()), Removed: toSetMembers(t.Gone())}
 	out, err := pb.MarshalOptions{Deterministic: true}.Marshal(snap)
 	if err != nil {
 		panic(err)
@@ -351,6 +409,13 @@ func (t *Table) Restore(data []byte) error {
 	}
 	if err := n.Check(); err != nil {
 		return fmt.Errorf("control: snapshot: %w", err)
+	}
+	for _, m := range s.Removed {
+		if m.Id == 0 || m.Name == "" {
+			return fmt.Errorf("control: snapshot: bad member removed %v", m)
+		}
+		// Its controls went when it was removed: none is in the rows.
+		n.removed[m.Id] = Member{Name: m.Name, Addr: m.Addr, Fingerprint: m.Fingerprint, ID: m.Id}
 	}
 	for _, m := range s.Members {
 		info, _ := pb.Marshal(m)

@@ -369,6 +369,7 @@ type ControlSnapshot struct {
 	Controls      []*Control             `protobuf:"bytes,1,rep,name=controls,proto3" json:"controls,omitempty"`
 	Index         uint64                 `protobuf:"varint,2,opt,name=index,proto3" json:"index,omitempty"`
 	Members       []*SetMember           `protobuf:"bytes,3,rep,name=members,proto3" json:"members,omitempty"` // added to the set since it began
+	Removed       []*SetMember           `protobuf:"bytes,4,rep,name=removed,proto3" json:"removed,omitempty"` // removed from it (id and name)
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -420,6 +421,13 @@ func (x *ControlSnapshot) GetIndex() uint64 {
 func (x *ControlSnapshot) GetMembers() []*SetMember {
 	if x != nil {
 		return x.Members
+	}
+	return nil
+}
+
+func (x *ControlSnapshot) GetRemoved() []*SetMember {
+	if x != nil {
+		return x.Removed
 	}
 	return nil
 }
@@ -520,11 +528,12 @@ const file_control_proto_rawDesc = "" +
 	"\rControlResult\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12-\n" +
 	"\bcontrols\x18\x02 \x03(\v2\x11.ferry.v1.ControlR\bcontrols\x12\x16\n" +
-	"\x06reason\x18\x03 \x01(\tR\x06reason\"\x85\x01\n" +
+	"\x06reason\x18\x03 \x01(\tR\x06reason\"\xb4\x01\n" +
 	"\x0fControlSnapshot\x12-\n" +
 	"\bcontrols\x18\x01 \x03(\v2\x11.ferry.v1.ControlR\bcontrols\x12\x14\n" +
 	"\x05index\x18\x02 \x01(\x04R\x05index\x12-\n" +
-	"\amembers\x18\x03 \x03(\v2\x13.ferry.v1.SetMemberR\amembers\"e\n" +
+	"\amembers\x18\x03 \x03(\v2\x13.ferry.v1.SetMemberR\amembers\x12-\n" +
+	"\aremoved\x18\x04 \x03(\v2\x13.ferry.v1.SetMemberR\aremoved\"e\n" +
 	"\tSetMember\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x12\n" +
@@ -559,11 +568,12 @@ var file_control_proto_depIdxs = []int32{
 	3, // 2: ferry.v1.ControlResult.controls:type_name -> ferry.v1.Control
 	3, // 3: ferry.v1.ControlSnapshot.controls:type_name -> ferry.v1.Control
 	6, // 4: ferry.v1.ControlSnapshot.members:type_name -> ferry.v1.SetMember
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	6, // 5: ferry.v1.ControlSnapshot.removed:type_name -> ferry.v1.SetMember
+	6, // [6:6] is the sub-list for method output_type
+	6, // [6:6] is the sub-list for method input_type
+	6, // [6:6] is the sub-list for extension type_name
+	6, // [6:6] is the sub-list for extension extendee
+	0, // [0:6] is the sub-list for field type_name
 }
 
 func init() { file_control_proto_init() }

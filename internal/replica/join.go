@@ -286,6 +286,10 @@ func (f *FS) copyFrom(ctx context.Context, l *link) (int, int64, error) {
 			if h, ok := have[e.Path]; ok && h.Type() == ferry.TypeDir {
 				continue
 			}
+			// Writable by this server until its entries are made; its
+			// own mode comes with its attributes, last.
+			d = d.Clone()
+			d.SetMode(d.Mode() | 0o700)
 		}
 		if _, err := f.FS.Put(ctx, e.Path, d, ferry.Whole, nil).Wait(); err != nil {
 			return 0, 0, err
@@ -452,11 +456,61 @@ func (s *Set) addCommand(ctx context.Context, args []string) error {
 			return ferry.E(op, m.Name, ferry.KindExist, "member "+o.Name+" has that name, address or key")
 		}
 	}
+	var gone bool
+	s.machine.read(func(t *control.Table) { gone = !t.Admits(m.ID) })
+	if gone {
+		return ferry.E(op, m.Name, ferry.KindExist, "a member of that name was removed from the set; add it under a new name")
+	}
 	if len(s.memberList()) >= MaxMembers {
 		return ferry.E(op, m.Name, ferry.KindInvalid, fmt.Sprintf("a set has at most %d members", MaxMembers))
 	}
 	cc := raftpb.ConfChange{Type: raftpb.ConfChangeAddLearnerNode, NodeID: m.ID, Context: control.EncodeMember(m)}
 	return s.node.ChangeConf(ctx, cc, func(cs raftpb.ConfState) bool {
 		return slices.Contains(cs.Learners, m.ID) || slices.Contains(cs.Voters, m.ID)
+	})
+}
+
+// removeCommand removes member name from the set: raft no longer counts
+// it, the others stop sending it anything and waiting for it, and the
+// controls it held are dropped with whatever of their changes it had not
+// sent. For a member that is gone for good (its site lost, or added but
+// never started); a member removed cannot join again under its name.
+func (s *Set) removeCommand(ctx context.Context, name string) error {
+	const op = "replica.remove"
+	m, ok := s.member(name)
+	if !ok {
+		return ferry.E(op, name, ferry.KindNotExist, "no such member")
+	}
+	if m.ID == s.self.ID {
+		return ferry.E(op, name, ferry.KindInvalid, "a member is removed from another member")
+	}
+	cs := s.node.Conf()
+	if slices.Contains(cs.Voters, m.ID) && len(cs.Voters) <= 2 {
+		// Raft changes the configuration when a member applies the
+		// change: the one left might never learn that the removal
+		// committed, and then waits for the removed member's vote.
+		return ferry.E(op, name, ferry.KindInvalid, "a set of two cannot lose a member safely: add one first")
+	}
+	// A leader that removes itself steps down, maybe before the others
+	// learned that its removal committed: the leadership moves first.
+	to := s.self.ID
+	if !slices.Contains(cs.Voters, to) {
+		for _, v := range cs.Voters {
+			if v != m.ID {
+				to = v
+			}
+		}
+	}
+	for s.node.Status().Leader == m.ID {
+		s.node.TransferLeader(to)
+		select {
+		case <-ctx.Done():
+			return ferry.E(op, name, ferry.KindUnavailable, "the leadership did not move from the member: "+ctx.Err().Error())
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	cc := raftpb.ConfChange{Type: raftpb.ConfChangeRemoveNode, NodeID: m.ID, Context: control.EncodeMember(m)}
+	return s.node.ChangeConf(ctx, cc, func(cs raftpb.ConfState) bool {
+		return !slices.Contains(cs.Learners, m.ID) && !slices.Contains(cs.Voters, m.ID)
 	})
 }

@@ -115,13 +115,20 @@ func TestJoinRunningSet(t *testing.T) {
 	if got := get(t, s.fs["a"], "/from-c"); got != "made at the new member" {
 		t.Fatalf("a reads %q", got)
 	}
-	s.stop("a")
-	s.restart(t, "a")
-	put(t, s.fs["a"], "/after-restart", "a again")
-	if got := get(t, s.fs["c"], "/after-restart"); got != "a again" {
-		t.Fatalf("c reads %q", got)
-	}
+	s.restartReaches(t, "a", "c")
 	s.same(t)
+}
+
+// restartReaches restarts member name and checks that a change made
+// there reaches member reader.
+func (s *sites) restartReaches(t *testing.T, name, reader string) {
+	t.Helper()
+	s.stop(name)
+	s.restart(t, name)
+	put(t, s.fs[name], "/restarted-"+name, name+" again")
+	if got := get(t, s.fs[reader], "/restarted-"+name); got != name+" again" {
+		t.Fatalf("%s reads %q after %s restarted", reader, got, name)
+	}
 }
 
 // joiner starts member name, new to the set and oneWay from the others,
@@ -154,4 +161,49 @@ func must(t *testing.T, err error) {
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestRemoveMember: with a member gone, a change whose grant every member
+// must apply waits; removing the member at another lets it through, drops
+// the controls it held, and a member restarted from a members file that
+// still names it leaves it out.
+func TestRemoveMember(t *testing.T) {
+	s := newSites(t, 200*time.Millisecond)
+	put(t, s.fs["c"], "/c-held", "c's")
+	if err := s.sets["c"].Command(context.Background(), []string{"grant", "/c-kept", "deep"}); err != nil {
+		t.Fatal(err)
+	}
+	s.quiet(t)
+	s.stop("c")
+	done := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		_, err := s.fs["a"].Put(ctx, "/after", nil, ferry.Whole, strings.NewReader("after c left")).Wait()
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("a change went through without c applying its grant: %v", err)
+	case <-time.After(500 * time.Millisecond):
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := s.sets["b"].Command(ctx, []string{"remove", "c"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if c, ok := s.sets["a"].Controller("/c-kept/x"); ok {
+		t.Errorf("c's control stands after it left: %+v", c)
+	}
+	if st := s.sets["a"].Status(ctx); strings.Contains(st, "member: c ") {
+		t.Errorf("a still lists c:\n%s", st)
+	}
+	s.restartReaches(t, "a", "b")
+	if err := s.sets["b"].Command(ctx, []string{"add", "c", "127.0.0.1:1", s.sets["b"].self.Fingerprint + "x"}); err == nil {
+		t.Error("c, removed, was added again under its name")
+	}
+	s.quiet(t)
 }

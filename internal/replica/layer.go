@@ -70,6 +70,7 @@ type FS struct {
 	wg      sync.WaitGroup
 	closeMu sync.Mutex
 	closed  bool
+	streams map[uint64]context.CancelFunc // each member's update stream
 }
 
 // use is what this member does with a control it holds.
@@ -198,12 +199,14 @@ func NewFS(below ferry.FS, set *Set, opt Options) (*FS, error) {
 		return nil, ferry.E("replica.NewFS", spool, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &FS{FS: below, set: set, out: out, spool: spool, idle: idle, ctx: ctx,
+	f := &FS{FS: below, set: set, out: out, spool: spool, idle: idle, ctx: ctx, streams: map[uint64]context.CancelFunc{},
 		shallow: opt.ShallowOnly, held: map[string]*use{}, interest: map[string]map[uint64]bool{}, stop: cancel}
 	set.fs.Store(f)
+	f.closeMu.Lock()
 	for _, l := range set.links {
 		f.sendTo(l)
 	}
+	f.closeMu.Unlock()
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
@@ -213,15 +216,35 @@ func NewFS(below ferry.FS, set *Set, opt Options) (*FS, error) {
 }
 
 // sendTo streams this member's updates to l's member until the layer
-// closes.
+// closes or the member leaves (dropPeer); called under set.mu and
+// f.closeMu.
 func (f *FS) sendTo(l *link) {
+	ctx, stop := context.WithCancel(f.ctx)
+	f.streams[l.m.ID] = stop
 	f.wg.Add(1)
 	go func() {
 		defer f.wg.Done()
-		backoff(f.ctx, func(ctx context.Context) error { return f.streamUpdates(ctx, l) }, func(err error) {
+		backoff(ctx, func(ctx context.Context) error { return f.streamUpdates(ctx, l) }, func(err error) {
 			f.set.log.Debug("replica: update stream to member lost", "member", l.m.Name, "err", err)
 		})
 	}()
+}
+
+// dropPeer stops sending updates to member id, which left the set, and
+// waits for it no more: its acknowledgements, its reads' interest.
+func (f *FS) dropPeer(id uint64) {
+	f.closeMu.Lock()
+	if stop := f.streams[id]; stop != nil {
+		stop()
+		delete(f.streams, id)
+	}
+	f.closeMu.Unlock()
+	f.out.removePeer(id)
+	f.mu.Lock()
+	for _, readers := range f.interest {
+		delete(readers, id)
+	}
+	f.mu.Unlock()
 }
 
 // addPeer sends this member's updates to a member added to the set,
@@ -407,7 +430,8 @@ func (f *FS) everyoneApplied(ctx context.Context, cs []control.Control) error {
 	})
 }
 
-// eachMember calls fn for every other member at once.
+// eachMember calls fn for every other member at once; it fails if fn
+// fails for a member still in the set.
 func (f *FS) eachMember(ctx context.Context, fn func(context.Context, proto.ReplicaClient) error) error {
 	var wg sync.WaitGroup
 	links := f.set.linkList()
@@ -416,7 +440,8 @@ func (f *FS) eachMember(ctx context.Context, fn func(context.Context, proto.Repl
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if err := fn(ctx, proto.NewReplicaClient(l.ctl)); err != nil {
+			if err := fn(ctx, proto.NewReplicaClient(l.ctl)); err != nil && f.set.link(l.m.ID) == l {
+				// (A member removed meanwhile is waited for no more.)
 				errs <- ferry.E("replica", l.m.Name, ferry.KindUnavailable, err)
 			}
 		}()

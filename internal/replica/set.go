@@ -138,7 +138,7 @@ func Open(cfg Config) (*Set, error) {
 		if err := s.addMember(m); err != nil {
 			s.log.Error("replica: a member added to the set cannot be reached", "member", m.Name, "err", err)
 		}
-	}}
+	}, left: s.removeMember}
 	s.node, err = consensus.Start(consensus.Config{ID: s.self.ID, Peers: ids, Join: cfg.Join}, s.disk, s.machine, s, cfg.Tick)
 	if err != nil {
 		return unwind(ferry.E(op, cfg.LogDir, err))
@@ -228,13 +228,39 @@ func (s *Set) addMember(m Member) error {
 	return nil
 }
 
+// removeMember drops member m, which the set removed: no message,
+// update or call goes to it from now on, and none is taken from it. A
+// member not known changes nothing.
+func (s *Set) removeMember(m Member) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.members = slices.DeleteFunc(s.members, func(o Member) bool { return o.ID == m.ID })
+	if snd := s.senders[m.ID]; snd != nil && snd.stop != nil {
+		snd.stop()
+	}
+	delete(s.senders, m.ID)
+	if l := s.links[m.ID]; l != nil {
+		if f := s.fs.Load(); f != nil {
+			f.dropPeer(m.ID)
+		}
+		l.ctl.Close()
+		l.bulk.Close()
+	}
+	delete(s.links, m.ID)
+	if m.ID != s.self.ID {
+		s.log.Info("replica: a member left the set", "member", m.Name)
+	}
+}
+
 // run starts snd; called under s.mu once raft runs.
 func (s *Set) run(snd *sender) {
 	snd.rep = s.node
+	ctx, stop := context.WithCancel(s.ctx)
+	snd.stop = stop
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		snd.run(s.ctx)
+		snd.run(ctx)
 	}()
 }
 
@@ -396,7 +422,7 @@ func (s *Set) Status(ctx context.Context) string {
 // PATH" act for this member (for administrators and tests; the replica
 // layer asks for its own), "leader NAME" hands raft's leadership over,
 // "add NAME ADDR FINGERPRINT" adds a member to the running set (see
-// join.go).
+// join.go), "remove NAME" removes one.
 func (s *Set) Command(ctx context.Context, args []string) error {
 	const op = "replica.Command"
 	switch {
@@ -435,6 +461,8 @@ func (s *Set) Command(ctx context.Context, args []string) error {
 		return err
 	case args[0] == "add" && len(args) == 4:
 		return s.addCommand(ctx, args[1:])
+	case args[0] == "remove" && len(args) == 2:
+		return s.removeCommand(ctx, args[1])
 	case args[0] == "leader" && len(args) == 2:
 		for _, m := range s.memberList() {
 			if m.Name == args[1] {
@@ -444,7 +472,7 @@ func (s *Set) Command(ctx context.Context, args []string) error {
 		}
 		return ferry.E(op, args[1], ferry.KindNotExist, "no such member")
 	}
-	return ferry.E(op, "", ferry.KindInvalid, fmt.Sprintf("unknown command %q (replica commands: grant PATH [deep], release PATH, leader NAME, add NAME ADDR FINGERPRINT)", strings.Join(args, " ")))
+	return ferry.E(op, "", ferry.KindInvalid, fmt.Sprintf("unknown command %q (replica commands: grant PATH [deep], release PATH, leader NAME, add NAME ADDR FINGERPRINT, remove NAME)", strings.Join(args, " ")))
 }
 
 // Close leaves the set: it stops serving the other members, stops raft and

@@ -38,20 +38,32 @@ type counting struct {
 	applied chan struct{} // closed and replaced after each entry
 	mu      sync.Mutex
 	grants  map[string]int
-	// joined is told of each member added to the set, as the table learns
-	// of it (applied, or restored from a snapshot).
-	joined func(Member)
+	// joined and left are told of each member added to the set and
+	// removed from it, as the table learns of it (applied, or restored
+	// from a snapshot).
+	joined, left func(Member)
 }
 
-// Added implements consensus.Joiner.
+// Added implements consensus.Membership.
 func (c *counting) Added(index, id uint64, info []byte) {
+	c.member(func(t *control.Table) (Member, bool) { return t.Join(index, id, info) }, c.joined)
+}
+
+// Removed implements consensus.Membership.
+func (c *counting) Removed(index, id uint64, info []byte) {
+	c.member(func(t *control.Table) (Member, bool) { return t.Remove(index, id, info) }, c.left)
+}
+
+// member applies a change of members to the table and tells tell of the
+// member it changed.
+func (c *counting) member(change func(*control.Table) (Member, bool), tell func(Member)) {
 	c.tabMu.Lock()
-	m, ok := c.Table.Join(index, id, info)
+	m, ok := change(c.Table)
 	close(c.applied)
 	c.applied = make(chan struct{})
 	c.tabMu.Unlock()
-	if ok && c.joined != nil {
-		c.joined(m)
+	if ok && tell != nil {
+		tell(m)
 	}
 }
 
@@ -74,11 +86,16 @@ func (c *counting) Restore(data []byte) error {
 	err := c.Table.Restore(data)
 	close(c.applied)
 	c.applied = make(chan struct{})
-	ms := c.Table.Members()
+	ms, gone := c.Table.Members(), c.Table.Gone()
 	c.tabMu.Unlock()
 	if c.joined != nil {
 		for _, m := range ms {
 			c.joined(m)
+		}
+	}
+	if c.left != nil {
+		for _, m := range gone {
+			c.left(m)
 		}
 	}
 	return err

@@ -46,6 +46,7 @@ type sender struct {
 	q    chan raftpb.Message
 	rep  reporter
 	log  *slog.Logger
+	stop context.CancelFunc // ends run, once started
 }
 
 // link is this member's pair of connections to another: one for raft and

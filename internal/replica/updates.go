@@ -337,6 +337,23 @@ func (o *outbox) addPeer(id uint64) {
 	}
 }
 
+// removePeer waits for member id, which left the set, no more: what only
+// it had not applied is dropped.
+func (o *outbox) removePeer(id uint64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if _, ok := o.acked[id]; !ok {
+		return
+	}
+	delete(o.acked, id)
+	low := o.seq
+	for _, a := range o.acked {
+		low = min(low, a)
+	}
+	o.trimLocked(low)
+	o.notifyLocked()
+}
+
 // last returns the seq of the last update queued.
 func (o *outbox) last() uint64 {
 	o.mu.Lock()
