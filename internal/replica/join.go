@@ -186,8 +186,22 @@ func (s *Set) join(ctx context.Context) error {
 		s.copiedOnce.Do(func() { close(s.copied) })
 	}
 	self := s.self.ID
-	return s.node.ChangeConf(ctx, raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: self},
-		func(cs raftpb.ConfState) bool { return slices.Contains(cs.Voters, self) })
+	err := s.node.ChangeConf(ctx, raftpb.ConfChange{Type: raftpb.ConfChangeAddNode, NodeID: self},
+		func(cs raftpb.ConfState) bool { return slices.Contains(cs.Voters, self) || s.removed() })
+	if err == nil && s.removed() {
+		return errRemoved
+	}
+	return err
+}
+
+// errRemoved says that the set removed this member.
+var errRemoved = errors.New("this member was removed from the set")
+
+// removed reports whether the set removed this member, as far as it
+// applied the log.
+func (s *Set) removed() (gone bool) {
+	s.machine.read(func(t *control.Table) { gone = !t.Admits(s.self.ID) })
+	return gone
 }
 
 // copySource picks the member to copy from: the leader, which is most

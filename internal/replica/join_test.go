@@ -202,6 +202,9 @@ func TestRemoveMember(t *testing.T) {
 		t.Errorf("a still lists c:\n%s", st)
 	}
 	s.restartReaches(t, "a", "b")
+	if st := s.sets["a"].Status(ctx); strings.Contains(st, "member: c ") {
+		t.Errorf("a, restarted with a members file naming c, lists it:\n%s", st)
+	}
 	if err := s.sets["b"].Command(ctx, []string{"add", "c", "127.0.0.1:1", s.sets["b"].self.Fingerprint + "x"}); err == nil {
 		t.Error("c, removed, was added again under its name")
 	}

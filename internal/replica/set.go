@@ -3,6 +3,7 @@ package replica
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -536,6 +537,10 @@ func (s *Set) catchUp(ctx context.Context, tick time.Duration) {
 					return
 				}
 				if ctx.Err() != nil {
+					return
+				}
+				if errors.Is(err, errRemoved) {
+					s.log.Error("replica: this member was removed from the set while it joined; it will not serve")
 					return
 				}
 				s.log.Warn("replica: joining the set failed; trying again", "err", err)
