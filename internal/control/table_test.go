@@ -188,9 +188,10 @@ func FuzzApply(f *testing.F) {
 	})
 }
 
-// FuzzJoin feeds Join arbitrary contexts: it records a member only from a
-// whole one naming the id of the change, never twice, and the members
-// survive a snapshot.
+// FuzzJoin feeds Join and Remove arbitrary contexts: a member is recorded
+// only from a whole one naming the id of the change, never twice, removed
+// with its controls and never admitted again, and all of it survives a
+// snapshot.
 func FuzzJoin(f *testing.F) {
 	f.Add(uint64(4), EncodeMember(Member{Name: "d", Addr: "d:1", Fingerprint: "SHA256:d", ID: 4}))
 	f.Add(uint64(5), EncodeMember(Member{Name: "d", Addr: "d:1", Fingerprint: "SHA256:d", ID: 4}))
@@ -208,11 +209,23 @@ func FuzzJoin(f *testing.F) {
 		if len(tab.Members()) != map[bool]int{true: 1, false: 0}[ok] || tab.Index() != 4 {
 			t.Fatalf("members %+v, index %d", tab.Members(), tab.Index())
 		}
+		// Removed, it loses its controls and is not admitted again.
+		tab.Apply(5, grant(m.Name, false, "/y"))
+		gone, removed := tab.Remove(6, id, info)
+		if ok && (!removed || gone != m) || removed && (gone.ID != id || gone.Name == "" || tab.Admits(id) || len(tab.Held(gone.Name)) != 0 || len(tab.Members()) != 0) {
+			t.Fatalf("removing %+v (joined %v): %v %+v; admitted %v, holds %v", m, ok, removed, gone, tab.Admits(id), tab.Held(gone.Name))
+		}
+		if _, again := tab.Join(7, id, info); again {
+			t.Fatal("a member removed joined again")
+		}
+		if err := tab.Check(); err != nil {
+			t.Fatal(err)
+		}
 		back := New()
 		if err := back.Restore(tab.Snapshot()); err != nil {
 			t.Fatal(err)
 		}
-		if back.Sum() != tab.Sum() || len(back.Members()) != len(tab.Members()) {
+		if back.Sum() != tab.Sum() || len(back.Gone()) != len(tab.Gone()) || back.Admits(id) != tab.Admits(id) {
 			t.Fatal("members do not survive a snapshot")
 		}
 	})
