@@ -989,25 +989,10 @@ func (f *FS) assemble(ctx context.Context, from Member, h *proto.Update, w io.Wr
 }
 
 // currentChunks returns the chunks of the version of p this copy holds,
-// by hash: from the chunk index where there is one, else cut here.
+// by hash (none if there is no such file).
 func (f *FS) currentChunks(ctx context.Context, p string) map[chunk.Hash]chunk.Ref {
 	cur := map[chunk.Hash]chunk.Ref{}
-	add := func(r chunk.Ref) error {
-		cur[r.Hash] = r
-		return nil
-	}
-	if cfs, ok := ferry.As[chunkFS](f.FS); ok {
-		cfs.ChunkList(ctx, p, func(ferry.Dir) error { return nil }, add) // none if there is no such file
-		return cur
-	}
-	rc := f.FS.Get(ctx, p, 0, -1)
-	defer rc.Close()
-	refs, err := chunk.List(rc, chunk.Default)
-	if err == nil {
-		for _, r := range refs {
-			add(r)
-		}
-	}
+	f.chunkList(ctx, p, func(ferry.Dir) {}, func(r chunk.Ref) { cur[r.Hash] = r })
 	return cur
 }
 
