@@ -82,7 +82,7 @@ func startSetWith(t *testing.T, m *netem.Mesh, flags []string, names ...string) 
 
 // TestReplicaJoin adds a member to a running set of two ferry serve
 // processes: started with --replica-join on a directory of its own and
-// added with "ferry ctl HOST pass add", it copies the tree and serves it,
+// added with "ferry ctl HOST replica add", it copies the tree and serves it,
 // and what is changed through it reaches the others.
 func TestReplicaJoin(t *testing.T) {
 	es := startSet(t, "a", "b")
@@ -122,7 +122,7 @@ func TestReplicaJoin(t *testing.T) {
 	if !strings.Contains(out, "joining:") {
 		t.Errorf("c's control file before it was added:\n%s", out)
 	}
-	es["a"].run(true, append([]string{"ctl", es["a"].host, "pass", "add"}, strings.Fields(line)...)...)
+	es["a"].run(true, append([]string{"ctl", es["a"].host, "replica", "add"}, strings.Fields(line)...)...)
 	if got, _ := c.run(true, "cat", c.at("/big")); got != big {
 		t.Fatalf("c read %d bytes of /big, want %d", len(got), len(big))
 	}

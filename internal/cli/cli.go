@@ -195,8 +195,8 @@ its key, listens on its ADDR for the other members only (both sides' keys
 checked against FILE), and agrees with them, on a raft log kept in
 --replica-log, which member controls which part of the tree. The control
 file's [replica] section shows the set, its leader and the controls held;
-"pass grant PATH [deep]", "pass release PATH" and "pass leader NAME" act on
-them. Each member keeps a full copy in its DIR: a change is made under a
+"replica grant PATH [deep]", "replica release PATH" and "replica leader
+NAME" act on them (ferry ctl HOST replica ...). Each member keeps a full copy in its DIR: a change is made under a
 control this member holds (asked of the set, or of the member holding it),
 then copied to the others in order; a read of what another member controls
 waits for that member's updates, so an open after a close at another site
@@ -204,15 +204,15 @@ sees the close. A member that was down gets the changes made meanwhile
 from the others, which keep them on disk for it.
 
 To add a member to a running set, start it with --replica-join and a
-members file that names the set's members and itself, then write "pass
-add NAME ADDR FINGERPRINT" to any member's control file (ferry ctl HOST
-pass add ...). The new member copies the tree from the set, fetching only
+members file that names the set's members and itself, then write
+"replica add NAME ADDR FINGERPRINT" to any member's control file (ferry
+ctl HOST replica add ...). The new member copies the tree from the set, fetching only
 the chunks its directory lacks and removing what the set does not have,
 then goes on with the changes made meanwhile, and serves once it is
 current; the control file shows it as a learner until then. The others
 learn it from the log; once it has joined, add its line to their members
-files too, so that the files stay a true list of the set. "pass remove
-NAME" removes a member that is gone for good (its site lost, or added but
+files too, so that the files stay a true list of the set. "replica
+remove NAME" removes a member that is gone for good (its site lost, or added but
 never started): the others stop waiting for it, and the controls it held
 are dropped with whatever of their changes it had not sent. Stop its
 server first; a member removed does not join again under its name.

@@ -345,7 +345,9 @@ section (the client's cache layer), a [client] section (the connection and
 its chunk cache), then the server's (version, uptime, counters, the
 connections with their users and the kernel's measurements) and the
 layers below it. With a COMMAND it writes the command to the server
-instead, e.g. "ferry ctl host debug on"; "pass CMD" forwards CMD to the
+instead, e.g. "ferry ctl host debug on"; "LAYER CMD" sends CMD to the
+server's layer of that name (the heading of its section), e.g. "ferry ctl
+host replica add NAME ADDR FINGERPRINT"; "pass CMD" forwards CMD to the
 layer below the server.`,
 		Args: cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {

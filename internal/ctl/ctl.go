@@ -2,7 +2,9 @@
 //
 // Reading the file returns the state of this layer followed by that of the
 // layers below it. Writing lines to it runs commands: "pass CMD" hands CMD to
-// the layer below; "sync" goes to this layer's Controller and then to every
+// the layer below; "NAME CMD" hands CMD to the layer of that name, this
+// one or one below it in the same process (the name of its "[NAME]"
+// heading); "sync" goes to this layer's Controller and then to every
 // layer below; anything else goes to this layer's Controller, which must
 // know "sync". All other
 // paths go to the layer below unchanged. The file is not listed by Find, so a
@@ -14,6 +16,7 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -52,6 +55,21 @@ func New(name string, below ferry.FS, c Controller) *Tree {
 
 // ServesCtl implements Server.
 func (t *Tree) ServesCtl() bool { return true }
+
+// Namer is implemented by control layers that know their names and
+// those of the control layers below them in the same process.
+type Namer interface {
+	CtlNames() []string
+}
+
+// CtlNames implements Namer.
+func (t *Tree) CtlNames() []string {
+	names := []string{t.name}
+	if n, ok := ferry.As[Namer](t.FS); ok && t.belowServes() {
+		names = append(names, n.CtlNames()...)
+	}
+	return names
+}
 
 // Unwrap implements ferry.Unwrapper.
 func (t *Tree) Unwrap() ferry.FS { return t.FS }
@@ -152,7 +170,8 @@ func (t *Tree) Put(ctx context.Context, p string, d ferry.Dir, off int64, data i
 	})
 }
 
-// Command runs one command line: "pass CMD" forwards CMD to the layer below.
+// Command runs one command line: "pass CMD" forwards CMD to the layer
+// below, "NAME CMD" to the layer named NAME.
 func (t *Tree) Command(ctx context.Context, line string) error {
 	const op = "ctl.Command"
 	args := strings.Fields(line)
@@ -170,6 +189,13 @@ func (t *Tree) Command(ctx context.Context, line string) error {
 			return err
 		}
 		return nil
+	}
+	if len(args) > 1 && args[0] == t.name {
+		return t.Command(ctx, strings.Join(args[1:], " "))
+	}
+	if n, ok := ferry.As[Namer](t.FS); ok && len(args) > 1 && t.belowServes() && slices.Contains(n.CtlNames(), args[0]) {
+		_, err := t.FS.Put(ctx, ferry.CtlPath, nil, 0, strings.NewReader(strings.Join(args, " "))).Wait()
+		return err
 	}
 	if args[0] == "pass" {
 		if !t.belowServes() {

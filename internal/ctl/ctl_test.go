@@ -60,6 +60,11 @@ func TestCommands(t *testing.T) {
 		{"a failing sync stops there", "sync", "sync", []string{"top: sync"}, false},
 		{"lines in order, up to a failure", "a\npass b\nc", "b", []string{"top: a"}, false},
 		{"pass below the bottom", "pass pass pass x", "", nil, false},
+		{"by name, below", "bottom add c", "", []string{"bottom: add c"}, true},
+		{"by name, this one", "top leader b", "", []string{"top: leader b"}, true},
+		{"by name, then pass", "middle pass x", "", []string{"bottom: x"}, true},
+		{"a name alone is a command", "bottom", "", []string{"top: bottom"}, true},
+		{"no such layer: this one's command", "nowhere x", "", []string{"top: nowhere x"}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
