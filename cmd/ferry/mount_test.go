@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -408,10 +409,31 @@ func TestGetBesideMount(t *testing.T) {
 			e.run(true, "umount", mnt)
 		}
 	})
-	// The mount reads the file by chunks, and keeps them.
-	if got, err := os.ReadFile(filepath.Join(mnt, "big")); err != nil || !bytes.Equal(got, data) {
+	// The mount reads the file by chunks, and keeps them. A read that
+	// waited over a second for that fetch (a loaded machine) was served
+	// by a ranged read the chunk cache does not keep, but the fetch goes
+	// on while the file is open: it stays open until the cache holds it.
+	f, err := os.Open(filepath.Join(mnt, "big"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := io.ReadAll(f); err != nil || !bytes.Equal(got, data) {
 		t.Fatalf("read through the mount: %d bytes, %v", len(got), err)
 	}
+	held := regexp.MustCompile(`cache\.bytes: ([0-9]+) of`)
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		ctl, _ := os.ReadFile(filepath.Join(mnt, "Ctl"))
+		if m := held.FindSubmatch(ctl); m != nil {
+			if n, _ := strconv.Atoi(string(m[1])); n >= len(data) {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the mount's chunk cache never held the file it read:\n%s", ctl)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	f.Close()
 	wire := regexp.MustCompile(`of files, ([0-9.]+) (B|KiB|MiB) on the wire`)
 	get := func(what string) {
 		t.Helper()
