@@ -9,7 +9,8 @@ import (
 )
 
 // FuzzUnpackRefs: a chunk list from the wire is refused or decodes to
-// what packs back to the same bytes.
+// what packs back to the same bytes, and a list longer than the limit
+// asked for is refused.
 func FuzzUnpackRefs(f *testing.F) {
 	f.Add(make([]byte, 64), []byte{1, 2})
 	f.Add([]byte{}, []byte{})
@@ -21,6 +22,9 @@ func FuzzUnpackRefs(f *testing.F) {
 		hs, ss, err := UnpackRefs(m)
 		if err != nil {
 			return
+		}
+		if _, _, err := UnpackRefsMax(m, len(hs)-1); len(hs) > 0 && err == nil {
+			t.Fatalf("%d refs taken under a limit of %d", len(hs), len(hs)-1)
 		}
 		refs := make([]chunk.Ref, len(hs))
 		for i := range hs {
