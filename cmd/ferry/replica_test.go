@@ -143,6 +143,23 @@ func TestReplicaJoin(t *testing.T) {
 	if got, _ := es["b"].run(true, "cat", es["b"].at("/d/small")); got != "c wrote" {
 		t.Fatalf("b read %q after c wrote", got)
 	}
+
+	// Through a mount of the new member too.
+	needMount(t)
+	mnt := mountPoint(t)
+	c.run(true, "mount", c.at("/"), mnt)
+	t.Cleanup(func() { c.run(true, "umount", mnt) })
+	if got, err := os.ReadFile(filepath.Join(mnt, "big")); err != nil || string(got) != big {
+		t.Fatalf("c's mount read %d bytes of /big (%v)", len(got), err)
+	}
+	if err := os.WriteFile(filepath.Join(mnt, "d", "from-mount"), []byte("written at c's mount"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Closed at c's mount, the file is read at a: a's read first has c
+	// recall what its clients keep back there.
+	if got, _ := es["a"].run(true, "cat", es["a"].at("/d/from-mount")); got != "written at c's mount" {
+		t.Fatalf("a read %q of what c's mount wrote", got)
+	}
 }
 
 func checkSet(t *testing.T, es map[string]*env, names []string) {
