@@ -196,8 +196,8 @@ checked against FILE), and agrees with them, on a raft log kept in
 --replica-log, which member controls which part of the tree. The control
 file's [replica] section shows the set, its leader and the controls held;
 "replica grant PATH [deep]", "replica release PATH" and "replica leader
-NAME" act on them (ferry ctl HOST replica ...). Each member keeps a full copy in its DIR: a change is made under a
-control this member holds (asked of the set, or of the member holding it),
+NAME" act on them (ferry ctl HOST replica ...). Each member keeps a full
+copy in its DIR: a change is made under a control this member holds (asked of the set, or of the member holding it),
 then copied to the others in order; a read of what another member controls
 waits for that member's updates, so an open after a close at another site
 sees the close. A member that was down gets the changes made meanwhile
@@ -206,16 +206,17 @@ from the others, which keep them on disk for it.
 To add a member to a running set, start it with --replica-join and a
 members file that names the set's members and itself, then write
 "replica add NAME ADDR FINGERPRINT" to any member's control file (ferry
-ctl HOST replica add ...). The new member copies the tree from the set, fetching only
-the chunks its directory lacks and removing what the set does not have,
-then goes on with the changes made meanwhile, and serves once it is
-current; the control file shows it as a learner until then. The others
-learn it from the log; once it has joined, add its line to their members
-files too, so that the files stay a true list of the set. "replica
-remove NAME" removes a member that is gone for good (its site lost, or added but
-never started): the others stop waiting for it, and the controls it held
-are dropped with whatever of their changes it had not sent. Stop its
-server first; a member removed does not join again under its name.
+ctl HOST replica add ...). The new member copies the tree from the set,
+fetching only the chunks its directory lacks and removing what the set
+does not have, then goes on with the changes made meanwhile, and serves
+once it is current; the control file shows it as a learner until then.
+The others learn it from the log; once it has joined, add its line to
+their members files too, so that the files stay a true list of the set.
+"replica remove NAME" removes a member that is gone for good (its site
+lost, or added but never started): the others stop waiting for it, and
+the controls it held are dropped with whatever of their changes it had
+not sent. Stop its server first; a member removed does not join again
+under its name.
 
 Limitations: all admitted users have the server process's rights on DIR;
 a real file named Ctl at the top of DIR is shadowed by the control file.`,

@@ -73,20 +73,27 @@ func (m *member) stop(l *loop, id uint64) {
 	m.disk.Close()
 }
 
-// TestNodes runs three members over an in-process transport: grants from
-// all of them commit, the group goes on without its leader, and the
-// stopped member restarts from its disk and catches up.
-func TestNodes(t *testing.T) {
+// startGroup starts members 1 to 3 over an in-process transport; those
+// left in the map are stopped at the test's end.
+func startGroup(t *testing.T) (*loop, map[uint64]*member) {
 	l := &loop{nodes: map[uint64]*Node{}}
 	ms := map[uint64]*member{}
 	for id := uint64(1); id <= 3; id++ {
 		ms[id] = startMember(t, l, id, t.TempDir())
 	}
-	defer func() {
+	t.Cleanup(func() {
 		for id, m := range ms {
 			m.stop(l, id)
 		}
-	}()
+	})
+	return l, ms
+}
+
+// TestNodes runs three members over an in-process transport: grants from
+// all of them commit, the group goes on without its leader, and the
+// stopped member restarts from its disk and catches up.
+func TestNodes(t *testing.T) {
+	l, ms := startGroup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	grants := func(round int) {
@@ -148,16 +155,7 @@ func TestNodes(t *testing.T) {
 // follows, and, promoted, counts in the quorum. Adding it as a learner
 // again after that (a proposal repeated) does not demote it.
 func TestJoin(t *testing.T) {
-	l := &loop{nodes: map[uint64]*Node{}}
-	ms := map[uint64]*member{}
-	for id := uint64(1); id <= 3; id++ {
-		ms[id] = startMember(t, l, id, t.TempDir())
-	}
-	defer func() {
-		for id, m := range ms {
-			m.stop(l, id)
-		}
-	}()
+	l, ms := startGroup(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	grant := func(m *member, p string) {

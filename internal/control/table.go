@@ -51,11 +51,29 @@ type Member struct {
 // EncodeMember encodes m as the context of the configuration change that
 // adds it to the set.
 func EncodeMember(m Member) []byte {
-	b, err := pb.Marshal(&proto.SetMember{Id: m.ID, Name: m.Name, Addr: m.Addr, Fingerprint: m.Fingerprint})
+	b, err := pb.Marshal(toSetMember(m))
 	if err != nil {
 		panic(err) // a message we built always marshals
 	}
 	return b
+}
+
+// memberOf decodes info, the context of a change of member id: the
+// member it names, if it names id and a name.
+func memberOf(id uint64, info []byte) (Member, bool) {
+	var m proto.SetMember
+	if err := pb.Unmarshal(info, &m); err != nil || m.Id != id || id == 0 || m.Name == "" {
+		return Member{}, false
+	}
+	return fromSetMember(&m), true
+}
+
+func toSetMember(m Member) *proto.SetMember {
+	return &proto.SetMember{Id: m.ID, Name: m.Name, Addr: m.Addr, Fingerprint: m.Fingerprint}
+}
+
+func fromSetMember(m *proto.SetMember) Member {
+	return Member{Name: m.Name, Addr: m.Addr, Fingerprint: m.Fingerprint, ID: m.Id}
 }
 
 // Table is the control table. It is not safe for concurrent use; the
@@ -89,19 +107,18 @@ func (t *Table) Join(index, id uint64, info []byte) (Member, bool) {
 	if index > t.index {
 		t.index = index
 	}
-	var m proto.SetMember
-	if err := pb.Unmarshal(info, &m); err != nil || m.Id != id || id == 0 || m.Name == "" || m.Addr == "" || m.Fingerprint == "" {
+	m, ok := memberOf(id, info)
+	if !ok || m.Addr == "" || m.Fingerprint == "" {
 		return Member{}, false
 	}
-	if _, ok := t.members[m.Id]; ok {
+	if _, ok := t.members[id]; ok {
 		return Member{}, false
 	}
-	if _, ok := t.removed[m.Id]; ok {
+	if _, ok := t.removed[id]; ok {
 		return Member{}, false
 	}
-	j := Member{Name: m.Name, Addr: m.Addr, Fingerprint: m.Fingerprint, ID: m.Id}
-	t.members[m.Id] = j
-	return j, true
+	t.members[id] = m
+	return m, true
 }
 
 // Admits implements consensus.Membership: a member removed is not added
@@ -123,14 +140,13 @@ func (t *Table) Remove(index, id uint64, info []byte) (Member, bool) {
 	if index > t.index {
 		t.index = index
 	}
-	var m proto.SetMember
-	if err := pb.Unmarshal(info, &m); err != nil || m.Id != id || id == 0 || m.Name == "" {
+	r, ok := memberOf(id, info)
+	if !ok {
 		return Member{}, false
 	}
 	if _, ok := t.removed[id]; ok {
 		return Member{}, false
 	}
-	r := Member{Name: m.Name, Addr: m.Addr, Fingerprint: m.Fingerprint, ID: id}
 	delete(t.members, id)
 	t.removed[id] = r
 	for _, c := range t.Held(r.Name) {
@@ -158,7 +174,7 @@ func sortedMembers(ms map[uint64]Member) []Member {
 func toSetMembers(ms []Member) []*proto.SetMember {
 	var out []*proto.SetMember
 	for _, m := range ms {
-		out = append(out, &proto.SetMember{Id: m.ID, Name: m.Name, Addr: m.Addr, Fingerprint: m.Fingerprint})
+		out = append(out, toSetMember(m))
 	}
 	return out
 }
@@ -415,7 +431,7 @@ func (t *Table) Restore(data []byte) error {
 			return fmt.Errorf("control: snapshot: bad member removed %v", m)
 		}
 		// Its controls went when it was removed: none is in the rows.
-		n.removed[m.Id] = Member{Name: m.Name, Addr: m.Addr, Fingerprint: m.Fingerprint, ID: m.Id}
+		n.removed[m.Id] = fromSetMember(m)
 	}
 	for _, m := range s.Members {
 		info, _ := pb.Marshal(m)

@@ -80,13 +80,16 @@ func (l *levels) choose() zwire.Level {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	if !l.switched.IsZero() && now.Sub(l.switched) < levelHold || l.busy <= 0 {
+	from := l.switched // what busy and the counts measure since
+	if from.IsZero() {
+		from = l.began
+	} else if now.Sub(from) < levelHold {
 		return l.level
 	}
-	since := now.Sub(l.switched)
-	if l.switched.IsZero() {
-		since = now.Sub(l.began)
+	if l.busy <= 0 {
+		return l.level
 	}
+	since := now.Sub(from)
 	speed := float64(l.raw) / l.busy.Seconds()
 	ratio := float64(l.raw) / float64(max(l.wire, 1))
 	switch l.level {

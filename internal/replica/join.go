@@ -131,6 +131,13 @@ func (f *FS) chunkList(ctx context.Context, p string, dir func(ferry.Dir), fn fu
 	return err
 }
 
+// hashes returns the hashes of p's chunks in this copy, in order.
+func (f *FS) hashes(ctx context.Context, p string) []chunk.Hash {
+	var hs []chunk.Hash
+	f.chunkList(ctx, p, func(ferry.Dir) {}, func(r chunk.Ref) { hs = append(hs, r.Hash) })
+	return hs
+}
+
 // chunksByRefs sends the chunks q.Refs names, read from this copy; one it
 // no longer holds is sent as missing.
 func (r receiver) chunksByRefs(f *FS, q *proto.ChunksReq, st grpc.ServerStreamingServer[proto.ChunksData]) error {
@@ -312,9 +319,9 @@ func (f *FS) copyFrom(ctx context.Context, l *link) (int, int64, error) {
 	var fetched int64
 	for len(files) > 0 {
 		// A batch's chunks are asked for in one call: at most copyBatch
-		// files, and files of at most a copyBatch of chunk lists' worth.
+		// files, of at most maxRefs chunks together.
 		n, refs := 0, 0
-		for n < len(files) && n < copyBatch && (n == 0 || refs+len(files[n].GetRefs().GetSizes()) <= copyBatch*proto.MaxRefs) {
+		for n < len(files) && n < copyBatch && (n == 0 || refs+len(files[n].GetRefs().GetSizes()) <= maxRefs) {
 			refs += len(files[n].GetRefs().GetSizes())
 			n++
 		}
@@ -336,8 +343,8 @@ func (f *FS) copyFrom(ctx context.Context, l *link) (int, int64, error) {
 	return len(entries), fetched, nil
 }
 
-// copyFiles puts the files es as listed: a file whose chunks this copy
-// holds already is only given its attributes; the chunks no file of this
+// copyFiles puts the files es as listed: a file whose chunk list this
+// copy has already is only given its attributes; the chunks no file of this
 // copy holds are fetched from l's member in one stream.
 func (f *FS) copyFiles(ctx context.Context, l *link, es []*proto.CopyEntry, have map[string]ferry.Dir) (int64, error) {
 	cfs, ok := ferry.As[chunkFS](f.FS)
@@ -345,9 +352,8 @@ func (f *FS) copyFiles(ctx context.Context, l *link, es []*proto.CopyEntry, have
 		return 0, ferry.E("replica.Copy", "", ferry.KindInvalid, "a member that joins keeps its copy in a chunk store")
 	}
 	type file struct {
-		e    *proto.CopyEntry
-		put  *chunkstore.Put
-		refs []chunk.Ref
+		e   *proto.CopyEntry
+		put *chunkstore.Put
 	}
 	var puts []*file
 	defer func() {
@@ -363,7 +369,7 @@ func (f *FS) copyFiles(ctx context.Context, l *link, es []*proto.CopyEntry, have
 			return 0, ferry.E("replica.Copy", e.Path, err)
 		}
 		d := proto.ToDir(e.Dir)
-		if h, ok := have[e.Path]; ok && h.Type() == ferry.TypeFile && same(f.currentChunks(ctx, e.Path), hashes) {
+		if h, ok := have[e.Path]; ok && h.Type() == ferry.TypeFile && slices.Equal(f.hashes(ctx, e.Path), hashes) {
 			if _, err := f.FS.Wstat(ctx, e.Path, d).Wait(); err != nil {
 				return 0, err
 			}
@@ -431,26 +437,6 @@ func (f *FS) copyFiles(ctx context.Context, l *link, es []*proto.CopyEntry, have
 		}
 	}
 	return fetched, nil
-}
-
-// same reports whether a copy's chunks cur are exactly the listed ones.
-func same(cur map[chunk.Hash]chunk.Ref, hashes []chunk.Hash) bool {
-	if len(cur) == 0 && len(hashes) > 0 {
-		return false
-	}
-	var off int64
-	for _, h := range hashes {
-		r, ok := cur[h]
-		if !ok || r.Off != off {
-			return false
-		}
-		off += int64(r.Len)
-	}
-	var size int64
-	for _, r := range cur {
-		size = max(size, r.Off+int64(r.Len))
-	}
-	return size == off
 }
 
 // addCommand adds the member named by args (NAME ADDR FINGERPRINT) to the

@@ -115,19 +115,29 @@ func (u *update) header() (*proto.Update, error) {
 	if u.hdr == "" {
 		return u.h, nil
 	}
-	b, err := os.ReadFile(u.hdr)
+	h, whole, err := readHead(u.hdr)
+	if err == nil && !whole {
+		err = fmt.Errorf("replica: update %s torn", u.hdr)
+	}
+	return h, err
+}
+
+// readHead reads the update in header file name, and whether the file is
+// whole (nil if torn by a crash).
+func readHead(name string) (*proto.Update, bool, error) {
+	b, err := os.ReadFile(name)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	b, whole := decodeHead(b)
 	if !whole {
-		return nil, fmt.Errorf("replica: update %s torn", u.hdr)
+		return nil, false, nil
 	}
 	h := &proto.Update{}
 	if err := pb.Unmarshal(b, h); err != nil {
-		return nil, fmt.Errorf("replica: update %s: %w", u.hdr, err)
+		return nil, true, fmt.Errorf("replica: update %s: %w", name, err)
 	}
-	return h, nil
+	return h, true, nil
 }
 
 // chunks returns the chunk list of u's content.
@@ -181,22 +191,17 @@ func openOutbox(dir string, peers []uint64) (*outbox, error) {
 	}
 	sort.Strings(names) // zero-padded: the order made
 	for _, n := range names {
-		b, err := os.ReadFile(n)
+		h, whole, err := readHead(n)
 		if err != nil {
 			return nil, err
 		}
 		dat := strings.TrimSuffix(n, ".hdr") + ".dat"
-		b, whole := decodeHead(b)
 		if !whole {
 			// Torn by a crash while it was kept: its change was
 			// never answered.
 			os.Remove(n)
 			os.Remove(dat)
 			continue
-		}
-		h := &proto.Update{}
-		if err := pb.Unmarshal(b, h); err != nil {
-			return nil, fmt.Errorf("replica: update %s: %w", n, err)
 		}
 		u := &update{h: h}
 		if fileExists(dat) {
