@@ -337,8 +337,12 @@ func (f *FS) copyFrom(ctx context.Context, l *link) (int, int64, error) {
 			return 0, 0, err
 		}
 	}
+	seqs := map[uint64]uint64{}
 	for _, c := range cut {
-		f.set.inbox.done(c.Member, c.Seq)
+		seqs[c.Member] = c.Seq
+	}
+	if err := f.set.inbox.cut(seqs); err != nil {
+		return 0, 0, err
 	}
 	return len(entries), fetched, nil
 }

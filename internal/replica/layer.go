@@ -1103,6 +1103,5 @@ func (f *FS) applyUpdate(ctx context.Context, from Member, h *proto.Update, st *
 		// The copies may now differ; a later update of the path mends it.
 		f.set.log.Warn("replica: an update from another member was not applied", "member", from.Name, "op", h.Op, "path", h.Path, "err", err)
 	}
-	f.set.inbox.done(from.ID, h.Seq)
-	return nil
+	return f.set.inbox.done(from.ID, h.Seq)
 }

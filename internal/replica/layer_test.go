@@ -294,6 +294,44 @@ func TestUpdatesSurviveRestart(t *testing.T) {
 	s.same(t)
 }
 
+// TestUpdatesAppliedOnce: a member that stopped after applying updates
+// whose acknowledgements never left is sent them again, and skips them.
+// Applying "move /x /y" and "put /x" twice would leave the second /x at /y.
+func TestUpdatesAppliedOnce(t *testing.T) {
+	s := newSites(t, time.Hour) // the control stays with a throughout
+	put(t, s.fs["a"], "/x", "first")
+	s.quiet(t)
+	s.sets["c"].unacked.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := s.fs["a"].Move(ctx, "/x", "/y").Wait(); err != nil {
+		t.Fatal(err)
+	}
+	put(t, s.fs["a"], "/x", "second")
+	// c applied both, and a has no acknowledgement of either.
+	for {
+		y, _ := os.ReadFile(filepath.Join(s.dirs["c"], "y"))
+		x, _ := os.ReadFile(filepath.Join(s.dirs["c"], "x"))
+		if string(y) == "first" && string(x) == "second" {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("c has x %q, y %q", x, y)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if lag, _ := s.fs["a"].out.lag(memberID("c")); lag != 2 {
+		t.Fatalf("a waits for %d acknowledgements from c, want 2", lag)
+	}
+	s.stop("c")
+	s.restart(t, "c")
+	s.quiet(t)
+	if got := get(t, s.fs["c"], "/y"); got != "first" {
+		t.Fatalf("c reads /y %q after it restarted, want %q", got, "first")
+	}
+	s.same(t)
+}
+
 // TestRenameAcrossControls: a rename at a third member between two
 // directories that two other members control deeply takes both controls
 // over in one grant and reaches every copy.

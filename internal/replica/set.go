@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -61,12 +62,15 @@ type Set struct {
 	ready      chan struct{} // closed once this member caught up with the log (and copied the tree, if it joined)
 	copied     chan struct{} // closed once this member's copy of the tree may take updates
 	copiedOnce sync.Once
-	inbox      *inbox
-	lis        net.Listener
-	srv        *grpc.Server
-	ctx        context.Context
-	cancel     context.CancelFunc
-	wg         sync.WaitGroup
+	// unacked, for tests, has this member apply updates without
+	// acknowledging them, as one that stops between the two.
+	unacked atomic.Bool
+	inbox   *inbox
+	lis     net.Listener
+	srv     *grpc.Server
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
 
 	// mu guards the members, which grow when the set adds one, and the
 	// connections to them.
@@ -88,7 +92,7 @@ func Open(cfg Config) (*Set, error) {
 	const op = "replica.Open"
 	fp := auth.Fingerprint(cfg.Key.Public().(ed25519.PublicKey))
 	s := &Set{key: cfg.Key, log: cfg.Log, senders: map[uint64]*sender{},
-		links: map[uint64]*link{}, inbox: newInbox(), ready: make(chan struct{}), copied: make(chan struct{})}
+		links: map[uint64]*link{}, ready: make(chan struct{}), copied: make(chan struct{})}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -117,12 +121,18 @@ func Open(cfg Config) (*Set, error) {
 		lis.Close()
 		return nil, ferry.E(op, cfg.LogDir, ferry.KindIO, err)
 	}
+	if s.inbox, err = openInbox(filepath.Join(cfg.LogDir, "inbox")); err != nil {
+		lis.Close()
+		s.disk.Close()
+		return nil, ferry.E(op, cfg.LogDir, ferry.KindIO, err)
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	// unwind closes what Open made before it failed.
 	unwind := func(err error) (*Set, error) {
 		s.cancel()
 		s.closeLinks()
 		lis.Close()
+		s.inbox.close()
 		s.disk.Close()
 		return nil, err
 	}
@@ -488,6 +498,7 @@ func (s *Set) Close() error {
 	s.wg.Wait()
 	s.closeLinks()
 	s.zip.Close()
+	s.inbox.close()
 	return s.disk.Close()
 }
 

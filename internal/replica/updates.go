@@ -623,50 +623,6 @@ func sendUpdate(st grpc.BidiStreamingClient[proto.Update, proto.UpdateAck], u *u
 	}
 }
 
-// inbox records, per member, the last of its updates applied here.
-type inbox struct {
-	mu      sync.Mutex
-	from    map[uint64]uint64 // member id -> seq
-	changed chan struct{}
-}
-
-func newInbox() *inbox {
-	return &inbox{from: map[uint64]uint64{}, changed: make(chan struct{})}
-}
-
-// done records that id's update seq is applied.
-func (in *inbox) done(id, seq uint64) {
-	in.mu.Lock()
-	in.from[id] = max(in.from[id], seq)
-	close(in.changed)
-	in.changed = make(chan struct{})
-	in.mu.Unlock()
-}
-
-// last returns the last of id's updates applied here.
-func (in *inbox) last(id uint64) uint64 {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	return in.from[id]
-}
-
-// wait waits until id's update seq is applied here.
-func (in *inbox) wait(ctx context.Context, id, seq uint64) error {
-	for {
-		in.mu.Lock()
-		got, ch := in.from[id], in.changed
-		in.mu.Unlock()
-		if got >= seq {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return ferry.E("replica", "", ferry.KindUnavailable, fmt.Sprintf("waiting for another member's update %d: %v", seq, ctx.Err()))
-		case <-ch:
-		}
-	}
-}
-
 // Updates applies another member's updates in the order it made them.
 func (r receiver) Updates(st grpc.BidiStreamingServer[proto.Update, proto.UpdateAck]) error {
 	from, err := r.set.caller(st.Context())
@@ -697,6 +653,9 @@ func (r receiver) Updates(st grpc.BidiStreamingServer[proto.Update, proto.Update
 		}
 		if err := f.applyUpdate(st.Context(), from, h, in); err != nil {
 			return err
+		}
+		if r.set.unacked.Load() {
+			continue
 		}
 		if err := st.Send(&proto.UpdateAck{Seq: h.Seq, ZstdOk: true}); err != nil {
 			return err
