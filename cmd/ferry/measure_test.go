@@ -163,6 +163,11 @@ func TestMeasureSSHBuild(t *testing.T) {
 		{"three replicas 120 ms apart", func(t *testing.T) string {
 			return mounted(t, startSetOn(t, m, "a", "b", "c")["b"])
 		}, 0},
+		// The other sites' members at nice 19, as if on machines of
+		// their own rather than on the builder's two cores.
+		{"three replicas 120 ms apart, other sites niced", func(t *testing.T) string {
+			return mounted(t, startSetNiced(t, m, nil, []string{"a", "c"}, "a", "b", "c")["b"])
+		}, 0},
 		{"two replicas 120 ms apart", func(t *testing.T) string {
 			return mounted(t, startSetOn(t, m, "a", "b")["b"])
 		}, 0},

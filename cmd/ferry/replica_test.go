@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -45,6 +46,14 @@ func startSetOn(t *testing.T, m *netem.Mesh, names ...string) map[string]*env {
 
 // startSetWith is startSetOn with more flags for every member's serve.
 func startSetWith(t *testing.T, m *netem.Mesh, flags []string, names ...string) map[string]*env {
+	return startSetNiced(t, m, flags, nil, names...)
+}
+
+// startSetNiced is startSetWith with the members named in niced run at
+// the lowest CPU priority (nice 19): on a machine that holds every site,
+// they then take little of the CPU a build at another site uses, as they
+// would on machines of their own.
+func startSetNiced(t *testing.T, m *netem.Mesh, flags, niced []string, names ...string) map[string]*env {
 	var lines []string
 	homes := map[string]string{}
 	for i, n := range names {
@@ -73,7 +82,11 @@ func startSetWith(t *testing.T, m *netem.Mesh, flags []string, names ...string) 
 		if m != nil {
 			via = netem.Enter(m.Sites[i].NS)
 		}
-		es[n] = startIn(t, homes[n], via, append([]string{"--members", members, "--metrics", "127.0.0.1:0"}, flags...)...)
+		run := via
+		if slices.Contains(niced, n) {
+			run = append(slices.Clone(via), "nice", "-n", "19")
+		}
+		es[n] = startIn(t, homes[n], run, append([]string{"--members", members, "--metrics", "127.0.0.1:0"}, flags...)...)
 		es[n].via = via // its clients are at its site
 		es[n].members = members
 	}
