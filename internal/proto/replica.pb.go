@@ -745,6 +745,160 @@ func (x *SyncReply) GetSeq() uint64 {
 	return 0
 }
 
+type ForwardReq struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Op            string                 `protobuf:"bytes,1,opt,name=op,proto3" json:"op,omitempty"` // put, remove, removeall, move, link, wstat
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	To            string                 `protobuf:"bytes,3,opt,name=to,proto3" json:"to,omitempty"`            // move and link
+	Dir           *Dir                   `protobuf:"bytes,4,opt,name=dir,proto3" json:"dir,omitempty"`          // put and wstat: the attributes asked for
+	Off           int64                  `protobuf:"varint,5,opt,name=off,proto3" json:"off,omitempty"`         // put: where the content goes (-1: it is the whole file)
+	Content       bool                   `protobuf:"varint,6,opt,name=content,proto3" json:"content,omitempty"` // put: data follows (in this message and the next)
+	Data          []byte                 `protobuf:"bytes,7,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardReq) Reset() {
+	*x = ForwardReq{}
+	mi := &file_replica_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardReq) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardReq) ProtoMessage() {}
+
+func (x *ForwardReq) ProtoReflect() protoreflect.Message {
+	mi := &file_replica_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardReq.ProtoReflect.Descriptor instead.
+func (*ForwardReq) Descriptor() ([]byte, []int) {
+	return file_replica_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *ForwardReq) GetOp() string {
+	if x != nil {
+		return x.Op
+	}
+	return ""
+}
+
+func (x *ForwardReq) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ForwardReq) GetTo() string {
+	if x != nil {
+		return x.To
+	}
+	return ""
+}
+
+func (x *ForwardReq) GetDir() *Dir {
+	if x != nil {
+		return x.Dir
+	}
+	return nil
+}
+
+func (x *ForwardReq) GetOff() int64 {
+	if x != nil {
+		return x.Off
+	}
+	return 0
+}
+
+func (x *ForwardReq) GetContent() bool {
+	if x != nil {
+		return x.Content
+	}
+	return false
+}
+
+func (x *ForwardReq) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type ForwardReply struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// not_holder says the member controls the paths no more and changed
+	// nothing: the caller takes the control itself.
+	NotHolder     bool   `protobuf:"varint,1,opt,name=not_holder,json=notHolder,proto3" json:"not_holder,omitempty"`
+	Dir           *Dir   `protobuf:"bytes,2,opt,name=dir,proto3" json:"dir,omitempty"`
+	Seq           uint64 `protobuf:"varint,3,opt,name=seq,proto3" json:"seq,omitempty"` // the member's update that carries the change, or a later one
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForwardReply) Reset() {
+	*x = ForwardReply{}
+	mi := &file_replica_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForwardReply) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForwardReply) ProtoMessage() {}
+
+func (x *ForwardReply) ProtoReflect() protoreflect.Message {
+	mi := &file_replica_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForwardReply.ProtoReflect.Descriptor instead.
+func (*ForwardReply) Descriptor() ([]byte, []int) {
+	return file_replica_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ForwardReply) GetNotHolder() bool {
+	if x != nil {
+		return x.NotHolder
+	}
+	return false
+}
+
+func (x *ForwardReply) GetDir() *Dir {
+	if x != nil {
+		return x.Dir
+	}
+	return nil
+}
+
+func (x *ForwardReply) GetSeq() uint64 {
+	if x != nil {
+		return x.Seq
+	}
+	return 0
+}
+
 type RevokeReq struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
@@ -754,7 +908,7 @@ type RevokeReq struct {
 
 func (x *RevokeReq) Reset() {
 	*x = RevokeReq{}
-	mi := &file_replica_proto_msgTypes[12]
+	mi := &file_replica_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -766,7 +920,7 @@ func (x *RevokeReq) String() string {
 func (*RevokeReq) ProtoMessage() {}
 
 func (x *RevokeReq) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[12]
+	mi := &file_replica_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -779,7 +933,7 @@ func (x *RevokeReq) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeReq.ProtoReflect.Descriptor instead.
 func (*RevokeReq) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{12}
+	return file_replica_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *RevokeReq) GetPath() string {
@@ -797,7 +951,7 @@ type RevokeReply struct {
 
 func (x *RevokeReply) Reset() {
 	*x = RevokeReply{}
-	mi := &file_replica_proto_msgTypes[13]
+	mi := &file_replica_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -809,7 +963,7 @@ func (x *RevokeReply) String() string {
 func (*RevokeReply) ProtoMessage() {}
 
 func (x *RevokeReply) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[13]
+	mi := &file_replica_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -822,7 +976,7 @@ func (x *RevokeReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeReply.ProtoReflect.Descriptor instead.
 func (*RevokeReply) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{13}
+	return file_replica_proto_rawDescGZIP(), []int{15}
 }
 
 type RaftBatch struct {
@@ -834,7 +988,7 @@ type RaftBatch struct {
 
 func (x *RaftBatch) Reset() {
 	*x = RaftBatch{}
-	mi := &file_replica_proto_msgTypes[14]
+	mi := &file_replica_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -846,7 +1000,7 @@ func (x *RaftBatch) String() string {
 func (*RaftBatch) ProtoMessage() {}
 
 func (x *RaftBatch) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[14]
+	mi := &file_replica_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -859,7 +1013,7 @@ func (x *RaftBatch) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftBatch.ProtoReflect.Descriptor instead.
 func (*RaftBatch) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{14}
+	return file_replica_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *RaftBatch) GetMsgs() [][]byte {
@@ -877,7 +1031,7 @@ type RaftAck struct {
 
 func (x *RaftAck) Reset() {
 	*x = RaftAck{}
-	mi := &file_replica_proto_msgTypes[15]
+	mi := &file_replica_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -889,7 +1043,7 @@ func (x *RaftAck) String() string {
 func (*RaftAck) ProtoMessage() {}
 
 func (x *RaftAck) ProtoReflect() protoreflect.Message {
-	mi := &file_replica_proto_msgTypes[15]
+	mi := &file_replica_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -902,7 +1056,7 @@ func (x *RaftAck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RaftAck.ProtoReflect.Descriptor instead.
 func (*RaftAck) Descriptor() ([]byte, []int) {
-	return file_replica_proto_rawDescGZIP(), []int{15}
+	return file_replica_proto_rawDescGZIP(), []int{17}
 }
 
 var File_replica_proto protoreflect.FileDescriptor
@@ -957,13 +1111,27 @@ const file_replica_proto_rawDesc = "" +
 	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
 	"\x04tree\x18\x02 \x01(\bR\x04tree\"#\n" +
 	"\tSyncReply\x12\x10\n" +
-	"\x03seq\x18\x02 \x01(\x04R\x03seqJ\x04\b\x01\x10\x02\"\x1f\n" +
+	"\x03seq\x18\x02 \x01(\x04R\x03seqJ\x04\b\x01\x10\x02\"\xa1\x01\n" +
+	"\n" +
+	"ForwardReq\x12\x0e\n" +
+	"\x02op\x18\x01 \x01(\tR\x02op\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x0e\n" +
+	"\x02to\x18\x03 \x01(\tR\x02to\x12\x1f\n" +
+	"\x03dir\x18\x04 \x01(\v2\r.ferry.v1.DirR\x03dir\x12\x10\n" +
+	"\x03off\x18\x05 \x01(\x03R\x03off\x12\x18\n" +
+	"\acontent\x18\x06 \x01(\bR\acontent\x12\x12\n" +
+	"\x04data\x18\a \x01(\fR\x04data\"`\n" +
+	"\fForwardReply\x12\x1d\n" +
+	"\n" +
+	"not_holder\x18\x01 \x01(\bR\tnotHolder\x12\x1f\n" +
+	"\x03dir\x18\x02 \x01(\v2\r.ferry.v1.DirR\x03dir\x12\x10\n" +
+	"\x03seq\x18\x03 \x01(\x04R\x03seq\"\x1f\n" +
 	"\tRevokeReq\x12\x12\n" +
 	"\x04path\x18\x01 \x01(\tR\x04path\"\r\n" +
 	"\vRevokeReply\"\x1f\n" +
 	"\tRaftBatch\x12\x12\n" +
 	"\x04msgs\x18\x01 \x03(\fR\x04msgs\"\t\n" +
-	"\aRaftAck2\xf9\x02\n" +
+	"\aRaftAck2\xb4\x03\n" +
 	"\aReplica\x120\n" +
 	"\x04Raft\x12\x13.ferry.v1.RaftBatch\x1a\x11.ferry.v1.RaftAck(\x01\x124\n" +
 	"\aUpdates\x12\x10.ferry.v1.Update\x1a\x13.ferry.v1.UpdateAck(\x010\x01\x127\n" +
@@ -971,7 +1139,8 @@ const file_replica_proto_rawDesc = "" +
 	"\x04Sync\x12\x11.ferry.v1.SyncReq\x1a\x13.ferry.v1.SyncReply\x124\n" +
 	"\x06Revoke\x12\x13.ferry.v1.RevokeReq\x1a\x15.ferry.v1.RevokeReply\x125\n" +
 	"\x06Chunks\x12\x13.ferry.v1.ChunksReq\x1a\x14.ferry.v1.ChunksData0\x01\x120\n" +
-	"\x04Copy\x12\x11.ferry.v1.CopyReq\x1a\x13.ferry.v1.CopyBatch0\x01B)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
+	"\x04Copy\x12\x11.ferry.v1.CopyReq\x1a\x13.ferry.v1.CopyBatch0\x01\x129\n" +
+	"\aForward\x12\x14.ferry.v1.ForwardReq\x1a\x16.ferry.v1.ForwardReply(\x01B)Z'github.com/ferryfs/ferry/internal/protob\x06proto3"
 
 var (
 	file_replica_proto_rawDescOnce sync.Once
@@ -985,7 +1154,7 @@ func file_replica_proto_rawDescGZIP() []byte {
 	return file_replica_proto_rawDescData
 }
 
-var file_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_replica_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_replica_proto_goTypes = []any{
 	(*ChunksReq)(nil),    // 0: ferry.v1.ChunksReq
 	(*ChunksData)(nil),   // 1: ferry.v1.ChunksData
@@ -999,40 +1168,46 @@ var file_replica_proto_goTypes = []any{
 	(*AppliedReply)(nil), // 9: ferry.v1.AppliedReply
 	(*SyncReq)(nil),      // 10: ferry.v1.SyncReq
 	(*SyncReply)(nil),    // 11: ferry.v1.SyncReply
-	(*RevokeReq)(nil),    // 12: ferry.v1.RevokeReq
-	(*RevokeReply)(nil),  // 13: ferry.v1.RevokeReply
-	(*RaftBatch)(nil),    // 14: ferry.v1.RaftBatch
-	(*RaftAck)(nil),      // 15: ferry.v1.RaftAck
-	(*ChunkRefs)(nil),    // 16: ferry.v1.ChunkRefs
-	(*Dir)(nil),          // 17: ferry.v1.Dir
+	(*ForwardReq)(nil),   // 12: ferry.v1.ForwardReq
+	(*ForwardReply)(nil), // 13: ferry.v1.ForwardReply
+	(*RevokeReq)(nil),    // 14: ferry.v1.RevokeReq
+	(*RevokeReply)(nil),  // 15: ferry.v1.RevokeReply
+	(*RaftBatch)(nil),    // 16: ferry.v1.RaftBatch
+	(*RaftAck)(nil),      // 17: ferry.v1.RaftAck
+	(*ChunkRefs)(nil),    // 18: ferry.v1.ChunkRefs
+	(*Dir)(nil),          // 19: ferry.v1.Dir
 }
 var file_replica_proto_depIdxs = []int32{
-	16, // 0: ferry.v1.ChunksReq.refs:type_name -> ferry.v1.ChunkRefs
+	18, // 0: ferry.v1.ChunksReq.refs:type_name -> ferry.v1.ChunkRefs
 	4,  // 1: ferry.v1.CopyBatch.cut:type_name -> ferry.v1.CutSeq
 	5,  // 2: ferry.v1.CopyBatch.entries:type_name -> ferry.v1.CopyEntry
-	17, // 3: ferry.v1.CopyEntry.dir:type_name -> ferry.v1.Dir
-	16, // 4: ferry.v1.CopyEntry.refs:type_name -> ferry.v1.ChunkRefs
-	17, // 5: ferry.v1.Update.dir:type_name -> ferry.v1.Dir
-	16, // 6: ferry.v1.Update.refs:type_name -> ferry.v1.ChunkRefs
-	14, // 7: ferry.v1.Replica.Raft:input_type -> ferry.v1.RaftBatch
-	6,  // 8: ferry.v1.Replica.Updates:input_type -> ferry.v1.Update
-	8,  // 9: ferry.v1.Replica.Applied:input_type -> ferry.v1.AppliedReq
-	10, // 10: ferry.v1.Replica.Sync:input_type -> ferry.v1.SyncReq
-	12, // 11: ferry.v1.Replica.Revoke:input_type -> ferry.v1.RevokeReq
-	0,  // 12: ferry.v1.Replica.Chunks:input_type -> ferry.v1.ChunksReq
-	2,  // 13: ferry.v1.Replica.Copy:input_type -> ferry.v1.CopyReq
-	15, // 14: ferry.v1.Replica.Raft:output_type -> ferry.v1.RaftAck
-	7,  // 15: ferry.v1.Replica.Updates:output_type -> ferry.v1.UpdateAck
-	9,  // 16: ferry.v1.Replica.Applied:output_type -> ferry.v1.AppliedReply
-	11, // 17: ferry.v1.Replica.Sync:output_type -> ferry.v1.SyncReply
-	13, // 18: ferry.v1.Replica.Revoke:output_type -> ferry.v1.RevokeReply
-	1,  // 19: ferry.v1.Replica.Chunks:output_type -> ferry.v1.ChunksData
-	3,  // 20: ferry.v1.Replica.Copy:output_type -> ferry.v1.CopyBatch
-	14, // [14:21] is the sub-list for method output_type
-	7,  // [7:14] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	19, // 3: ferry.v1.CopyEntry.dir:type_name -> ferry.v1.Dir
+	18, // 4: ferry.v1.CopyEntry.refs:type_name -> ferry.v1.ChunkRefs
+	19, // 5: ferry.v1.Update.dir:type_name -> ferry.v1.Dir
+	18, // 6: ferry.v1.Update.refs:type_name -> ferry.v1.ChunkRefs
+	19, // 7: ferry.v1.ForwardReq.dir:type_name -> ferry.v1.Dir
+	19, // 8: ferry.v1.ForwardReply.dir:type_name -> ferry.v1.Dir
+	16, // 9: ferry.v1.Replica.Raft:input_type -> ferry.v1.RaftBatch
+	6,  // 10: ferry.v1.Replica.Updates:input_type -> ferry.v1.Update
+	8,  // 11: ferry.v1.Replica.Applied:input_type -> ferry.v1.AppliedReq
+	10, // 12: ferry.v1.Replica.Sync:input_type -> ferry.v1.SyncReq
+	14, // 13: ferry.v1.Replica.Revoke:input_type -> ferry.v1.RevokeReq
+	0,  // 14: ferry.v1.Replica.Chunks:input_type -> ferry.v1.ChunksReq
+	2,  // 15: ferry.v1.Replica.Copy:input_type -> ferry.v1.CopyReq
+	12, // 16: ferry.v1.Replica.Forward:input_type -> ferry.v1.ForwardReq
+	17, // 17: ferry.v1.Replica.Raft:output_type -> ferry.v1.RaftAck
+	7,  // 18: ferry.v1.Replica.Updates:output_type -> ferry.v1.UpdateAck
+	9,  // 19: ferry.v1.Replica.Applied:output_type -> ferry.v1.AppliedReply
+	11, // 20: ferry.v1.Replica.Sync:output_type -> ferry.v1.SyncReply
+	15, // 21: ferry.v1.Replica.Revoke:output_type -> ferry.v1.RevokeReply
+	1,  // 22: ferry.v1.Replica.Chunks:output_type -> ferry.v1.ChunksData
+	3,  // 23: ferry.v1.Replica.Copy:output_type -> ferry.v1.CopyBatch
+	13, // 24: ferry.v1.Replica.Forward:output_type -> ferry.v1.ForwardReply
+	17, // [17:25] is the sub-list for method output_type
+	9,  // [9:17] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_replica_proto_init() }
@@ -1047,7 +1222,7 @@ func file_replica_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_replica_proto_rawDesc), len(file_replica_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

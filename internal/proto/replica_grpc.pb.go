@@ -29,6 +29,7 @@ const (
 	Replica_Revoke_FullMethodName  = "/ferry.v1.Replica/Revoke"
 	Replica_Chunks_FullMethodName  = "/ferry.v1.Replica/Chunks"
 	Replica_Copy_FullMethodName    = "/ferry.v1.Replica/Copy"
+	Replica_Forward_FullMethodName = "/ferry.v1.Replica/Forward"
 )
 
 // ReplicaClient is the client API for Replica service.
@@ -59,6 +60,12 @@ type ReplicaClient interface {
 	// names it). The joiner fetches the chunks it lacks with Chunks (by
 	// refs) and goes on from the cut with each member's updates.
 	Copy(ctx context.Context, in *CopyReq, opts ...grpc.CallOption) (grpc.ServerStreamingClient[CopyBatch], error)
+	// Forward asks the member that controls the paths of a change to make
+	// it there, for a client of the caller: the first message names the
+	// change, it and the rest carry a put's content. The reply gives the
+	// change's result and the member's update that carries it, which the
+	// caller applies before it answers its client.
+	Forward(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ForwardReq, ForwardReply], error)
 }
 
 type replicaClient struct {
@@ -163,6 +170,19 @@ func (c *replicaClient) Copy(ctx context.Context, in *CopyReq, opts ...grpc.Call
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Replica_CopyClient = grpc.ServerStreamingClient[CopyBatch]
 
+func (c *replicaClient) Forward(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ForwardReq, ForwardReply], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Replica_ServiceDesc.Streams[4], Replica_Forward_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ForwardReq, ForwardReply]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Replica_ForwardClient = grpc.ClientStreamingClient[ForwardReq, ForwardReply]
+
 // ReplicaServer is the server API for Replica service.
 // All implementations must embed UnimplementedReplicaServer
 // for forward compatibility.
@@ -191,6 +211,12 @@ type ReplicaServer interface {
 	// names it). The joiner fetches the chunks it lacks with Chunks (by
 	// refs) and goes on from the cut with each member's updates.
 	Copy(*CopyReq, grpc.ServerStreamingServer[CopyBatch]) error
+	// Forward asks the member that controls the paths of a change to make
+	// it there, for a client of the caller: the first message names the
+	// change, it and the rest carry a put's content. The reply gives the
+	// change's result and the member's update that carries it, which the
+	// caller applies before it answers its client.
+	Forward(grpc.ClientStreamingServer[ForwardReq, ForwardReply]) error
 	mustEmbedUnimplementedReplicaServer()
 }
 
@@ -221,6 +247,9 @@ func (UnimplementedReplicaServer) Chunks(*ChunksReq, grpc.ServerStreamingServer[
 }
 func (UnimplementedReplicaServer) Copy(*CopyReq, grpc.ServerStreamingServer[CopyBatch]) error {
 	return status.Error(codes.Unimplemented, "method Copy not implemented")
+}
+func (UnimplementedReplicaServer) Forward(grpc.ClientStreamingServer[ForwardReq, ForwardReply]) error {
+	return status.Error(codes.Unimplemented, "method Forward not implemented")
 }
 func (UnimplementedReplicaServer) mustEmbedUnimplementedReplicaServer() {}
 func (UnimplementedReplicaServer) testEmbeddedByValue()                 {}
@@ -333,6 +362,13 @@ func _Replica_Copy_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Replica_CopyServer = grpc.ServerStreamingServer[CopyBatch]
 
+func _Replica_Forward_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(ReplicaServer).Forward(&grpc.GenericServerStream[ForwardReq, ForwardReply]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Replica_ForwardServer = grpc.ClientStreamingServer[ForwardReq, ForwardReply]
+
 // Replica_ServiceDesc is the grpc.ServiceDesc for Replica service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -374,6 +410,11 @@ var Replica_ServiceDesc = grpc.ServiceDesc{
 			StreamName:    "Copy",
 			Handler:       _Replica_Copy_Handler,
 			ServerStreams: true,
+		},
+		{
+			StreamName:    "Forward",
+			Handler:       _Replica_Forward_Handler,
+			ClientStreams: true,
 		},
 	},
 	Metadata: "replica.proto",

@@ -18,8 +18,16 @@ import (
 // three sites 60 ms apart, on the same few files, and checks the history
 // with Porcupine: every read sees the latest write that finished before it
 // began, or one concurrent with it. Then the copies must be identical.
+// With a short idle time the controls move between the sites; with a
+// long one, most changes are forwarded to the member that holds them.
 func TestHistoryAcrossSites(t *testing.T) {
-	s := newDelayedSites(t, 50*time.Millisecond, 30*time.Millisecond)
+	for _, idle := range []time.Duration{50 * time.Millisecond, time.Second} {
+		t.Run(fmt.Sprint("idle ", idle), func(t *testing.T) { historyAcrossSites(t, idle) })
+	}
+}
+
+func historyAcrossSites(t *testing.T, idle time.Duration) {
+	s := newDelayedSites(t, idle, 30*time.Millisecond)
 	files := []string{"/k0", "/k1"}
 	var rec history.Recorder
 	var wg sync.WaitGroup
@@ -75,5 +83,11 @@ func TestHistoryAcrossSites(t *testing.T) {
 	if err := rec.Check(30*time.Second, t.TempDir()); err != nil {
 		t.Fatal(err)
 	}
+	var forwarded, grants int64
+	for _, set := range s.sets {
+		forwarded += set.stats.forwarded.Load()
+		grants += set.stats.grants.Load()
+	}
+	t.Logf("%d changes forwarded to their holder, %d grants", forwarded, grants)
 	s.same(t)
 }

@@ -65,6 +65,11 @@ type FS struct {
 	// (copyList), so the listing holds whole updates only.
 	inMu sync.RWMutex
 
+	// forwarding holds, by path, the spool file of a put forwarded from
+	// here until the holder's update of it is applied: its chunks are
+	// taken from there rather than fetched back.
+	forwarding sync.Map
+
 	ctx     context.Context // ends when the layer closes
 	stop    context.CancelFunc
 	wg      sync.WaitGroup
@@ -285,6 +290,7 @@ func (f *FS) acquire(ctx context.Context, paths ...string) (done func(seq uint64
 	self := f.set.self.Name
 	wait := 5 * time.Millisecond
 	triedParent := map[string]bool{}
+	forwarded := isForwarded(ctx)
 	// reserved are controls granted to this call, kept busy until it uses
 	// them: a control released before its first use (idle while the
 	// grant spread, or revoked by a rival) would starve both.
@@ -322,12 +328,17 @@ func (f *FS) acquire(ctx context.Context, paths ...string) (done func(seq uint64
 				defer f.mu.Unlock()
 				for _, u := range got {
 					u.busy--
-					u.last = time.Now()
+					if !forwarded {
+						u.last = time.Now()
+					}
 					u.seq = max(u.seq, seq)
 				}
 			}, nil
 		}
 		f.mu.Unlock()
+		if forwarded {
+			return nil, errNotHolder
+		}
 		if len(need) > 0 {
 			deep, ask := false, need
 			if dir := path.Dir(need[0]); len(need) == 1 && dir != "/" && !triedParent[dir] && !f.shallow {
@@ -678,6 +689,10 @@ func (f *FS) Put(ctx context.Context, p string, d ferry.Dir, off int64, data io.
 				}
 			}()
 		}
+		q := &proto.ForwardReq{Op: "put", Path: p, Dir: proto.FromDir(d), Off: off, Content: data != nil}
+		if out, ok, err := f.forward(ctx, q, small, in); ok {
+			return out, err
+		}
 		var out ferry.Dir
 		err := f.change(ctx, []string{p}, func() (*proto.Update, string, error) {
 			var r io.Reader
@@ -731,17 +746,17 @@ func (f *FS) take(r io.Reader) (small []byte, spool string, err error) {
 
 // Move implements ferry.Tree.
 func (f *FS) Move(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
-	return f.changeDir(ctx, []string{from, to}, "move", func() (ferry.Dir, error) { return f.FS.Move(ctx, from, to).Wait() })
+	return f.changeDir(ctx, &proto.ForwardReq{Op: "move", Path: from, To: to}, func() (ferry.Dir, error) { return f.FS.Move(ctx, from, to).Wait() })
 }
 
 // Link implements ferry.Tree.
 func (f *FS) Link(ctx context.Context, from, to string) *ferry.Future[ferry.Dir] {
-	return f.changeDir(ctx, []string{from, to}, "link", func() (ferry.Dir, error) { return f.FS.Link(ctx, from, to).Wait() })
+	return f.changeDir(ctx, &proto.ForwardReq{Op: "link", Path: from, To: to}, func() (ferry.Dir, error) { return f.FS.Link(ctx, from, to).Wait() })
 }
 
 // Wstat implements ferry.Tree.
 func (f *FS) Wstat(ctx context.Context, p string, d ferry.Dir) *ferry.Future[ferry.Dir] {
-	return f.changeDir(ctx, []string{p}, "wstat", func() (ferry.Dir, error) { return f.FS.Wstat(ctx, p, d).Wait() })
+	return f.changeDir(ctx, &proto.ForwardReq{Op: "wstat", Path: p, Dir: proto.FromDir(d)}, func() (ferry.Dir, error) { return f.FS.Wstat(ctx, p, d).Wait() })
 }
 
 // Remove implements ferry.Tree.
@@ -754,18 +769,25 @@ func (f *FS) RemoveAll(ctx context.Context, p string) *ferry.Future[struct{}] {
 	return f.changeNone(ctx, p, "removeall", func() error { return wait0(f.FS.RemoveAll(ctx, p)) })
 }
 
-func (f *FS) changeDir(ctx context.Context, paths []string, op string, fn func() (ferry.Dir, error)) *ferry.Future[ferry.Dir] {
+// changeDir makes the change q, which fn makes on this copy, here or
+// (forward) at the member that controls its paths.
+func (f *FS) changeDir(ctx context.Context, q *proto.ForwardReq, fn func() (ferry.Dir, error)) *ferry.Future[ferry.Dir] {
 	return ferry.Go(func() (ferry.Dir, error) {
+		if out, ok, err := f.forward(ctx, q, nil, ""); ok {
+			return out, err
+		}
+		paths := []string{q.Path}
+		if q.To != "" {
+			paths = append(paths, q.To)
+		}
 		var out ferry.Dir
 		err := f.change(ctx, paths, func() (*proto.Update, string, error) {
 			var err error
 			if out, err = fn(); err != nil {
 				return nil, "", err
 			}
-			u := &proto.Update{Op: op, Path: paths[0]}
-			if len(paths) > 1 {
-				u.To = paths[1]
-			} else {
+			u := &proto.Update{Op: q.Op, Path: q.Path, To: q.To}
+			if q.To == "" {
 				u.Dir = proto.FromDir(attrsOf(out))
 			}
 			return u, "", nil
@@ -776,6 +798,9 @@ func (f *FS) changeDir(ctx context.Context, paths []string, op string, fn func()
 
 func (f *FS) changeNone(ctx context.Context, p, op string, fn func() error) *ferry.Future[struct{}] {
 	return ferry.Go(func() (struct{}, error) {
+		if _, ok, err := f.forward(ctx, &proto.ForwardReq{Op: op, Path: p}, nil, ""); ok {
+			return struct{}{}, err
+		}
 		return struct{}{}, f.change(ctx, []string{p}, func() (*proto.Update, string, error) {
 			if err := fn(); err != nil {
 				return nil, "", err
@@ -917,10 +942,15 @@ func (f *FS) assemble(ctx context.Context, from Member, h *proto.Update, w io.Wr
 		return ferry.E(op, h.Path, ferry.KindInvalid, "an update from an unknown member")
 	}
 	cur := f.currentChunks(ctx, h.Path)
+	sent, closeSent := f.forwardedChunks(h.Path)
+	defer closeSent()
 	cfs, indexed := ferry.As[chunkFS](f.FS)
 	buf := make([]byte, chunk.Default.Max)
 	// local reads chunk i from this copy, or fails.
 	local := func(i int) ([]byte, error) {
+		if b, ok := sent.read(hashes[i]); ok {
+			return b, nil
+		}
 		if r, ok := cur[hashes[i]]; ok {
 			rc := f.FS.Get(ctx, h.Path, r.Off, int64(r.Len))
 			b, err := io.ReadAll(rc)
@@ -937,7 +967,7 @@ func (f *FS) assemble(ctx context.Context, from Member, h *proto.Update, w io.Wr
 	have := make([]bool, len(hashes))
 	var want []int
 	for i, hsh := range hashes {
-		if _, ok := cur[hsh]; ok {
+		if _, ok := cur[hsh]; ok || sent.has(hsh) {
 			have[i] = true
 			continue
 		}

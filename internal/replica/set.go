@@ -406,6 +406,7 @@ func (s *Set) Status(ctx context.Context) string {
 	fmt.Fprintf(&b, "controls: %d (%d here)\n", len(rows), len(here))
 	fmt.Fprintf(&b, "grants: %d refused=%d released=%d revokes_sent=%d revokes_served=%d leader_transfers=%d\n",
 		s.stats.grants.Load(), s.stats.refused.Load(), s.stats.released.Load(), s.stats.revokesSent.Load(), s.stats.revokesServed.Load(), s.stats.transfers.Load())
+	fmt.Fprintf(&b, "forwards: sent=%d served=%d\n", s.stats.forwarded.Load(), s.stats.forwardsServed.Load())
 	fmt.Fprintf(&b, "updates.applied: %d fenced=%d\n", s.stats.applied.Load(), s.stats.fenced.Load())
 	fmt.Fprintf(&b, "updates.received: %d bytes of content, %d on the wire\n", s.stats.contentBytes.Load(), s.stats.wireBytes.Load())
 	if f := s.fs.Load(); f != nil {

@@ -15,6 +15,7 @@ import (
 type stats struct {
 	grants, refused, released  atomic.Int64
 	revokesSent, revokesServed atomic.Int64
+	forwarded, forwardsServed  atomic.Int64
 	applied, fenced, transfers atomic.Int64
 	fetchedBytes               atomic.Int64 // chunk bytes fetched from other members
 	// contentBytes and wireBytes count the content of other members'
@@ -165,6 +166,7 @@ var (
 	descGrants   = prometheus.NewDesc("ferry_replica_grants_total", "Grants this member asked for, by result.", []string{"result"}, nil)
 	descReleased = prometheus.NewDesc("ferry_replica_releases_total", "Controls this member gave up.", nil, nil)
 	descRevokes  = prometheus.NewDesc("ferry_replica_revokes_total", "Revoke requests, sent to other members and served here.", []string{"dir"}, nil)
+	descForwards = prometheus.NewDesc("ferry_replica_forwards_total", "Changes forwarded to the member controlling their paths, and made here for other members.", []string{"dir"}, nil)
 	descUpdates  = prometheus.NewDesc("ferry_replica_updates_applied_total", "Other members' updates applied here, and refused as not under their control.", []string{"result"}, nil)
 	descPending  = prometheus.NewDesc("ferry_replica_update_lag", "This member's updates a member has not applied yet.", []string{"member"}, nil)
 	descTransfer = prometheus.NewDesc("ferry_replica_leader_transfers_total", "Leadership handed by this member to the member granted most.", nil, nil)
@@ -176,7 +178,7 @@ func (s *Set) Collector() prometheus.Collector { return setCollector{s} }
 type setCollector struct{ s *Set }
 
 func (c setCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descLeader, descTerm, descApplied, descHeld, descControls, descGrants, descReleased, descRevokes, descUpdates, descPending, descTransfer} {
+	for _, d := range []*prometheus.Desc{descLeader, descTerm, descApplied, descHeld, descControls, descGrants, descReleased, descRevokes, descForwards, descUpdates, descPending, descTransfer} {
 		ch <- d
 	}
 }
@@ -207,6 +209,8 @@ func (c setCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descReleased, s.stats.released.Load())
 	counter(descRevokes, s.stats.revokesSent.Load(), "sent")
 	counter(descRevokes, s.stats.revokesServed.Load(), "served")
+	counter(descForwards, s.stats.forwarded.Load(), "sent")
+	counter(descForwards, s.stats.forwardsServed.Load(), "served")
 	counter(descUpdates, s.stats.applied.Load(), "applied")
 	counter(descUpdates, s.stats.fenced.Load(), "fenced")
 	counter(descTransfer, s.stats.transfers.Load())
