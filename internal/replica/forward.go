@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"os"
+	"time"
 
 	"google.golang.org/grpc"
 
@@ -21,9 +22,11 @@ import (
 // would pass the control to and fro. The caller then waits for the
 // holder's update that carries the change, so that its client reads
 // what it wrote here. A forwarded change does not keep the holder's
-// control from going idle: once the holder itself stops changing there,
-// it gives the control up and the forwarding member is granted it at its
-// next change, so a burst at one site ends up local there.
+// control from going idle, and a holder that made no change of its own
+// there for half its idle time gives the control up at once: the
+// forwarding member is then granted it at its next change, so a burst at
+// one site ends up local there, while two sites writing in one place at
+// once stay with one holder.
 
 // errNotHolder is what a forwarded change fails with where the paths are
 // no longer controlled: nothing was changed, and the caller takes the
@@ -231,6 +234,7 @@ func (r receiver) Forward(st grpc.ClientStreamingServer[proto.ForwardReq, proto.
 		return proto.Status(err)
 	}
 	r.set.stats.forwardsServed.Add(1)
+	f.yieldIdle(p, to)
 	changes := []callback.Change{{Path: p, Tree: tree}}
 	if to != "" {
 		changes = append(changes, callback.Change{Path: to, Tree: tree})
@@ -241,6 +245,26 @@ func (r receiver) Forward(st grpc.ClientStreamingServer[proto.ForwardReq, proto.
 		reply.Dir = proto.FromDir(out)
 	}
 	return st.SendAndClose(reply)
+}
+
+// yieldIdle marks the controls of paths to be given up (see releaser)
+// where this member made no change of its own for half its idle time.
+func (f *FS) yieldIdle(paths ...string) {
+	self := f.set.self.Name
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, p := range paths {
+		if p == "" {
+			continue
+		}
+		c, ok := f.set.Controller(p)
+		if !ok || c.Holder != self {
+			continue
+		}
+		if u := f.useLocked(c); time.Since(u.last) >= f.idle/2 {
+			u.revoked = true
+		}
+	}
 }
 
 // sentChunks are the chunks of a put's content forwarded from here, by

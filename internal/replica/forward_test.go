@@ -106,3 +106,33 @@ func TestForwardThenTakeOver(t *testing.T) {
 	}
 	s.same(t)
 }
+
+// TestForwardToIdleHolder: a holder that made no change of its own in a
+// place for half its idle time gives its control up after the first
+// change forwarded to it there, long before its idle time is out.
+func TestForwardToIdleHolder(t *testing.T) {
+	const idle = 6 * time.Second
+	s := newSites(t, idle)
+	a, b := s.fs["a"], s.fs["b"]
+	put(t, a, "/f", "from a")
+	last := time.Now()
+	time.Sleep(idle/2 + 100*time.Millisecond)
+	put(t, b, "/f", "from b, through a")
+	if n := s.sets["b"].stats.forwarded.Load(); n != 1 {
+		t.Fatalf("b forwarded %d changes, want 1", n)
+	}
+	for {
+		if c, ok := b.set.Controller("/f"); !ok || c.Holder != "a" {
+			break
+		}
+		if time.Since(last) > idle {
+			t.Fatalf("a kept /f for its whole idle time after b's forwarded change")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	put(t, b, "/f", "from b")
+	if c, ok := b.set.Controller("/f"); !ok || c.Holder != "b" {
+		t.Fatalf("/f is controlled by %+v after a gave it up, want b", c)
+	}
+	s.same(t)
+}

@@ -308,7 +308,10 @@ func (f *FS) acquire(ctx context.Context, paths ...string) (done func(seq uint64
 				continue
 			}
 			u := f.useLocked(c)
-			if u.releasing {
+			// A control to be given up takes no more forwarded
+			// changes, which would keep it busy: their members ask
+			// for it instead.
+			if u.releasing || forwarded && u.revoked {
 				ok = false // being given up: wait, then ask again
 				continue
 			}

@@ -245,3 +245,49 @@ func TestMeasureJoin(t *testing.T) {
 		})
 	}
 }
+
+// TestMeasureWriters times changes at a member to what another member
+// controls, with members 2*FERRY_ONEWAY apart and the default idle time:
+// two sites writing one file in turn (each write's time, median), and a
+// burst of 40 new files at b in a directory a has just written in (from
+// the first create to the last). FERRY_MEASURE=1 runs it.
+func TestMeasureWriters(t *testing.T) {
+	if os.Getenv("FERRY_MEASURE") == "" {
+		t.Skip("a measurement: FERRY_MEASURE=1 runs it")
+	}
+	oneWay := oneWayFromEnv(t)
+	timed := func(fn func()) time.Duration {
+		start := time.Now()
+		fn()
+		return time.Since(start)
+	}
+	median := func(ds []time.Duration) time.Duration {
+		slices.Sort(ds)
+		return ds[len(ds)/2]
+	}
+	for round := range 3 {
+		s := newDelayedSites(t, DefaultIdle, oneWay)
+		a, b := s.fs["a"], s.fs["b"]
+		var atA, atB []time.Duration
+		for i := range 10 {
+			atA = append(atA, timed(func() { put(t, a, "/shared", fmt.Sprint("a ", i)) }))
+			atB = append(atB, timed(func() { put(t, b, "/shared", fmt.Sprint("b ", i)) }))
+		}
+		t.Logf("round %d: one file written in turn at a and b: median write %v at a, %v at b", round, median(atA), median(atB))
+
+		ctx := context.Background()
+		_, err := a.Put(ctx, "/d", ferry.Dir{ferry.AttrType: ferry.TypeDir}, ferry.Whole, nil).Wait()
+		must(t, err)
+		put(t, a, "/d/from-a", "a")
+		burst := timed(func() {
+			for i := range 40 {
+				put(t, b, fmt.Sprintf("/d/f%d", i), "b")
+			}
+		})
+		t.Logf("round %d: 40 files made at b in a directory a just wrote in: %v", round, burst)
+		s.quiet(t)
+		for _, n := range []string{"a", "b", "c"} {
+			s.stop(n)
+		}
+	}
+}
