@@ -211,6 +211,7 @@ func TestMeasureSSHBuild(t *testing.T) {
 			}
 			granted := grants()
 			cpu0, busy0 := ferryCPU(), machineBusy()
+			self0, build0 := rusage(syscall.RUSAGE_SELF), rusage(syscall.RUSAGE_CHILDREN)
 			var phases []string
 			var total time.Duration
 			res := sshResult{Cell: c.name, Seconds: map[string]float64{}, Grants: map[string]int{}}
@@ -269,8 +270,12 @@ func TestMeasureSSHBuild(t *testing.T) {
 			// Every process of the bed shares this machine's cores: what
 			// the servers spend is taken from the build.
 			cpu1, busy1 := ferryCPU(), machineBusy()
-			t.Logf("%-36s CPU: mount %.1fs, servers %.1fs; machine busy %.1fs of %.1fs", c.name,
-				cpu1["mount"]-cpu0["mount"], cpu1["serve"]-cpu0["serve"], busy1-busy0, total.Seconds()*float64(runtime.NumCPU()))
+			// This process is the link emulator (and the harness); its
+			// children waited for are the build's commands.
+			self1, build1 := rusage(syscall.RUSAGE_SELF), rusage(syscall.RUSAGE_CHILDREN)
+			t.Logf("%-36s CPU: mount %.1fs, servers %.1fs, build %.1fs, emulator %.1fs; machine busy %.1fs of %.1fs", c.name,
+				cpu1["mount"]-cpu0["mount"], cpu1["serve"]-cpu0["serve"], build1-build0, self1-self0,
+				busy1-busy0, total.Seconds()*float64(runtime.NumCPU()))
 			res.Total, res.Up = total.Seconds(), sent
 			res.MountCPU, res.ServersCPU = cpu1["mount"]-cpu0["mount"], cpu1["serve"]-cpu0["serve"]
 			if f := os.Getenv("FERRY_RESULTS"); f != "" {
@@ -349,6 +354,16 @@ func lastLines(b []byte, n int) string {
 
 // ferryCPU returns the CPU seconds spent by the ferry processes running
 // now (their user and system time), by role: "mount" and "serve".
+// rusage returns the CPU seconds, user and system, of who
+// (syscall.RUSAGE_SELF or RUSAGE_CHILDREN).
+func rusage(who int) float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(who, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()).Seconds()
+}
+
 func ferryCPU() map[string]float64 {
 	cpu := map[string]float64{}
 	ents, _ := os.ReadDir("/proc")
