@@ -184,6 +184,11 @@ func (r receiver) Forward(st grpc.ClientStreamingServer[proto.ForwardReq, proto.
 	if err != nil {
 		return err
 	}
+	switch q.Op {
+	case "put", "move", "link", "wstat", "remove", "removeall":
+	default:
+		return proto.Status(ferry.E(op, q.Path, ferry.KindInvalid, "unknown change "+q.Op))
+	}
 	p, err := ferry.CleanPath(q.Path)
 	if err != nil {
 		return proto.Status(err)
@@ -224,8 +229,6 @@ func (r receiver) Forward(st grpc.ClientStreamingServer[proto.ForwardReq, proto.
 		err = wait0(f.Remove(ctx, p))
 	case "removeall":
 		err = wait0(f.RemoveAll(ctx, p))
-	default:
-		err = ferry.E(op, p, ferry.KindInvalid, "unknown change "+q.Op)
 	}
 	if errors.Is(err, errNotHolder) {
 		return st.SendAndClose(&proto.ForwardReply{NotHolder: true})

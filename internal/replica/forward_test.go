@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/ferryfs/ferry"
+	"github.com/ferryfs/ferry/internal/proto"
 )
 
 // TestForwardToHolder: changes at b under a's control are made at a, one
@@ -133,6 +135,34 @@ func TestForwardToIdleHolder(t *testing.T) {
 	put(t, b, "/f", "from b")
 	if c, ok := b.set.Controller("/f"); !ok || c.Holder != "b" {
 		t.Fatalf("/f is controlled by %+v after a gave it up, want b", c)
+	}
+	s.same(t)
+}
+
+// TestForwardRefusesBadInput: a forwarded change of no known kind, or
+// with a path no file system takes, is refused with an error that says
+// so, and changes nothing.
+func TestForwardRefusesBadInput(t *testing.T) {
+	s := newSites(t, time.Hour)
+	put(t, s.fs["a"], "/f", "from a")
+	l := s.sets["b"].link(memberID("a"))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, q := range []*proto.ForwardReq{
+		{Op: "chmod", Path: "/f"},
+		{Op: "remove", Path: "/f\x00x"},
+		{Op: "move", Path: "/f", To: "/" + strings.Repeat("x", 300)},
+	} {
+		st, err := proto.NewReplicaClient(l.bulk).Forward(ctx)
+		must(t, err)
+		must(t, st.Send(q))
+		_, err = st.CloseAndRecv()
+		if k := ferry.KindOf(proto.FromStatus("test", q.Path, err)); k != ferry.KindInvalid {
+			t.Errorf("forwarding %s %q: %v (%v), want it refused as invalid", q.Op, q.Path, err, k)
+		}
+	}
+	if got := get(t, s.fs["a"], "/f"); got != "from a" {
+		t.Fatalf("a reads %q after the refused changes", got)
 	}
 	s.same(t)
 }
