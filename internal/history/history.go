@@ -1,14 +1,16 @@
 // Package history checks recorded histories of whole-file operations,
-// made by clients of any front end at any site, with Porcupine
+// and of operations on the names in a directory (dir.go), made by clients
+// of any front end at any site, with Porcupine
 // (github.com/anishathalye/porcupine): each file is a register, so an open
 // and read after another client's write and close returned must see that
-// write or a later one.
+// write or a later one; each directory a set of names.
 package history
 
 import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,43 +28,40 @@ type Op struct {
 	Return time.Time
 }
 
-// Recorder collects the operations of concurrent clients.
-type Recorder struct {
-	mu  sync.Mutex
-	ops []Op
+// Recorder collects the whole-file operations of concurrent clients.
+type Recorder struct{ ops[Op] }
+
+// ops collects operations of concurrent clients.
+type ops[T any] struct {
+	mu   sync.Mutex
+	list []T
 }
 
 // Add records op.
-func (r *Recorder) Add(op Op) {
+func (r *ops[T]) Add(op T) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.ops = append(r.ops, op)
+	r.list = append(r.list, op)
 }
 
 // Len returns how many operations were recorded.
-func (r *Recorder) Len() int {
+func (r *ops[T]) Len() int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return len(r.ops)
+	return len(r.list)
+}
+
+// all returns the operations recorded so far.
+func (r *ops[T]) all() []T {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.list)
 }
 
 // registers is the sequential model: each file a register, absent first.
 var registers = porcupine.Model{
 	Partition: func(h []porcupine.Operation) [][]porcupine.Operation {
-		by := map[string][]porcupine.Operation{}
-		var files []string
-		for _, op := range h {
-			f := op.Input.(Op).File
-			if by[f] == nil {
-				files = append(files, f)
-			}
-			by[f] = append(by[f], op)
-		}
-		var out [][]porcupine.Operation
-		for _, f := range files {
-			out = append(out, by[f])
-		}
-		return out
+		return partition(h, func(op porcupine.Operation) string { return op.Input.(Op).File })
 	},
 	Init: func() any { return "" },
 	Step: func(state, input, output any) (bool, any) {
@@ -84,17 +83,40 @@ var registers = porcupine.Model{
 // Check checks the recorded history within timeout. On a violation the
 // error names a visualization written to dir.
 func (r *Recorder) Check(timeout time.Duration, dir string) error {
-	r.mu.Lock()
 	var h []porcupine.Operation
-	for _, op := range r.ops {
+	for _, op := range r.all() {
 		var out any = ""
 		if !op.Write {
 			out = op.Value
 		}
 		h = append(h, porcupine.Operation{ClientId: op.Client, Input: op, Call: op.Call.UnixNano(), Output: out, Return: op.Return.UnixNano()})
 	}
-	r.mu.Unlock()
-	res, info := porcupine.CheckOperationsVerbose(registers, h, timeout)
+	return check(registers, h, timeout, dir)
+}
+
+// partition splits a history by the object each operation is on (key),
+// in the order the objects first appear.
+func partition(h []porcupine.Operation, key func(porcupine.Operation) string) [][]porcupine.Operation {
+	by := map[string][]porcupine.Operation{}
+	var keys []string
+	for _, op := range h {
+		k := key(op)
+		if by[k] == nil {
+			keys = append(keys, k)
+		}
+		by[k] = append(by[k], op)
+	}
+	var out [][]porcupine.Operation
+	for _, k := range keys {
+		out = append(out, by[k])
+	}
+	return out
+}
+
+// check checks h against model within timeout; on a violation the error
+// names a visualization written to dir.
+func check(model porcupine.Model, h []porcupine.Operation, timeout time.Duration, dir string) error {
+	res, info := porcupine.CheckOperationsVerbose(model, h, timeout)
 	switch res {
 	case porcupine.Ok:
 		return nil
@@ -102,7 +124,7 @@ func (r *Recorder) Check(timeout time.Duration, dir string) error {
 		return fmt.Errorf("history: no verdict on %d operations within %v", len(h), timeout)
 	}
 	path := filepath.Join(dir, "history.html")
-	if err := porcupine.VisualizePath(registers, info, path); err != nil {
+	if err := porcupine.VisualizePath(model, info, path); err != nil {
 		path = err.Error()
 	}
 	if b, err := os.ReadFile(path); err == nil && len(b) > 0 {

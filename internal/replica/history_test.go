@@ -30,44 +30,31 @@ func historyAcrossSites(t *testing.T, idle time.Duration) {
 	s := newDelayedSites(t, idle, 30*time.Millisecond)
 	files := []string{"/k0", "/k1"}
 	var rec history.Recorder
-	var wg sync.WaitGroup
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	client := 0
-	for _, site := range []string{"a", "b", "c"} {
-		for range 2 {
-			id := client
-			client++
-			f := s.fs[site]
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				rng := rand.New(rand.NewPCG(uint64(id), 7))
-				for i := range 25 {
-					op := history.Op{Client: id, File: files[rng.IntN(len(files))], Write: rng.IntN(2) == 0, Call: time.Now()}
-					if op.Write {
-						op.Value = fmt.Sprintf("client %d write %d", id, i)
-						if _, err := f.Put(ctx, op.File, nil, ferry.Whole, strings.NewReader(op.Value)).Wait(); err != nil {
-							t.Errorf("client %d at %s: write %s: %v", id, site, op.File, err)
-							return
-						}
-					} else {
-						r := f.Get(ctx, op.File, 0, -1)
-						b, err := io.ReadAll(r)
-						r.Close()
-						if err != nil && ferry.KindOf(err) != ferry.KindNotExist {
-							t.Errorf("client %d at %s: read %s: %v", id, site, op.File, err)
-							return
-						}
-						op.Value = string(b)
-					}
-					op.Return = time.Now()
-					rec.Add(op)
+	s.clients(7, func(id int, site string, f *FS, rng *rand.Rand) {
+		for i := range 25 {
+			op := history.Op{Client: id, File: files[rng.IntN(len(files))], Write: rng.IntN(2) == 0, Call: time.Now()}
+			if op.Write {
+				op.Value = fmt.Sprintf("client %d write %d", id, i)
+				if _, err := f.Put(ctx, op.File, nil, ferry.Whole, strings.NewReader(op.Value)).Wait(); err != nil {
+					t.Errorf("client %d at %s: write %s: %v", id, site, op.File, err)
+					return
 				}
-			}()
+			} else {
+				r := f.Get(ctx, op.File, 0, -1)
+				b, err := io.ReadAll(r)
+				r.Close()
+				if err != nil && ferry.KindOf(err) != ferry.KindNotExist {
+					t.Errorf("client %d at %s: read %s: %v", id, site, op.File, err)
+					return
+				}
+				op.Value = string(b)
+			}
+			op.Return = time.Now()
+			rec.Add(op)
 		}
-	}
-	wg.Wait()
+	})
 	if t.Failed() {
 		for n, f := range s.fs {
 			f.mu.Lock()
@@ -90,4 +77,92 @@ func historyAcrossSites(t *testing.T, idle time.Duration) {
 	}
 	t.Logf("%d changes forwarded to their holder, %d grants", forwarded, grants)
 	s.same(t)
+}
+
+// TestDirHistoryAcrossSites records adds, removes, renames and listings
+// of the names in one directory by clients at three sites 60 ms apart,
+// and checks the history with Porcupine: a listing sees every change that
+// returned before it began, and a remove or rename finds the name exactly
+// when the changes before it left it there.
+func TestDirHistoryAcrossSites(t *testing.T) {
+	for _, idle := range []time.Duration{50 * time.Millisecond, time.Second} {
+		t.Run(fmt.Sprint("idle ", idle), func(t *testing.T) { dirHistoryAcrossSites(t, idle) })
+	}
+}
+
+func dirHistoryAcrossSites(t *testing.T, idle time.Duration) {
+	s := newDelayedSites(t, idle, 30*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	if _, err := s.fs["a"].Put(ctx, "/d", ferry.Dir{ferry.AttrType: ferry.TypeDir}, ferry.Whole, nil).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	var rec history.DirRecorder
+	s.clients(11, func(id int, site string, f *FS, rng *rand.Rand) {
+		name := func() string { return fmt.Sprint("n", rng.IntN(4)) }
+		for range 20 {
+			op := history.DirOp{Client: id, Dir: "/d", Name: name(), Call: time.Now()}
+			var err error
+			switch rng.IntN(4) {
+			case 0:
+				op.Kind = history.Add
+				_, err = f.Put(ctx, "/d/"+op.Name, nil, ferry.Whole, strings.NewReader(op.Name)).Wait()
+			case 1:
+				op.Kind = history.Remove
+				err = wait0(f.Remove(ctx, "/d/"+op.Name))
+			case 2:
+				op.Kind = history.Rename
+				for op.To = name(); op.To == op.Name; op.To = name() {
+				}
+				_, err = f.Move(ctx, "/d/"+op.Name, "/d/"+op.To).Wait()
+			default:
+				op.Kind = history.List
+				st := f.Find(ctx, "/d", "depth=1")
+				for e := range st.All() {
+					if e.Dir != nil && e.Err == nil {
+						op.Names = append(op.Names, e.Dir.Name())
+					}
+				}
+				err = st.Err()
+			}
+			op.OK = err == nil
+			if err != nil && !(ferry.KindOf(err) == ferry.KindNotExist && (op.Kind == history.Remove || op.Kind == history.Rename)) {
+				t.Errorf("client %d at %s: %s %s: %v", id, site, op.Kind, op.Name, err)
+				return
+			}
+			op.Return = time.Now()
+			rec.Add(op)
+		}
+	})
+	if t.Failed() {
+		return
+	}
+	if err := rec.Check(30*time.Second, t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+	var forwarded int64
+	for _, set := range s.sets {
+		forwarded += set.stats.forwarded.Load()
+	}
+	t.Logf("%d changes forwarded to their holder", forwarded)
+	s.same(t)
+}
+
+// clients runs two clients at each site at once, each calling fn with its
+// id, its site's member and a random source seeded by its id and seed,
+// and returns once all have.
+func (s *sites) clients(seed uint64, fn func(id int, site string, f *FS, rng *rand.Rand)) {
+	var wg sync.WaitGroup
+	id := 0
+	for _, site := range []string{"a", "b", "c"} {
+		for range 2 {
+			wg.Add(1)
+			go func(id int) {
+				defer wg.Done()
+				fn(id, site, s.fs[site], rand.New(rand.NewPCG(uint64(id), seed)))
+			}(id)
+			id++
+		}
+	}
+	wg.Wait()
 }
