@@ -470,33 +470,63 @@ func timed(cmd *exec.Cmd, call, ret *time.Time) (stdout, stderr string, err erro
 
 // TestReplicaSetMountHistory is the end-to-end history through mounts:
 // three sites 120 ms apart, a mount (write-back, as by default) at each
-// site of its own member, one client of each mount writing and reading
-// two files whole and adding, removing, renaming and listing the names
-// of one directory, all at once. Both histories are checked with
-// Porcupine, and then every member's copy must be the same.
+// site of its own member, its client writing and reading two files whole
+// and adding, removing, renaming and listing the names of one directory,
+// all at once. Both histories are checked with Porcupine, and then every
+// member's copy must be the same.
 func TestReplicaSetMountHistory(t *testing.T) {
+	mountHistory(t, false)
+}
+
+// TestReplicaSetMountReaders is TestReplicaSetMountHistory with a second
+// mount at each site for a client that only reads and lists, so that
+// its reads never follow a change of its own. It fails today, and so is
+// not run unless FERRY_KNOWN_BUGS is set: reads at one site wait about
+// 10 s and then miss a file another site's mount closed, writes take up
+// to 80 s, and both histories are not linearizable. The same happens
+// before changes were forwarded to their holder (a9abc62^). What it looks
+// like: two members' mounts each flushing under a write lease into a
+// control the other member holds, each recall waiting for the other
+// until its 10 s bound.
+func TestReplicaSetMountReaders(t *testing.T) {
+	if os.Getenv("FERRY_KNOWN_BUGS") == "" {
+		t.Skip("a known bug (issue 15, see the comment): FERRY_KNOWN_BUGS=1 runs it")
+	}
+	mountHistory(t, true)
+}
+
+func mountHistory(t *testing.T, readers bool) {
 	needMount(t)
 	m := netemtest.MeshForTest(t, 3, func(int, int) netem.Link { return netem.Link{Delay: 60 * time.Millisecond} })
 	names := []string{"a", "b", "c"}
 	es := startSetOn(t, m, names...)
-	mnts := map[string]string{}
-	for _, n := range names {
-		mnts[n] = mountPoint(t)
-		es[n].run(true, "mount", es[n].at("/"), mnts[n])
-		t.Cleanup(func() { es[n].run(true, "umount", mnts[n]) })
+	// With readers, a second mount at each site, for a client that only
+	// reads: a mount of its own, since a file written with O_TRUNC is
+	// not whole in the mount that writes it until it is closed, on any
+	// file system.
+	clients := slices.Clone(names)
+	if readers {
+		clients = append(clients, names...)
 	}
-	if err := os.Mkdir(filepath.Join(mnts["a"], "d"), 0o755); err != nil {
+	mnts := make([]string, len(clients))
+	for i, n := range clients {
+		mnts[i] = mountPoint(t)
+		es[n].run(true, "mount", es[n].at("/"), mnts[i])
+		t.Cleanup(func() { es[n].run(true, "umount", mnts[i]) })
+	}
+	if err := os.Mkdir(filepath.Join(mnts[0], "d"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	var files history.Recorder
 	var dirs history.DirRecorder
-	eachSite(names, func(i int, n string) {
-		mnt := mnts[n]
+	eachSite(clients, func(i int, n string) {
+		reader := i >= len(names)
+		mnt := mnts[i]
 		rng := rand.New(rand.NewPCG(uint64(i), 17))
 		name := func() string { return fmt.Sprint("n", rng.IntN(3)) }
 		for k := range 12 {
 			if rng.IntN(2) == 0 {
-				op := history.Op{Client: i, File: fmt.Sprintf("/k%d", rng.IntN(2)), Write: rng.IntN(2) == 0, Call: time.Now()}
+				op := history.Op{Client: i, File: fmt.Sprintf("/k%d", rng.IntN(2)), Write: !reader && rng.IntN(2) == 0, Call: time.Now()}
 				p := filepath.Join(mnt, op.File)
 				if op.Write {
 					op.Value = fmt.Sprintf("%s wrote %d\n", n, k)
@@ -519,7 +549,11 @@ func TestReplicaSetMountHistory(t *testing.T) {
 			op := history.DirOp{Client: i, Dir: "/d", Name: name(), Call: time.Now()}
 			p := filepath.Join(mnt, "d", op.Name)
 			var err error
-			switch rng.IntN(4) {
+			kind := rng.IntN(4)
+			if reader {
+				kind = 3
+			}
+			switch kind {
 			case 0:
 				op.Kind = history.Add
 				err = os.WriteFile(p, []byte(n), 0o644)
@@ -559,9 +593,9 @@ func TestReplicaSetMountHistory(t *testing.T) {
 	}
 	// After quiescence (a sync at each mount, then the members' updates
 	// applied) every copy is the same.
-	for _, n := range names {
-		if err := os.WriteFile(filepath.Join(mnts[n], "Ctl"), []byte("sync\n"), 0o644); err != nil {
-			t.Errorf("sync at %s: %v", n, err)
+	for i := range names {
+		if err := os.WriteFile(filepath.Join(mnts[i], "Ctl"), []byte("sync\n"), 0o644); err != nil {
+			t.Errorf("sync at %s: %v", names[i], err)
 		}
 	}
 	copyOf := func(n string) string {
