@@ -26,26 +26,45 @@ func (s *Server) watch(ctx context.Context) {
 		case ev.Ack != nil:
 			s.dropBroken(p, ev.Lost, ev.Ack)
 		case ev.Attrs:
-			if in := s.inode(p); in != nil {
-				in.NotifyContent(-1, 0)
-			}
+			s.bounded(p, func() {
+				if in := s.inode(p); in != nil {
+					in.NotifyContent(-1, 0)
+				}
+			})
 		case ev.Lost:
-			s.notifyTree(p)
+			s.bounded(p, func() { s.notifyTree(p) })
 		default:
-			s.notify(p, false, ev.Gone)
+			s.bounded(p, func() { s.notify(p, false, ev.Gone) })
 		}
 	}
 }
 
-// notifyWait bounds how long a callback break waits for the kernel to drop
-// its entries before it is acknowledged. The kernel takes the directory's
-// lock for that, and this mount's own create or rename in that directory
-// may hold it while it waits on the server for the other client's
-// acknowledgement of a break of ours: each would wait out the other's
-// lease. After notifyWait the break is acknowledged with the drop still
-// under way; what this mount had not cached stays correct, and the
-// kernel's entry for the one path shows late.
+// notifyWait bounds how long an event waits for the kernel to drop what it
+// names before the next event is taken, and a callback break before it is
+// acknowledged. The kernel takes the directory's lock for an entry, and a
+// page's lock for its content: this mount's own create or rename in that
+// directory, or a read of that file, may hold it while it waits on the
+// server, and the server on this mount's acknowledgement of a break that
+// waits behind the event; each would wait out the other's lease. After
+// notifyWait the event is left to finish; what this mount had not cached
+// stays correct, and the kernel's entry or pages for the one path drop
+// late.
 const notifyWait = time.Second
+
+// bounded runs drop, which tells the kernel to drop what it holds of p,
+// and returns once it is done or notifyWait has passed.
+func (s *Server) bounded(p string, drop func()) {
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		drop()
+	}()
+	select {
+	case <-done:
+	case <-time.After(notifyWait):
+		s.log.Debug("the kernel held an event's drop; went on meanwhile", "path", p)
+	}
+}
 
 // dropBroken drops p (with tree, everything below it too) in the kernel
 // for a callback break: another client changed it through the server, and
@@ -53,18 +72,9 @@ const notifyWait = time.Second
 func (s *Server) dropBroken(p string, tree bool, ack func()) {
 	in := s.inode(p)
 	dir := in != nil && in.IsDir()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// A directory's entry is kept until the server says it is gone
-		// (the cache checks, and passes up what it learns).
-		s.notify(p, tree, !dir)
-	}()
-	select {
-	case <-done:
-	case <-time.After(notifyWait):
-		s.log.Debug("the kernel held a callback break's drop; acknowledged it meanwhile", "path", p)
-	}
+	// A directory's entry is kept until the server says it is gone (the
+	// cache checks, and passes up what it learns).
+	s.bounded(p, func() { s.notify(p, tree, !dir) })
 	ack()
 }
 
