@@ -488,12 +488,12 @@ func TestReplicaSetMountReaders(t *testing.T) {
 
 // TestReplicaSetMountReadersKernelOpens is TestReplicaSetMountReaders on
 // mounts as they are by default, where the kernel opens files itself. It
-// fails today, and so runs only with FERRY_KNOWN_BUGS set: a file opened
-// with O_TRUNC reaches such a mount as a truncation (a Setattr of size 0)
-// with no open to hold it back with the writes that follow, and a mount
-// with no write lease there (the subtree controlled by another member)
-// stores it at once, so readers elsewhere see the file empty until the
-// writer's close.
+// fails today, and so runs only with FERRY_KNOWN_BUGS set. Such a mount
+// hears no close, so without a write lease there (the subtree controlled
+// by another member) it stores each write before it returns
+// (internal/fusefs/unclosed.go); O_TRUNC reaches it as a truncation (a
+// Setattr of size 0) that is stored the same way, on its own, so readers
+// elsewhere see the file empty until the data that follows is stored.
 func TestReplicaSetMountReadersKernelOpens(t *testing.T) {
 	if os.Getenv("FERRY_KNOWN_BUGS") == "" {
 		t.Skip("a known bug (see the comment): FERRY_KNOWN_BUGS=1 runs it")
