@@ -59,9 +59,11 @@ func (s *Server) bounded(p string, drop func()) {
 		defer close(done)
 		drop()
 	}()
+	t := time.NewTimer(notifyWait)
+	defer t.Stop()
 	select {
 	case <-done:
-	case <-time.After(notifyWait):
+	case <-t.C:
 		s.log.Debug("the kernel held an event's drop; went on meanwhile", "path", p)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	"google.golang.org/grpc"
 
 	"github.com/ferryfs/ferry"
-	"github.com/ferryfs/ferry/internal/callback"
 	"github.com/ferryfs/ferry/internal/chunk"
 	"github.com/ferryfs/ferry/internal/proto"
 )
@@ -64,14 +63,10 @@ func (f *FS) holderOf(paths []string) (Member, *link, bool) {
 // the one that did has given them up meanwhile.
 func (f *FS) forward(ctx context.Context, q *proto.ForwardReq, small []byte, spool string) (ferry.Dir, bool, error) {
 	const op = "replica.Forward"
-	paths := []string{q.Path}
-	if q.To != "" {
-		paths = append(paths, q.To)
-	}
 	if isForwarded(ctx) || f.set.waitReady(ctx) != nil {
 		return nil, false, nil
 	}
-	m, l, ok := f.holderOf(paths)
+	m, l, ok := f.holderOf(pathsOf(q.Path, q.To))
 	if !ok {
 		return nil, false, nil
 	}
@@ -128,26 +123,17 @@ func sendForward(st grpc.ClientStreamingClient[proto.ForwardReq, proto.ForwardRe
 		return err
 	}
 	defer fh.Close()
-	buf := make([]byte, piece)
-	for first := true; ; first = false {
-		n, rerr := io.ReadFull(fh, buf)
-		if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
-			return rerr
-		}
-		m := &proto.ForwardReq{Data: buf[:n]}
-		if first {
+	return eachPiece(fh, func(data []byte, first, _ bool) error {
+		m := &proto.ForwardReq{Data: data}
+		switch {
+		case first:
 			m = q
-			m.Data = buf[:n]
+			m.Data = data
+		case len(data) == 0:
+			return nil // the stream's end says it
 		}
-		if n > 0 || first {
-			if err := st.Send(m); err != nil {
-				return err
-			}
-		}
-		if rerr != nil {
-			return nil
-		}
-	}
+		return st.Send(m)
+	})
 }
 
 // forwardData reads a forwarded put's content as it arrives.
@@ -200,15 +186,12 @@ func (r receiver) Forward(st grpc.ClientStreamingServer[proto.ForwardReq, proto.
 		}
 	}
 	ctx := context.WithValue(st.Context(), forwardedKey{}, true)
-	tree := q.Op == "move" || q.Op == "removeall"
+	changes := changesOf(q.Op, p, to)
 	// This member's clients store what they keep back there first, and
 	// drop what they cache of it after, as for a change of their own.
-	for _, x := range []string{p, to} {
-		if x == "" {
-			continue
-		}
-		if err := f.recall(ctx, tree, x); err != nil {
-			return proto.Status(ferry.E(op, x, ferry.KindUnavailable, err))
+	for _, c := range changes {
+		if err := f.recall(ctx, c.Tree, c.Path); err != nil {
+			return proto.Status(ferry.E(op, c.Path, ferry.KindUnavailable, err))
 		}
 	}
 	var out ferry.Dir
@@ -237,11 +220,7 @@ func (r receiver) Forward(st grpc.ClientStreamingServer[proto.ForwardReq, proto.
 		return proto.Status(err)
 	}
 	r.set.stats.forwardsServed.Add(1)
-	f.yieldIdle(p, to)
-	changes := []callback.Change{{Path: p, Tree: tree}}
-	if to != "" {
-		changes = append(changes, callback.Change{Path: to, Tree: tree})
-	}
+	f.yieldIdle(pathsOf(p, to)...)
 	f.drop(ctx, changes...)
 	reply := &proto.ForwardReply{Seq: f.out.last()}
 	if out != nil {
@@ -257,9 +236,6 @@ func (f *FS) yieldIdle(paths ...string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, p := range paths {
-		if p == "" {
-			continue
-		}
 		c, ok := f.set.Controller(p)
 		if !ok || c.Holder != self {
 			continue

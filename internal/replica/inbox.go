@@ -42,7 +42,6 @@ type record struct {
 	mu      sync.Mutex
 	fd      int
 	written uint64
-	closed  bool
 }
 
 const recordSize = 12
@@ -98,7 +97,7 @@ func (in *inbox) close() {
 		if r.fd >= 0 {
 			unix.Close(r.fd)
 		}
-		r.fd, r.closed = -1, true
+		r.fd = -1
 		r.mu.Unlock()
 	}
 }
@@ -140,19 +139,22 @@ func (in *inbox) record(id, seq uint64, exact bool) error {
 	in.changed = make(chan struct{})
 	r := in.files[id]
 	if r == nil {
-		r = &record{fd: -1, closed: in.closed}
+		r = &record{fd: -1}
 		in.files[id] = r
 	}
 	in.mu.Unlock()
 
 	// What is written is read again under r.mu, so that of two records
-	// made at once the later is the one left on disk.
+	// made at once the later is the one left on disk; close, which
+	// closes the file under r.mu, is seen here too.
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if r.closed {
+	in.mu.Lock()
+	seq, closed := in.from[id], in.closed
+	in.mu.Unlock()
+	if closed {
 		return ferry.E("replica", in.dir, ferry.KindUnavailable, "the inbox is closed")
 	}
-	seq = in.last(id)
 	if r.written == seq && r.fd >= 0 {
 		return nil
 	}

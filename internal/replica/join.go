@@ -206,8 +206,12 @@ var errRemoved = errors.New("this member was removed from the set")
 
 // removed reports whether the set removed this member, as far as it
 // applied the log.
-func (s *Set) removed() (gone bool) {
-	s.machine.read(func(t *control.Table) { gone = !t.Admits(s.self.ID) })
+func (s *Set) removed() bool { return s.gone(s.self.ID) }
+
+// gone reports whether the set removed member id, as far as this member
+// applied the log.
+func (s *Set) gone(id uint64) (gone bool) {
+	s.machine.read(func(t *control.Table) { gone = !t.Admits(id) })
 	return gone
 }
 
@@ -460,9 +464,7 @@ func (s *Set) addCommand(ctx context.Context, args []string) error {
 			return ferry.E(op, m.Name, ferry.KindExist, "member "+o.Name+" has that name, address or key")
 		}
 	}
-	var gone bool
-	s.machine.read(func(t *control.Table) { gone = !t.Admits(m.ID) })
-	if gone {
+	if s.gone(m.ID) {
 		return ferry.E(op, m.Name, ferry.KindExist, "a member of that name was removed from the set; add it under a new name")
 	}
 	if len(s.memberList()) >= MaxMembers {

@@ -779,12 +779,8 @@ func (f *FS) changeDir(ctx context.Context, q *proto.ForwardReq, fn func() (ferr
 		if out, ok, err := f.forward(ctx, q, nil, ""); ok {
 			return out, err
 		}
-		paths := []string{q.Path}
-		if q.To != "" {
-			paths = append(paths, q.To)
-		}
 		var out ferry.Dir
-		err := f.change(ctx, paths, func() (*proto.Update, string, error) {
+		err := f.change(ctx, pathsOf(q.Path, q.To), func() (*proto.Update, string, error) {
 			var err error
 			if out, err = fn(); err != nil {
 				return nil, "", err
@@ -1029,6 +1025,26 @@ func (f *FS) currentChunks(ctx context.Context, p string) map[chunk.Hash]chunk.R
 	return cur
 }
 
+// pathsOf returns the paths a change names: p, and to if it has one
+// (move, link).
+func pathsOf(p, to string) []string {
+	if to == "" {
+		return []string{p}
+	}
+	return []string{p, to}
+}
+
+// changesOf returns what a change op of p (and to) changes, as its
+// callback breaks name it: a move or removeall the whole tree there.
+func changesOf(op, p, to string) []callback.Change {
+	tree := op == "move" || op == "removeall"
+	var cs []callback.Change
+	for _, x := range pathsOf(p, to) {
+		cs = append(cs, callback.Change{Path: x, Tree: tree})
+	}
+	return cs
+}
+
 // wait0 waits for a future of nothing.
 func wait0(f *ferry.Future[struct{}]) error {
 	_, err := f.Wait()
@@ -1125,12 +1141,7 @@ func (f *FS) applyUpdate(ctx context.Context, from Member, h *proto.Update, st *
 		f.set.stats.fenced.Add(1)
 	} else {
 		f.set.stats.applied.Add(1)
-		tree := h.Op == "removeall" || h.Op == "move"
-		changes := []callback.Change{{Path: h.Path, Tree: tree}}
-		if h.To != "" {
-			changes = append(changes, callback.Change{Path: h.To, Tree: tree})
-		}
-		f.drop(actx, changes...)
+		f.drop(actx, changesOf(h.Op, h.Path, h.To)...)
 	}
 	if err != nil {
 		// The copies may now differ; a later update of the path mends it.

@@ -570,12 +570,10 @@ func sendUpdate(st grpc.BidiStreamingClient[proto.Update, proto.UpdateAck], u *u
 		if z == nil || len(h.Data) < zwire.MinSize {
 			return st.Send(h)
 		}
-		c, err := z.Compress(h.Data)
-		if err != nil {
+		m := pb.Clone(h).(*proto.Update) // h stays as kept
+		if err := compress(m, z); err != nil {
 			return err
 		}
-		m := pb.Clone(h).(*proto.Update)
-		m.Data, m.Zstd, m.Size = c, true, uint32(len(h.Data))
 		return st.Send(m)
 	}
 	f, err := os.Open(u.spool)
@@ -592,33 +590,46 @@ func sendUpdate(st grpc.BidiStreamingClient[proto.Update, proto.UpdateAck], u *u
 		m.Refs = proto.PackRefs(refs)
 		return st.Send(m)
 	}
-	buf := make([]byte, piece)
-	first := true
-	for {
-		n, rerr := io.ReadFull(f, buf)
-		if rerr != nil && rerr != io.EOF && rerr != io.ErrUnexpectedEOF {
-			return rerr
-		}
-		done := rerr != nil
+	return eachPiece(f, func(data []byte, first, last bool) error {
 		m := &proto.Update{Seq: u.h.Seq}
 		if first {
 			m = pb.Clone(u.h).(*proto.Update)
-			first = false
 		}
-		m.More = !done
-		m.Data = buf[:n]
-		if z != nil && n >= zwire.MinSize {
-			c, err := z.Compress(m.Data)
-			if err != nil {
-				return err
-			}
-			m.Data, m.Zstd, m.Size = bytes.Clone(c), true, uint32(n)
-		}
-		if err := st.Send(m); err != nil {
+		m.More, m.Data = !last, data
+		if err := compress(m, z); err != nil {
 			return err
 		}
-		if done {
-			return nil
+		return st.Send(m)
+	})
+}
+
+// compress replaces m's data by its compression with z, where z is set
+// and the data is long enough to gain.
+func compress(m *proto.Update, z *zwire.Encoder) error {
+	n := len(m.Data)
+	if z == nil || n < zwire.MinSize {
+		return nil
+	}
+	c, err := z.Compress(m.Data)
+	if err != nil {
+		return err
+	}
+	m.Data, m.Zstd, m.Size = bytes.Clone(c), true, uint32(n)
+	return nil
+}
+
+// eachPiece reads r to its end in pieces of at most piece bytes and calls
+// fn with each, marking the first and the last (which may be empty).
+func eachPiece(r io.Reader, fn func(data []byte, first, last bool) error) error {
+	buf := make([]byte, piece)
+	for first := true; ; first = false {
+		n, err := io.ReadFull(r, buf)
+		if err != nil && err != io.EOF && err != io.ErrUnexpectedEOF {
+			return err
+		}
+		last := err != nil
+		if err := fn(buf[:n], first, last); err != nil || last {
+			return err
 		}
 	}
 }
