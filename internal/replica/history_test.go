@@ -56,15 +56,7 @@ func historyAcrossSites(t *testing.T, idle time.Duration) {
 		}
 	})
 	if t.Failed() {
-		for n, f := range s.fs {
-			f.mu.Lock()
-			held := fmt.Sprint(len(f.held))
-			for p, u := range f.held {
-				held += fmt.Sprintf(" %s%+v", p, *u)
-			}
-			f.mu.Unlock()
-			t.Logf("%s: %s pending %d acked %v held %s", n, s.sets[n].Status(ctx), f.out.pending(), f.out.acked, held)
-		}
+		s.dump(t)
 		return
 	}
 	if err := rec.Check(30*time.Second, t.TempDir()); err != nil {
@@ -135,6 +127,7 @@ func dirHistoryAcrossSites(t *testing.T, idle time.Duration) {
 		}
 	})
 	if t.Failed() {
+		s.dump(t)
 		return
 	}
 	if err := rec.Check(30*time.Second, t.TempDir()); err != nil {
@@ -146,6 +139,22 @@ func dirHistoryAcrossSites(t *testing.T, idle time.Duration) {
 	}
 	t.Logf("%d changes forwarded to their holder", forwarded)
 	s.same(t)
+}
+
+// dump logs each member's status and the controls it holds, for a test
+// whose calls failed.
+func (s *sites) dump(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for n, f := range s.fs {
+		f.mu.Lock()
+		held := fmt.Sprint(len(f.held))
+		for p, u := range f.held {
+			held += fmt.Sprintf(" %s%+v", p, *u)
+		}
+		f.mu.Unlock()
+		t.Logf("%s: %s pending %d acked %v held %s", n, s.sets[n].Status(ctx), f.out.pending(), f.out.acked, held)
+	}
 }
 
 // clients runs two clients at each site at once, each calling fn with its
@@ -165,4 +174,35 @@ func (s *sites) clients(seed uint64, fn func(id int, site string, f *FS, rng *ra
 		}
 	}
 	wg.Wait()
+}
+
+// TestCrossedRenames has clients at every site rename among a few names
+// at once, with controls on single paths that go idle fast: a rename that
+// holds one of its two paths while it waits for the other must not keep
+// it from a rival waiting the other way round, or both wait for ever.
+func TestCrossedRenames(t *testing.T) {
+	s := newSitesWith(t, &sites{testSet: newDelayedSet(t, 10*time.Millisecond, "a", "b", "c"), shallow: true}, 30*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	s.clients(3, func(id int, site string, f *FS, rng *rand.Rand) {
+		for range 30 {
+			from, to := fmt.Sprint("/n", rng.IntN(3)), fmt.Sprint("/n", rng.IntN(3))
+			if from == to {
+				if _, err := f.Put(ctx, from, nil, ferry.Whole, strings.NewReader(from)).Wait(); err != nil {
+					t.Errorf("client %d at %s: put %s: %v", id, site, from, err)
+					return
+				}
+				continue
+			}
+			if _, err := f.Move(ctx, from, to).Wait(); err != nil && ferry.KindOf(err) != ferry.KindNotExist {
+				t.Errorf("client %d at %s: move %s %s: %v", id, site, from, to, err)
+				return
+			}
+		}
+	})
+	if t.Failed() {
+		s.dump(t)
+		return
+	}
+	s.same(t)
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"os"
 	"path"
 	"sync"
@@ -356,6 +357,12 @@ func (f *FS) acquire(ctx context.Context, paths ...string) (done func(seq uint64
 				reserved = append(reserved, granted...)
 				continue
 			}
+			// Refused: another member holds what is still needed. The
+			// controls granted to this call are let go meanwhile, or
+			// two calls each holding what the other needs (a rename
+			// at each of two sites, say) would wait for ever.
+			f.unreserve(reserved)
+			reserved = nil
 		}
 		if err := pause(ctx, &wait); err != nil {
 			return nil, ferry.E(op, paths[0], ferry.KindUnavailable, fmt.Sprintf("another member controls it: %v", err))
@@ -404,12 +411,14 @@ func (f *FS) unreserve(us []*use) {
 }
 
 // pause waits before a control is asked for again, longer each time up
-// to 200 ms, and fails once ctx is done.
+// to 200 ms, and fails once ctx is done. The wait is drawn at random
+// around *wait, so that rivals asking for the same controls fall out of
+// step.
 func pause(ctx context.Context, wait *time.Duration) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(*wait):
+	case <-time.After(*wait/2 + rand.N(*wait)):
 	}
 	*wait = min(2**wait, 200*time.Millisecond)
 	return nil
