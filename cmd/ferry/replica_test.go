@@ -473,10 +473,8 @@ func timed(cmd *exec.Cmd, call, ret *time.Time) (stdout, stderr string, err erro
 // site of its own member, its client writing and reading two files whole
 // and adding, removing, renaming and listing the names of one directory,
 // all at once. Both histories are checked with Porcupine, and then every
-// member's copy must be the same. Its mounts are as they are by default,
-// where the kernel opens files, so the bug TestRewriteSeenWholeKernelOpens
-// shows can break its file history (once under CI's race detector), and
-// it runs only with FERRY_KNOWN_BUGS set.
+// member's copy must be the same. It fails at times (see
+// TestReplicaSetMountReaders), and so runs only with FERRY_KNOWN_BUGS set.
 func TestReplicaSetMountHistory(t *testing.T) {
 	if os.Getenv("FERRY_KNOWN_BUGS") == "" {
 		t.Skip("a known bug (see the comment): FERRY_KNOWN_BUGS=1 runs it")
@@ -486,11 +484,14 @@ func TestReplicaSetMountHistory(t *testing.T) {
 
 // TestReplicaSetMountReaders is TestReplicaSetMountHistory with a second
 // mount at each site for a client that only reads and lists, so that its
-// reads never follow a change of its own. Its mounts hear opens
-// (--kernel-opens=false): TestReplicaSetMountReadersKernelOpens has why.
-// It too fails at times (the file history, 1 of 2 runs in one loop, none
-// of 5 in others; the cause is not found yet), and so runs only with
-// FERRY_KNOWN_BUGS set.
+// reads never follow a change of its own; its mounts hear opens
+// (--kernel-opens=false), TestReplicaSetMountReadersKernelOpens's are as
+// by default. Both fail at times (2 of 10 runs), and so run only with
+// FERRY_KNOWN_BUGS set: a reader's mount keeps serving what it cached
+// while a writer at another site keeps changes back under a write lease
+// its member gave after the reader's member read there; and a file's
+// content stored by name at its close recreates it after a rename at
+// another site moved it.
 func TestReplicaSetMountReaders(t *testing.T) {
 	if os.Getenv("FERRY_KNOWN_BUGS") == "" {
 		t.Skip("a known bug (see the comment): FERRY_KNOWN_BUGS=1 runs it")
@@ -499,16 +500,10 @@ func TestReplicaSetMountReaders(t *testing.T) {
 }
 
 // TestReplicaSetMountReadersKernelOpens is TestReplicaSetMountReaders on
-// mounts as they are by default, where the kernel opens files itself. It
-// fails today, and so runs only with FERRY_KNOWN_BUGS set. Such a mount
-// hears no close, so without a write lease there (the subtree controlled
-// by another member) it stores each write before it returns
-// (internal/fusefs/unclosed.go); O_TRUNC reaches it as a truncation (a
-// Setattr of size 0) that is stored the same way, on its own, so readers
-// elsewhere see the file empty until the data that follows is stored.
+// mounts as they are by default, where the kernel opens files itself.
 func TestReplicaSetMountReadersKernelOpens(t *testing.T) {
 	if os.Getenv("FERRY_KNOWN_BUGS") == "" {
-		t.Skip("a known bug (see the comment): FERRY_KNOWN_BUGS=1 runs it")
+		t.Skip("a known bug (see TestReplicaSetMountReaders): FERRY_KNOWN_BUGS=1 runs it")
 	}
 	mountHistory(t, true)
 }

@@ -626,8 +626,9 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	}
 	written, e := h.wb.writeAt(data, off)
 	if e == 0 && h.n.s.kernel.noOpen.Load() {
-		// No close will be heard (unclosed.go).
-		e = h.n.written(ctx)
+		// As a write with no handle (unclosed.go): this handle's
+		// close stores it.
+		e = h.n.written(ctx, true)
 	}
 	return written, e
 }

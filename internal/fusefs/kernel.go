@@ -35,15 +35,15 @@ import (
 // File opens: the same for files, on a read-only mount and, with
 // Options.KernelOpens, on one that writes back. Once a lease
 // is held, kernelFS answers OPEN with ENOSYS (FUSE_NO_OPEN_SUPPORT, Linux
-// 4.19 on) and FLUSH with ENOSYS too: the kernel then opens and closes
-// files with no request at all (a warm grep -r asks the mount nothing),
-// keeps their pages until notify drops them, and reads and writes with no
-// handle, which fileNode.Read and fileNode.Write serve with handles of
-// their own. With no close to hear, a file written is stored when
-// unclosed.go says; close-to-open between clients holds through the write
-// lease's recall, which stores it first. A mount that writes through
-// (no write-back) has no lease to hold writes back under, and keeps
-// hearing closes.
+// 4.19 on): the kernel then opens files with no request (a warm grep -r
+// asks the mount one FLUSH a file), keeps their pages until notify drops
+// them, reads and writes with no handle, which fileNode.Read and
+// fileNode.Write serve with handles of their own, and reports each close
+// as a FLUSH with no handle. A file written is stored when unclosed.go
+// says: at that close, unless the write lease keeps it back, and then
+// close-to-open between clients holds through the lease's recall, which
+// stores it first. A mount that writes through (no write-back) has no
+// lease to hold writes back under, and keeps hearing opens.
 type kernelFS struct {
 	fuse.RawFileSystem
 	s *Server
@@ -165,18 +165,12 @@ func (k *kernelFS) Create(cancel <-chan struct{}, in *fuse.CreateIn, name string
 	return st
 }
 
-// Flush answers ENOSYS once the kernel opens files by itself, after
-// storing what a handle it opened holds: the kernel then asks no more.
+// Flush implements fuse.RawFileSystem. It is never answered ENOSYS,
+// which would stop the kernel sending it: once the kernel opens files by
+// itself, the close it reports is the only one heard (unclosed.go).
 func (k *kernelFS) Flush(cancel <-chan struct{}, in *fuse.FlushIn) fuse.Status {
 	k.flushes.Add(1)
-	if in.Fh == 0 {
-		return fuse.ENOSYS
-	}
-	st := k.RawFileSystem.Flush(cancel, in)
-	if st.Ok() && k.noOpen.Load() {
-		return fuse.ENOSYS
-	}
-	return st
+	return k.RawFileSystem.Flush(cancel, in)
 }
 
 // The mount clears the set-user-ID and set-group-ID bits itself when a

@@ -427,7 +427,11 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 		want.SetInt(ferry.AttrAtime, t.UnixNano())
 	}
 	size, hasSize := in.GetSize()
-	if e := n.change(ctx, fh, want, hasSize, int64(size)); e != 0 {
+	// A descriptor's truncation (O_TRUNC, ftruncate(2)) comes with its
+	// handle, none if the kernel opened the file by itself; truncate(2)
+	// by path comes with none.
+	_, closes := in.GetFh()
+	if e := n.change(ctx, fh, closes, want, hasSize, int64(size)); e != 0 {
 		return e
 	}
 	return n.Getattr(ctx, fh, out)
@@ -436,16 +440,22 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 // change sets the attributes want, and the size if hasSize, where they
 // belong: in the node's buffer while it has one (all of them for a file
 // not yet stored, which takes them with its first Put), and on the server.
-func (n *node) change(ctx context.Context, fh fs.FileHandle, want ferry.Dir, hasSize bool, size int64) syscall.Errno {
+// closes says the change came through a descriptor, whose close will be
+// heard.
+func (n *node) change(ctx context.Context, fh fs.FileHandle, closes bool, want ferry.Dir, hasSize bool, size int64) syscall.Errno {
 	n.s.beforeChange(ctx, n, &n.Inode)
 	if f := n.file(); f != nil && hasSize && size == 0 && fh == nil && n.s.kernel.noOpen.Load() {
 		// With no open heard, a truncation to nothing (O_TRUNC) goes
 		// to the file's own buffer, as a write does: the file is then
-		// stored once, with what is written after.
+		// stored once, at its close, with what is written after. The
+		// kernel sends truncate(2) by path to size 0 just so, with no
+		// close to come: stored at the mount's next change, or after
+		// unclosedIdle (unclosed.go).
 		if _, e := f.ownWriter(ctx, true); e != 0 {
 			return e
 		}
 		defer f.doneOwn()
+		closes = true
 	}
 	if wb := n.buffer(); wb != nil {
 		if e := wb.setattr(want, hasSize, size); e != 0 {
@@ -457,18 +467,20 @@ func (n *node) change(ctx context.Context, fh fs.FileHandle, want ferry.Dir, has
 			}
 		}
 		// truncate(2) by path, unlike ftruncate(2) on a descriptor
-		// open for writing, is done when it returns.
+		// open for writing, is done when it returns; with no handle,
+		// closes tells them apart.
 		if h, ok := fh.(*handle); hasSize && (!ok || h.wb == nil) {
 			if f := n.file(); f != nil && fh == nil && n.s.kernel.noOpen.Load() {
-				return f.written(ctx)
+				return f.written(ctx, closes)
 			}
 			if e := n.storeBuffer(ctx); e != 0 {
 				return e
 			}
 		} else if f := n.file(); f != nil && hasSize && n.s.kernel.noOpen.Load() {
-			// ftruncate(2) on a descriptor whose close will not be
-			// heard: as a write through it (unclosed.go).
-			return f.written(ctx)
+			// ftruncate(2) through a handle the kernel got before it
+			// opened files by itself: as a write through it
+			// (unclosed.go).
+			return f.written(ctx, true)
 		}
 	} else {
 		if hasSize {

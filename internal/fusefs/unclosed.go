@@ -14,21 +14,31 @@ import (
 )
 
 // When the kernel opens files by itself (kernelFS) on a mount that writes,
-// no close is heard: a write comes with no handle (fileNode.Write), or,
-// on a file opened before the kernel was told so, on a handle whose FLUSH
-// no longer comes. So a file written has no point at which it must be
-// stored, and is stored at the first of these: before the mount's next change of any other kind (so the tree
-// below gets changes in the order they were made), before the cache waits
-// for what it keeps back at or below the file (a recall of its write
-// lease, which is where another client's open waits for it; a release; a
-// sync; unmount), at fsync, and unclosedIdle after the last write. A write
-// that cannot be kept back (no write lease) is stored before it returns,
-// since it may be the last before a close another client's open must see.
+// no open and no release is heard: a write comes with no handle
+// (fileNode.Write). The close is still heard, as a FLUSH with no handle
+// (fileNode.Flush), and the mount keeps the kernel sending it. So a file
+// written is kept in its own buffer and stored at the first of these: the
+// close of a descriptor on it (which is where another client's open must
+// see it: close-to-open), before the mount's next change of any other
+// kind (so the tree below gets changes in the order they were made),
+// before the cache waits for what it keeps back at or below the file (a
+// recall of its write lease; a release; a sync; unmount), at fsync, and
+// unclosedIdle after the last write (at most unclosedMax after the first
+// not yet stored: a descriptor kept open for long, a shared mapping
+// written after its close). Under a write lease the close stores nothing
+// either: what is kept back reaches the server in order, before another
+// client's open (the recall). A truncation by path (truncate(2)) and a
+// file made by O_CREAT have no close to come, and are stored before they
+// return unless kept back: the first is done when it returns, the second
+// must exist on the server for O_EXCL to hold between clients.
 
 // unclosedIdle is how long the writes of files with no close to come are
 // kept after the last before they are stored and the files' own buffers
 // dropped.
 const unclosedIdle = time.Second
+
+// unclosedMax bounds how long a file written keeps waiting for its close.
+const unclosedMax = 5 * time.Second
 
 // unclosed holds the files written with no close to come.
 type unclosed struct {
@@ -43,6 +53,7 @@ type unclosed struct {
 	storing map[*fileNode]int
 	stored  chan struct{}
 	timer   *time.Timer
+	since   time.Time // of the first write in files
 	// trimming is set while more than ownMax files have a buffer of
 	// their own and a trim (trimOwn) is under way.
 	trimming bool
@@ -68,7 +79,26 @@ func (n *fileNode) Write(ctx context.Context, f fs.FileHandle, data []byte, off 
 	if e != 0 {
 		return written, e
 	}
-	return written, n.written(ctx)
+	return written, n.written(ctx, true)
+}
+
+var _ fs.NodeFlusher = (*fileNode)(nil)
+
+// Flush implements fs.NodeFlusher; close(2) calls it. A descriptor with a
+// handle flushes that; one the kernel opened by itself has none, and its
+// close stores what was written with no handle, unless a write lease
+// keeps it back (see unclosed).
+func (n *fileNode) Flush(ctx context.Context, f fs.FileHandle) syscall.Errno {
+	if fl, ok := f.(fs.FileFlusher); ok {
+		return fl.Flush(ctx)
+	}
+	if f != nil || !n.s.unclosedHas(n) {
+		return 0
+	}
+	if p, ok := n.path(); ok && n.s.cache.KeepsBack(ctx, p) {
+		return 0
+	}
+	return n.s.storeUnclosedWhere(ctx, func(o *fileNode) bool { return o == n })
 }
 
 // ownWriter returns the handle the file's writes with no handle go
@@ -144,7 +174,7 @@ func (dn *dirNode) createUnopened(ctx context.Context, name string, mode uint32,
 	f.own = &handle{n: f, wb: f.wb}
 	f.mu.Unlock()
 	dn.s.ownsBuffer(f)
-	return c, f.written(ctx)
+	return c, f.written(ctx, false)
 }
 
 // named reports whether the file of h, a handle with a buffer, has a
@@ -192,11 +222,11 @@ func (n *fileNode) doneOwn() {
 	n.mu.Unlock()
 }
 
-// written follows a write with no close to come: kept back under a write
-// lease, the file waits to be stored (see unclosed); otherwise it is
-// stored now.
-func (n *fileNode) written(ctx context.Context) syscall.Errno {
-	if p, ok := n.path(); ok && n.s.cache.KeepsBack(ctx, p) {
+// written follows a write with no handle, or a truncation: kept back
+// under a write lease, or with a close to come (closes), the file waits
+// to be stored (see unclosed); otherwise it is stored now.
+func (n *fileNode) written(ctx context.Context, closes bool) syscall.Errno {
+	if p, ok := n.path(); closes || ok && n.s.cache.KeepsBack(ctx, p) {
 		n.s.unclosedWrite(n)
 		return 0
 	}
@@ -208,49 +238,64 @@ func (s *Server) unclosedWrite(n *fileNode) {
 	u := &s.unclosed
 	u.mu.Lock()
 	defer u.mu.Unlock()
-	u.files[n] = struct{}{}
-	if u.timer == nil {
-		u.timer = time.AfterFunc(unclosedIdle, s.unclosedIdle)
-	} else {
-		u.timer.Reset(unclosedIdle)
+	if len(u.files) == 0 {
+		u.since = time.Now()
 	}
+	u.files[n] = struct{}{}
+	wait := min(unclosedIdle, time.Until(u.since.Add(unclosedMax)))
+	if u.timer == nil {
+		u.timer = time.AfterFunc(wait, s.unclosedIdle)
+	} else {
+		u.timer.Reset(wait)
+	}
+}
+
+// unclosedHas reports whether n was written since it was last stored, or
+// is being stored.
+func (s *Server) unclosedHas(n *fileNode) bool {
+	u := &s.unclosed
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	_, written := u.files[n]
+	return written || u.storing[n] > 0
 }
 
 // storeUnclosed stores the files written with no close to come at or
 // below root (see unclosed). A file whose store fails stays to be stored
 // again.
 func (s *Server) storeUnclosed(ctx context.Context, root string) {
-	s.storeUnclosedBut(ctx, root, nil)
-}
-
-// storeUnclosedBut is storeUnclosed but for the file of the node but. It
-// returns once the stores of those files begun by other callers have
-// ended too, or ctx has.
-func (s *Server) storeUnclosedBut(ctx context.Context, root string, but *node) {
-	u := &s.unclosed
-	under := func(n *fileNode) bool {
-		if &n.node == but {
-			return false
-		}
+	s.storeUnclosedWhere(ctx, func(n *fileNode) bool {
 		p, ok := n.path()
 		return !ok || ferry.HasPrefix(p, root)
-	}
+	})
+}
+
+// storeUnclosedWhere stores the files written with no close to come that
+// which selects, and returns the first failure. It returns once the
+// stores of those files begun by other callers have ended too, or ctx
+// has.
+func (s *Server) storeUnclosedWhere(ctx context.Context, which func(*fileNode) bool) syscall.Errno {
+	u := &s.unclosed
 	u.mu.Lock()
 	var ns []*fileNode
 	for n := range u.files {
-		if under(n) {
+		if which(n) {
 			ns = append(ns, n)
 			delete(u.files, n)
 			u.storing[n]++
 		}
 	}
 	u.mu.Unlock()
+	var failed syscall.Errno
 	for _, n := range ns {
 		e := n.flush(ctx)
 		if e != 0 {
 			p, _ := n.path()
 			s.log.Warn("storing a file written failed; tried again later", "path", p, "errno", e)
 			s.unclosedWrite(n)
+			if failed == 0 {
+				failed = e
+			}
 		}
 		u.mu.Lock()
 		if u.storing[n]--; u.storing[n] == 0 {
@@ -264,19 +309,19 @@ func (s *Server) storeUnclosedBut(ctx context.Context, root string, but *node) {
 		u.mu.Lock()
 		busy := false
 		for n := range u.storing {
-			if busy = under(n); busy {
+			if busy = which(n); busy {
 				break
 			}
 		}
 		stored := u.stored
 		u.mu.Unlock()
 		if !busy {
-			return
+			return failed
 		}
 		select {
 		case <-stored:
 		case <-ctx.Done():
-			return
+			return failed
 		}
 	}
 }
@@ -299,7 +344,7 @@ func (s *Server) beforeChange(ctx context.Context, but *node, keep ...*fs.Inode)
 	if !s.kernel.noOpen.Load() {
 		return
 	}
-	s.storeUnclosedBut(ctx, "/", but)
+	s.storeUnclosedWhere(ctx, func(n *fileNode) bool { return &n.node != but })
 	for _, in := range keep {
 		if in == nil {
 			continue

@@ -84,7 +84,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	}
 	want := ferry.Dir{}
 	want.SetXattr(attr, data)
-	return n.change(ctx, nil, want, false, 0)
+	return n.change(ctx, nil, false, want, false, 0)
 }
 
 // Removexattr implements fs.NodeRemovexattrer.
@@ -100,5 +100,5 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if _, has := d.Xattr(attr); !has {
 		return syscall.ENODATA
 	}
-	return n.change(ctx, nil, ferry.Dir{ferry.XattrPrefix + attr: ferry.XattrRemove}, false, 0)
+	return n.change(ctx, nil, false, ferry.Dir{ferry.XattrPrefix + attr: ferry.XattrRemove}, false, 0)
 }

@@ -7,10 +7,12 @@
 package history
 
 import (
+	"cmp"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -127,8 +129,36 @@ func check(model porcupine.Model, h []porcupine.Operation, timeout time.Duration
 	if err := porcupine.VisualizePath(model, info, path); err != nil {
 		path = err.Error()
 	}
+	where := ""
 	if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
-		return fmt.Errorf("history: %d operations are not linearizable (see %s)", len(h), path)
+		where = " (see " + path + ")"
 	}
-	return fmt.Errorf("history: %d operations are not linearizable", len(h))
+	return fmt.Errorf("history: %d operations are not linearizable%s; the objects that are not:\n%s", len(h), where, illegal(model, h, timeout))
+}
+
+// illegal describes, one per line in the order called, the operations on
+// each object whose history alone is not linearizable, with their call
+// and return times in milliseconds from the first call: a test's temporary
+// directory, and the visualization in it, go when the test ends.
+func illegal(model porcupine.Model, h []porcupine.Operation, timeout time.Duration) string {
+	if len(h) == 0 {
+		return ""
+	}
+	start := h[0].Call
+	for _, op := range h {
+		start = min(start, op.Call)
+	}
+	var b strings.Builder
+	for _, part := range model.Partition(h) {
+		if porcupine.CheckOperationsTimeout(model, part, timeout) != porcupine.Illegal {
+			continue
+		}
+		part = slices.Clone(part)
+		slices.SortFunc(part, func(a, b porcupine.Operation) int { return cmp.Compare(a.Call, b.Call) })
+		for _, op := range part {
+			fmt.Fprintf(&b, "  client %d [%.1f, %.1f] %s\n", op.ClientId, float64(op.Call-start)/1e6, float64(op.Return-start)/1e6, model.DescribeOperation(op.Input, op.Output))
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
 }
