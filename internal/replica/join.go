@@ -173,7 +173,7 @@ func (s *Set) join(ctx context.Context) error {
 	}
 	// Every member applied the addition once it applied this log: from
 	// then on each keeps its updates for this member.
-	if err := f.eachMember(ctx, func(ctx context.Context, c proto.ReplicaClient) error {
+	if err := f.eachMember(ctx, nil, func(ctx context.Context, c proto.ReplicaClient) error {
 		_, err := c.Applied(ctx, &proto.AppliedReq{Index: s.node.Status().Applied})
 		return err
 	}); err != nil {

@@ -173,6 +173,32 @@ func (f *FS) Control(ctx context.Context, p string) error {
 	}
 }
 
+// Leased has the members that read under this member's controls at or
+// below p drop what their clients cache there, once a client of this
+// member was given a write lease over p: its changes stay in that client
+// until a read recalls them, and a read at another member recalls them
+// only if it comes here (Sync), not if that member's client has a copy.
+func (f *FS) Leased(ctx context.Context, p string) error {
+	rows := f.set.held()
+	readers := map[uint64]bool{}
+	f.mu.Lock()
+	for _, c := range rows {
+		if c.Covers(p) || ferry.HasPrefix(c.Path, p) {
+			for id := range f.interest[c.Path] {
+				readers[id] = true
+			}
+		}
+	}
+	f.mu.Unlock()
+	if len(readers) == 0 {
+		return nil
+	}
+	return f.eachMember(ctx, readers, func(ctx context.Context, c proto.ReplicaClient) error {
+		_, err := c.Applied(ctx, &proto.AppliedReq{Paths: []string{p}})
+		return err
+	})
+}
+
 // Options tune the replica layer.
 type Options struct {
 	Spool string        // where updates' content waits until every member has it
@@ -447,19 +473,23 @@ func (f *FS) everyoneApplied(ctx context.Context, cs []control.Control) error {
 		index = max(index, c.Epoch)
 		paths = append(paths, c.Path)
 	}
-	return f.eachMember(ctx, func(ctx context.Context, c proto.ReplicaClient) error {
+	return f.eachMember(ctx, nil, func(ctx context.Context, c proto.ReplicaClient) error {
 		_, err := c.Applied(ctx, &proto.AppliedReq{Index: index, Paths: paths})
 		return err
 	})
 }
 
-// eachMember calls fn for every other member at once; it fails if fn
-// fails for a member still in the set.
-func (f *FS) eachMember(ctx context.Context, fn func(context.Context, proto.ReplicaClient) error) error {
+// eachMember calls fn for every other member at once, or only for those
+// in only if it is not nil; it fails if fn fails for a member still in
+// the set.
+func (f *FS) eachMember(ctx context.Context, only map[uint64]bool, fn func(context.Context, proto.ReplicaClient) error) error {
 	var wg sync.WaitGroup
 	links := f.set.linkList()
 	errs := make(chan error, len(links))
 	for _, l := range links {
+		if only != nil && !only[l.m.ID] {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -411,6 +411,44 @@ func TestReadersDropBeforeClose(t *testing.T) {
 	}
 }
 
+// TestReadersDropBeforeLease: a write lease given to a client of the
+// member that controls a file keeps that client's changes from the
+// member until a read recalls them. A member that read the file there has
+// its clients drop their copies before the lease is answered (Leased),
+// so their next open comes to it, and through it to the holder, rather
+// than reading what they cached; a member that never read there is not
+// asked.
+func TestReadersDropBeforeLease(t *testing.T) {
+	s := newDelayedSites(t, time.Hour, 20*time.Millisecond)
+	rb, rc := &dropRecorder{}, &dropRecorder{}
+	s.fs["b"].SetLeases(rb)
+	s.fs["c"].SetLeases(rc)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := s.fs["a"].Put(ctx, "/d", ferry.Dir{ferry.AttrType: ferry.TypeDir}, ferry.Whole, nil).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	put(t, s.fs["a"], "/d/f", "1")
+	if got := get(t, s.fs["b"], "/d/f"); got != "1" {
+		t.Fatalf("b reads %q", got)
+	}
+	s.quiet(t)
+	rb.take()
+	rc.take()
+	if err := s.fs["a"].Control(ctx, "/d"); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.fs["a"].Leased(ctx, "/d"); err != nil {
+		t.Fatal(err)
+	}
+	if d := rb.take(); !slices.Contains(d, "/d") {
+		t.Errorf("a lease over /d was answered before b, which read /d/f, dropped /d (b dropped %v)", d)
+	}
+	if d := rc.take(); len(d) > 0 {
+		t.Errorf("c, which never read there, dropped %v", d)
+	}
+}
+
 // TestUpdatesCompressed: content crosses between members compressed, a
 // small file's in its update's pieces and a large one's in the chunks
 // fetched, and arrives whole.

@@ -729,12 +729,15 @@ func (r receiver) Sync(ctx context.Context, q *proto.SyncReq) (*proto.SyncReply,
 		return &proto.SyncReply{}, nil
 	}
 	if p, err := ferry.CleanPath(q.Path); err == nil {
-		// What this member's clients keep back there comes first; from
-		// now on changes there wait for the caller.
+		// From now on changes there wait for the caller, and a write
+		// lease given there has its clients drop what they read
+		// (Leased); what this member's clients keep back there comes
+		// first. In that order: a lease given after the recall finds
+		// the caller's interest.
+		f.noteInterest(from.ID, p, q.Tree)
 		if err := f.recall(ctx, q.Tree, p); err != nil {
 			return nil, err
 		}
-		f.noteInterest(from.ID, p, q.Tree)
 	}
 	return &proto.SyncReply{Seq: f.out.owed(from.ID)}, nil
 }

@@ -132,7 +132,7 @@ func (h *handler) grantWrite(ctx context.Context, lease *callback.Holder, root s
 		if grant = lease.GrantWrite(p); grant != ferry.WriteRefused {
 			// A shallow lease breaks the whole subtree too: simpler,
 			// and the clients below hold their own leases anyway.
-			if err := h.s.leases.Break(ctx, h.session(ctx), callback.Change{Path: p, Tree: true}); err != nil {
+			if err := h.s.leases.Break(ctx, h.session(ctx), callback.Change{Path: p, Tree: true}); err != nil || !h.leased(ctx, p) {
 				lease.ReleaseWrite(p)
 				grant = ferry.WriteRefused
 			}
@@ -149,6 +149,10 @@ func (h *handler) grantWrite(ctx context.Context, lease *callback.Holder, root s
 // changes back only where that member controls the tree.
 type Controller interface {
 	Control(ctx context.Context, path string) error
+	// Leased is told of a write lease given over path, once this
+	// server's other clients dropped what they cache there; it returns
+	// once the clients beyond it (another member's) did too.
+	Leased(ctx context.Context, path string) error
 }
 
 // controlFor bounds how long a write lease request waits for the layer
@@ -157,14 +161,26 @@ const controlFor = 5 * time.Second
 
 // control reports whether the layers below control p, or need not.
 func (h *handler) control(ctx context.Context, p string) bool {
+	return h.controller(ctx, p, Controller.Control, "write lease refused: the subtree is not controlled here")
+}
+
+// leased reports whether the layers below had the clients beyond them
+// drop what they cache under a write lease given over p, or need not.
+func (h *handler) leased(ctx context.Context, p string) bool {
+	return h.controller(ctx, p, Controller.Leased, "write lease refused: other members' clients kept what they cache")
+}
+
+// controller calls fn on the Controller below, if there is one, within
+// controlFor, and reports whether it succeeded; refused says why not.
+func (h *handler) controller(ctx context.Context, p string, fn func(Controller, context.Context, string) error, refused string) bool {
 	c, ok := ferry.As[Controller](h.s.fs)
 	if !ok {
 		return true
 	}
 	ctx, cancel := context.WithTimeout(ctx, controlFor)
 	defer cancel()
-	if err := c.Control(ctx, p); err != nil {
-		h.s.cfg.Log.Debug("write lease refused: the subtree is not controlled here", "path", p, "err", err)
+	if err := fn(c, ctx, p); err != nil {
+		h.s.cfg.Log.Debug(refused, "path", p, "err", err)
 		return false
 	}
 	return true
