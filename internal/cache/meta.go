@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"path"
+	"slices"
 	"sort"
 	"strconv"
 	"sync"
@@ -105,6 +106,10 @@ type fetch struct {
 	done  bool
 	err   error
 	depth int // How far below its directory it lists.
+	// names are the entries the fetch found in its directory, as the
+	// tree below had them, for a listing whose entries changed while it
+	// was fetched (list).
+	names []ferry.Dir
 }
 
 // covering returns an unfinished fetch of a directory above dir whose walk
@@ -550,15 +555,8 @@ func (m *meta) list(ctx context.Context, dir string) ([]ferry.Dir, error) {
 				out = append(out, d)
 			}
 			if !missing {
-				for p, d := range m.pending {
-					if path.Dir(p) == dir {
-						if _, ok := l.names[d.Name()]; !ok {
-							out = append(out, d)
-						}
-					}
-				}
+				out = m.withPending(dir, out)
 				m.mu.Unlock()
-				sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
 				return out, nil
 			}
 			// An entry expired before its listing: fetch both again.
@@ -574,6 +572,14 @@ func (m *meta) list(ctx context.Context, dir string) ([]ferry.Dir, error) {
 		}
 		if f == nil {
 			if whole {
+				// Changes came in while the listing was fetched, twice:
+				// what the tree below had when it was read is a listing
+				// of a moment concurrent with them.
+				if last != nil && last.err == nil && last.names != nil {
+					out := m.withPending(dir, last.names)
+					m.mu.Unlock()
+					return out, nil
+				}
 				m.mu.Unlock()
 				return nil, ferry.E("cache.List", dir, ferry.KindIO, "directory changed while being listed")
 			}
@@ -593,6 +599,23 @@ func (m *meta) list(ctx context.Context, dir string) ([]ferry.Dir, error) {
 		}
 		m.cond.Wait()
 	}
+}
+
+// withPending returns the entries ds of dir with the files made here and
+// not yet stored in dir added, sorted by name. m.mu is held.
+func (m *meta) withPending(dir string, ds []ferry.Dir) []ferry.Dir {
+	out := slices.Clone(ds)
+	have := map[string]bool{}
+	for _, d := range ds {
+		have[d.Name()] = true
+	}
+	for p, d := range m.pending {
+		if path.Dir(p) == dir && !have[d.Name()] {
+			out = append(out, d)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name() < out[j].Name() })
+	return out
 }
 
 // startFetch starts a bounded prefetch of dir unless one is in flight.
@@ -636,11 +659,13 @@ func (m *meta) start(dir string, depth, budget, gen int) {
 			err = m.settle(ctx, dir)
 		}
 		var next []string
+		var names []ferry.Dir
 		if err == nil {
 			at, lease, seq := m.stamp()
-			next, err = m.run(ctx, dir, depth, budget, at, lease, seq)
+			next, names, err = m.run(ctx, dir, depth, budget, at, lease, seq)
 		}
 		m.mu.Lock()
+		f.names = names
 		if err == nil && gen < maxGen {
 			for _, d := range next {
 				if m.listed(d) == nil {
@@ -660,8 +685,10 @@ func (m *meta) start(dir string, depth, budget, gen int) {
 }
 
 // run performs one prefetch: Find with a depth bound, filling entries as
-// they arrive and each listing once the walk has left its directory.
-func (m *meta) run(ctx context.Context, dir string, depth, budget int, at time.Time, lease, seq uint64) (next []string, err error) {
+// they arrive and each listing once the walk has left its directory. It
+// returns the directories left to list below the bound and, if the walk
+// read all of dir, the entries in it.
+func (m *meta) run(ctx context.Context, dir string, depth, budget int, at time.Time, lease, seq uint64) (next []string, names []ferry.Dir, err error) {
 	s := m.fsys.Find(ctx, dir, "depth<="+strconv.Itoa(depth))
 	defer s.Close()
 	type open struct {
@@ -693,11 +720,15 @@ func (m *meta) run(ctx context.Context, dir string, depth, budget int, at time.T
 		}
 		m.dirs[o.path] = l
 	}
+	whole := []ferry.Dir{}
 	for e := range s.All() {
 		p := e.Dir.Path()
 		if e.Err != nil {
 			if p == dir {
-				return nil, e.Err
+				return nil, nil, e.Err
+			}
+			if path.Dir(p) == dir {
+				whole = nil
 			}
 			// An unreadable entry: its directory's listing is
 			// incomplete, so it is not recorded.
@@ -723,6 +754,9 @@ func (m *meta) run(ctx context.Context, dir string, depth, budget int, at time.T
 		if _, ok := m.pending[p]; !ok && !m.changedSince(p, seq) {
 			m.put(p, &entry{d: e.Dir, at: at, lease: m.leaseFor(p, lease, seq)})
 		}
+		if whole != nil && p != dir && path.Dir(p) == dir {
+			whole = append(whole, e.Dir)
+		}
 		if e.Dir.IsDir() && ferry.Depth(p)-base < depth {
 			stack = append(stack, open{path: p, names: map[string]struct{}{}})
 		} else if e.Dir.IsDir() {
@@ -734,11 +768,11 @@ func (m *meta) run(ctx context.Context, dir string, depth, budget int, at time.T
 		}
 		m.mu.Unlock()
 		if budget > 0 && n >= budget {
-			return nil, nil // The open directories stay unlisted.
+			return nil, nil, nil // The open directories stay unlisted.
 		}
 	}
 	if err := s.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	m.mu.Lock()
 	for i := len(stack) - 1; i >= 0; i-- {
@@ -750,7 +784,7 @@ func (m *meta) run(ctx context.Context, dir string, depth, budget int, at time.T
 	if budget > 0 && n >= budget/2 {
 		next = nil // Big enough: go on only where the walk goes.
 	}
-	return next, nil
+	return next, whole, nil
 }
 
 // set records d, the result of this mount's own call, at its path and in

@@ -29,14 +29,19 @@ func (h heldFind) Find(ctx context.Context, p, pred string) *ferry.Stream[ferry.
 		<-h.release
 		return h.FS.Find(ctx, p, pred)
 	}
+	return walked(ctx, h.FS.Find(ctx, p, pred), func() { <-h.release })
+}
+
+// walked reads s to its end, then returns a stream that calls before and
+// delivers what s did.
+func walked(ctx context.Context, s *ferry.Stream[ferry.Entry], before func()) *ferry.Stream[ferry.Entry] {
 	var es []ferry.Entry
-	s := h.FS.Find(ctx, p, pred)
 	for e := range s.All() {
 		es = append(es, e)
 	}
 	err := s.Err()
 	return ferry.NewStream(ctx, func(ctx context.Context, send func(ferry.Entry) error) error {
-		<-h.release
+		before()
 		for _, e := range es {
 			if err := send(e); err != nil {
 				return err
@@ -44,6 +49,56 @@ func (h heldFind) Find(ctx context.Context, p, pred string) *ferry.Stream[ferry.
 		}
 		return err
 	})
+}
+
+// changingFind is a tree whose Find calls during after its walk and
+// before it delivers: an event about the directory arrives while every
+// fetch of it is on its way.
+type changingFind struct {
+	ferry.FS
+	during func()
+}
+
+func (c changingFind) Find(ctx context.Context, p, pred string) *ferry.Stream[ferry.Entry] {
+	return walked(ctx, c.FS.Find(ctx, p, pred), c.during)
+}
+
+// TestListingChangedWhileFetched: a directory that others change during
+// every fetch of it (each change drops what is cached below it, as a
+// replica member's break does) is still listed, as the tree below had it
+// when read: a listing concurrent with those changes, where giving up
+// was an EIO for the program's readdir.
+func TestListingChangedWhileFetched(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{"d/a", "d/b"} {
+		os.MkdirAll(filepath.Join(dir, filepath.Dir(f)), 0o755)
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tree, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m *meta
+	h := changingFind{FS: tree, during: func() { m.invalidateAll("/d") }}
+	m = newMeta(h, 16, 1000, 0, time.Hour)
+	m.data = newContents(h, slog.New(slog.DiscardHandler), 1<<20, nil, 0)
+	m.setLease(true)
+	got, err := m.list(context.Background(), "/d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, d := range got {
+		names = append(names, d.Name())
+	}
+	if !slices.Equal(names, []string{"a", "b"}) {
+		t.Errorf("listed %v, want [a b]", names)
+	}
+	if m.finds < 2 {
+		t.Errorf("%d fetches: the listing was not changed while fetched", m.finds)
+	}
 }
 
 // TestListingRacesOwnChanges: a listing that was on its way while this

@@ -27,10 +27,14 @@ import (
 // not yet stored: a descriptor kept open for long, a shared mapping
 // written after its close). Under a write lease the close stores nothing
 // either: what is kept back reaches the server in order, before another
-// client's open (the recall). A truncation by path (truncate(2)) and a
-// file made by O_CREAT have no close to come, and are stored before they
-// return unless kept back: the first is done when it returns, the second
-// must exist on the server for O_EXCL to hold between clients.
+// client's open (the recall). A file made by O_CREAT is stored at its
+// first close too, as one made with a handle is (Create), so that what
+// another client sees of it is all of what was written or none: a rename
+// of it elsewhere between its making and its content would leave the
+// content stored under its old name. A truncation by path (truncate(2))
+// has no close to come and is stored before it returns unless kept back,
+// but for one to size 0, which the kernel sends as it sends O_TRUNC
+// (node.change).
 
 // unclosedIdle is how long the writes of files with no close to come are
 // kept after the last before they are stored and the files' own buffers
@@ -174,7 +178,7 @@ func (dn *dirNode) createUnopened(ctx context.Context, name string, mode uint32,
 	f.own = &handle{n: f, wb: f.wb}
 	f.mu.Unlock()
 	dn.s.ownsBuffer(f)
-	return c, f.written(ctx, false)
+	return c, f.written(ctx, true)
 }
 
 // named reports whether the file of h, a handle with a buffer, has a
