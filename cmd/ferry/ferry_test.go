@@ -89,9 +89,16 @@ func startIn(t *testing.T, home string, via []string, flags ...string) *env {
 	}
 	exited := make(chan error, 1)
 	lines := make(chan string, 100)
+	// The server's log is kept in home too, for a test that fails.
+	logFile, err := os.OpenFile(filepath.Join(home, "serve.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
 	go func() {
+		defer logFile.Close()
 		sc := bufio.NewScanner(stderr)
 		for sc.Scan() {
+			fmt.Fprintln(logFile, sc.Text())
 			select {
 			case lines <- sc.Text():
 			default:

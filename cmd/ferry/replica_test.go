@@ -597,6 +597,13 @@ func mountHistory(t *testing.T, readers bool, mountArgs ...string) {
 			dirs.Add(op)
 		}
 	})
+	defer func() {
+		if t.Failed() {
+			for _, n := range names {
+				logProblems(t, es[n].home)
+			}
+		}
+	}()
 	if t.Failed() {
 		return
 	}
@@ -626,5 +633,28 @@ func mountHistory(t *testing.T, readers bool, mountArgs ...string) {
 	}
 	if !waitFor(20*time.Second, func() bool { return copyOf("b") == copyOf("a") && copyOf("c") == copyOf("a") }) {
 		t.Fatalf("the copies differ:\na: %s\nb: %s\nc: %s", copyOf("a"), copyOf("b"), copyOf("c"))
+	}
+}
+
+// logProblems logs the warnings and errors in the logs of the server and
+// the mounts of home, for a test that failed: the logs go with home.
+func logProblems(t *testing.T, home string) {
+	logs, _ := filepath.Glob(filepath.Join(home, "*.log"))
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		// FERRY_KEEP_LOGS names a directory to keep them whole in.
+		if keep := os.Getenv("FERRY_KEEP_LOGS"); keep != "" {
+			os.WriteFile(filepath.Join(keep, time.Now().Format("150405")+"-"+t.Name()+"-"+filepath.Base(home)+"-"+filepath.Base(l)), b, 0o644)
+		}
+		var problems []string
+		for line := range strings.Lines(string(b)) {
+			if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
+				problems = append(problems, line)
+			}
+		}
+		if len(problems) > 30 {
+			problems = append(problems[:15], append([]string{"...\n"}, problems[len(problems)-15:]...)...)
+		}
+		t.Logf("%s: %d lines, %d warnings and errors:\n%s", filepath.Base(l), strings.Count(string(b), "\n"), len(problems), strings.Join(problems, ""))
 	}
 }

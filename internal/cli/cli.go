@@ -146,7 +146,7 @@ func serveCmd() *cobra.Command {
 	var noSelf bool
 	var ix indexOpts
 	var raFixed int64
-	var metricsPerConn bool
+	var metricsPerConn, debug bool
 	var cpuProfile string
 	memory := sizeFlag(server.DefaultMemory)
 	var rs replicaOpts
@@ -229,7 +229,7 @@ a real file named Ctl at the top of DIR is shadowed by the control file.`,
 				}
 				defer stop()
 			}
-			return serve(cmd.Context(), args[0], listen, metrics, grace, !noSelf, ix, rs, serverTuning{int64(memory), raFixed, metricsPerConn}, cmd.ErrOrStderr())
+			return serve(cmd.Context(), args[0], listen, metrics, grace, !noSelf, ix, rs, serverTuning{int64(memory), raFixed, metricsPerConn, debug}, cmd.ErrOrStderr())
 		},
 	}
 	c.Flags().StringVar(&rs.members, "members", "", "join the replica set this members `file` names")
@@ -260,6 +260,7 @@ a real file named Ctl at the top of DIR is shadowed by the control file.`,
 	c.Flags().MarkHidden("metrics-per-connection")
 	// The flag cpuprofile is hidden: it is for developers finding where a
 	// server's time goes in a measurement.
+	c.Flags().BoolVar(&debug, "debug", false, "log at debug level: calls refused, write leases refused, replica streams lost")
 	c.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile to this `file` when the server stops (%p: the process id)")
 	c.Flags().MarkHidden("cpuprofile")
 	return c
@@ -303,6 +304,7 @@ type serverTuning struct {
 	memory         int64
 	readAheadFixed int64
 	metricsPerConn bool
+	debug          bool // log at debug level
 }
 
 // replicaOpts are serve's replica set flags.
@@ -380,6 +382,9 @@ func serve(ctx context.Context, dir, listen, metrics string, grace time.Duration
 	}
 	defer tree.Close()
 	level := new(slog.LevelVar)
+	if tune.debug {
+		level.Set(slog.LevelDebug)
+	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	// Resumable uploads are staged beside the index, one directory per
 	// served tree; what a killed server left there is resumed by its
