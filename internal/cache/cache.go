@@ -114,9 +114,11 @@ type Options struct {
 	HeldDir func(p string) bool
 	// Handover, if set, has the layer above hand over the changes it
 	// still holds at or below root (the FUSE adaptor's files written
-	// with no close to come) before the cache waits for what it keeps
-	// back there: a recall, a release, a sync, a drain.
-	Handover func(ctx context.Context, root string)
+	// with no handle) before the cache waits for what it keeps back
+	// there: a recall, a release, a sync, a drain. With all false (a
+	// recall, a release), files whose close has not come yet stay: what
+	// another client sees of a file is what its last close left.
+	Handover func(ctx context.Context, root string, all bool)
 	// Arrived, if set, is told the path of each file whose content a
 	// fetch brought, once the cache holds it, outside the cache's locks:
 	// the layer above may pass it on unasked (the FUSE adaptor gives it
@@ -283,7 +285,7 @@ func (c *FS) Close() error {
 
 // Drain waits until every change in the background is done, or ctx is.
 func (c *FS) Drain(ctx context.Context) error {
-	c.handover(ctx, "/")
+	c.handover(ctx, "/", true)
 	if ops, bytes := c.wback.pending(); ops > 0 {
 		c.log.Info("storing what was written", "files", ops, "bytes", bytes)
 	}
@@ -355,15 +357,15 @@ func (c *FS) Settle(ctx context.Context, ps ...string) error { return c.wback.wa
 // Sync waits until the changes in the background at or below p are done,
 // and returns (and forgets) the first failure among them.
 func (c *FS) Sync(ctx context.Context, p string) error {
-	c.handover(ctx, p)
+	c.handover(ctx, p, true)
 	return c.wback.sync(ctx, p)
 }
 
 // handover has the layer above hand over what it holds at or below root
 // (Options.Handover).
-func (c *FS) handover(ctx context.Context, root string) {
+func (c *FS) handover(ctx context.Context, root string, all bool) {
 	if c.opt.Handover != nil {
-		c.opt.Handover(ctx, root)
+		c.opt.Handover(ctx, root, all)
 	}
 }
 
@@ -481,7 +483,7 @@ func (c *FS) Command(ctx context.Context, args []string) error {
 	case "sync":
 		ctx, cancel := context.WithTimeout(ctx, c.opt.CallTimeout)
 		defer cancel()
-		c.handover(ctx, c.opt.Root)
+		c.handover(ctx, c.opt.Root, true)
 		return c.wback.wait(ctx, c.opt.Root)
 	case "drop":
 		c.Drop()

@@ -215,7 +215,7 @@ func (c *FS) recall(root string, ack func()) {
 	ctx, cancel := context.WithTimeout(c.ctx, c.opt.CallTimeout)
 	defer cancel()
 	// What the layer above holds goes behind while the lease is held.
-	c.handover(ctx, root)
+	c.handover(ctx, root, false)
 	c.take(root, false)
 	w.recalls.Add(1)
 	// Until the acknowledgement is sent, a change under root waits rather
@@ -375,7 +375,7 @@ func (c *FS) release(r string) {
 	w := c.leases
 	ctx, cancel := context.WithTimeout(c.ctx, c.opt.CallTimeout)
 	defer cancel()
-	c.handover(ctx, r)
+	c.handover(ctx, r, false)
 	started := time.Now()
 	if err := c.wback.wait(ctx, r); err != nil {
 		return

@@ -247,12 +247,13 @@ func Mount(mountpoint string, fsys ferry.FS, opt Options) (*Server, error) {
 		negs: map[string]struct{}{},
 	}
 	s.unclosed.files = map[*fileNode]struct{}{}
+	s.unclosed.open = map[*fileNode]struct{}{}
 	s.unclosed.own = map[*fileNode]struct{}{}
 	s.unclosed.storing = map[*fileNode]int{}
 	s.unclosed.stored = make(chan struct{})
 	co := opt.Cache
 	co.Root, co.Log, co.TTL, co.CallTimeout, co.WriteBehind = root, opt.Log, opt.TTL, opt.CallTimeout, opt.WriteBack
-	co.Uid, co.Gid, co.HeldDir, co.Handover = s.rootUid, s.rootGid, s.heldDir, s.storeUnclosed
+	co.Uid, co.Gid, co.HeldDir, co.Handover = s.rootUid, s.rootGid, s.heldDir, s.handover
 	s.arrivals = make(chan string, 4096)
 	s.restats = make(chan restat, 4096)
 	co.Arrived = s.arrived

@@ -22,12 +22,14 @@ import (
 // see it: close-to-open), before the mount's next change of any other
 // kind (so the tree below gets changes in the order they were made),
 // before the cache waits for what it keeps back at or below the file (a
-// recall of its write lease; a release; a sync; unmount), at fsync, and
+// sync; unmount; a recall or release of its write lease, but only once
+// its close was heard: another client sees what the last close left, as
+// with a handle), at fsync, and
 // unclosedIdle after the last write (at most unclosedMax after the first
 // not yet stored: a descriptor kept open for long, a shared mapping
-// written after its close). Under a write lease the close stores nothing
-// either: what is kept back reaches the server in order, before another
-// client's open (the recall). A file made by O_CREAT is stored at its
+// written after its close). Under a write lease the close stores
+// nothing: what is kept back reaches the server in order, at the latest
+// before another client's open (the recall). A file made by O_CREAT is stored at its
 // first close too, as one made with a handle is (Create), so that what
 // another client sees of it is all of what was written or none: a rename
 // of it elsewhere between its making and its content would leave the
@@ -48,7 +50,10 @@ const unclosedMax = 5 * time.Second
 type unclosed struct {
 	mu    sync.Mutex
 	files map[*fileNode]struct{} // Written since last stored.
-	own   map[*fileNode]struct{} // With a buffer of their own (fileNode.own).
+	// open holds the files written since their last close was heard:
+	// a recall leaves them to their close (handover).
+	open map[*fileNode]struct{}
+	own  map[*fileNode]struct{} // With a buffer of their own (fileNode.own).
 	// storing holds the files taken from files whose store is under
 	// way, and stored is closed (and made anew) when one ends: a
 	// recall that finds a file's store begun by another caller (the
@@ -96,7 +101,7 @@ func (n *fileNode) Flush(ctx context.Context, f fs.FileHandle) syscall.Errno {
 	if fl, ok := f.(fs.FileFlusher); ok {
 		return fl.Flush(ctx)
 	}
-	if f != nil || !n.s.unclosedHas(n) {
+	if f != nil || !n.s.closed(n) {
 		return 0
 	}
 	if p, ok := n.path(); ok && n.s.cache.KeepsBack(ctx, p) {
@@ -203,6 +208,7 @@ func (n *fileNode) OnForget() {
 	u := &n.s.unclosed
 	u.mu.Lock()
 	delete(u.own, n)
+	delete(u.open, n)
 	u.mu.Unlock()
 	n.mu.Lock()
 	h := n.own
@@ -230,6 +236,12 @@ func (n *fileNode) doneOwn() {
 // under a write lease, or with a close to come (closes), the file waits
 // to be stored (see unclosed); otherwise it is stored now.
 func (n *fileNode) written(ctx context.Context, closes bool) syscall.Errno {
+	if closes {
+		u := &n.s.unclosed
+		u.mu.Lock()
+		u.open[n] = struct{}{}
+		u.mu.Unlock()
+	}
 	if p, ok := n.path(); closes || ok && n.s.cache.KeepsBack(ctx, p) {
 		n.s.unclosedWrite(n)
 		return 0
@@ -254,30 +266,38 @@ func (s *Server) unclosedWrite(n *fileNode) {
 	}
 }
 
-// unclosedHas reports whether n was written since it was last stored, or
-// is being stored.
-func (s *Server) unclosedHas(n *fileNode) bool {
+// closed records that a close of n was heard, and reports whether n was
+// written since it was last stored, or is being stored.
+func (s *Server) closed(n *fileNode) bool {
 	u := &s.unclosed
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	delete(u.open, n)
 	_, written := u.files[n]
 	return written || u.storing[n] > 0
 }
 
-// storeUnclosed stores the files written with no close to come at or
-// below root (see unclosed). A file whose store fails stays to be stored
-// again.
-func (s *Server) storeUnclosed(ctx context.Context, root string) {
+// handover stores the files written with no handle at or below root for
+// the cache (cache.Options.Handover): with all false, only those whose
+// last close was heard.
+func (s *Server) handover(ctx context.Context, root string, all bool) {
+	u := &s.unclosed
 	s.storeUnclosedWhere(ctx, func(n *fileNode) bool {
+		if !all {
+			// (Called under u.mu.)
+			if _, open := u.open[n]; open {
+				return false
+			}
+		}
 		p, ok := n.path()
 		return !ok || ferry.HasPrefix(p, root)
 	})
 }
 
 // storeUnclosedWhere stores the files written with no close to come that
-// which selects, and returns the first failure. It returns once the
-// stores of those files begun by other callers have ended too, or ctx
-// has.
+// which (called with u.mu held) selects, and returns the first failure.
+// It returns once the stores of those files begun by other callers have
+// ended too, or ctx has.
 func (s *Server) storeUnclosedWhere(ctx context.Context, which func(*fileNode) bool) syscall.Errno {
 	u := &s.unclosed
 	u.mu.Lock()
@@ -367,7 +387,7 @@ func (s *Server) beforeChange(ctx context.Context, but *node, keep ...*fs.Inode)
 func (s *Server) unclosedIdle() {
 	ctx, cancel := context.WithTimeout(context.Background(), s.opt.CallTimeout)
 	defer cancel()
-	s.storeUnclosed(ctx, "/")
+	s.handover(ctx, "/", true)
 	s.dropOwn(ctx)
 }
 

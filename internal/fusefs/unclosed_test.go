@@ -384,3 +384,64 @@ func syncCtl(t *testing.T, mnt string) {
 		t.Fatal(err)
 	}
 }
+
+// TestRecallLeavesOpenFile: on a mount where the kernel opens files, a
+// file rewritten under the mount's write lease and not yet closed is not
+// stored when another client's read recalls the lease: that client reads
+// what the last close left, not the file cut short by O_TRUNC or half
+// written, and the new content once the writer closes.
+func TestRecallLeavesOpenFile(t *testing.T) {
+	srv := servertest.Start(t, "")
+	writeFile(t, filepath.Join(srv.Dir, "d", "x"), "the old content\n")
+	c := srv.Client(t, "a")
+	mnt, s := mountFS(t, c, Options{TTL: time.Hour, WriteBack: true, KernelOpens: true, Control: stackCtl(ctl.New("client", c, c))})
+	if !waitFor(5*time.Second, s.cache.Leased) {
+		t.Fatal("the mount got no watch")
+	}
+	readFile(t, filepath.Join(mnt, "d", "x"))
+	if !s.kernel.noOpen.Load() {
+		t.Fatal("the kernel was not told it need not open files")
+	}
+	reader := srv.Client(t, "b")
+	read := func() string {
+		r := reader.Get(t.Context(), "/d/x", 0, -1)
+		defer r.Close()
+		b, err := io.ReadAll(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	for round := range 3 {
+		before := read()
+		// A file written and closed in d takes the write lease there
+		// (the read recalled it).
+		if err := os.WriteFile(filepath.Join(mnt, "d", "other"), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if !s.cache.WriteLeased("/d/x") {
+			t.Fatalf("round %d: no write lease over d", round)
+		}
+		f, err := os.OpenFile(filepath.Join(mnt, "d", "x"), os.O_WRONLY|os.O_TRUNC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := fmt.Sprintf("round %d: the first half,", round)
+		if _, err := f.WriteString(now); err != nil {
+			t.Fatal(err)
+		}
+		if got := read(); got != before {
+			t.Errorf("round %d: read %q while the file was open for writing, want %q as its last close left it", round, got, before)
+		}
+		now += " the second half\n"
+		if _, err := f.WriteString(" the second half\n"); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := read(); got != now {
+			t.Errorf("round %d: read %q after the close, want %q", round, got, now)
+		}
+	}
+}
