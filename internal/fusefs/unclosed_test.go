@@ -31,18 +31,7 @@ func TestWritesOpenNothing(t *testing.T) {
 	for name, data := range map[string]string{"d/long": "a longer first content\n", "d/log": "one\n", "d/cut": "0123456789"} {
 		writeFile(t, filepath.Join(srv.Dir, name), data)
 	}
-	c := srv.Client(t, "a")
-	mnt, s := mountFS(t, c, Options{TTL: time.Hour, WriteBack: true, KernelOpens: true, Control: stackCtl(ctl.New("client", c, c))})
-	if !waitFor(5*time.Second, s.cache.Leased) {
-		t.Fatal("the mount got no watch")
-	}
-	// The first open is the one the kernel is told it need not make.
-	if got := readFile(t, filepath.Join(mnt, "d", "long")); got != "a longer first content\n" {
-		t.Fatalf("d/long: %q", got)
-	}
-	if !s.kernel.noOpen.Load() {
-		t.Fatal("the kernel was not told it need not open files")
-	}
+	mnt, s := kernelOpensMount(t, srv, "d/long")
 	opens, creates, flushes := s.kernel.opens.Load(), s.kernel.creates.Load(), s.kernel.flushes.Load()
 
 	at := func(name string) string { return filepath.Join(mnt, filepath.FromSlash(name)) }
@@ -184,16 +173,7 @@ func TestOwnBuffersBounded(t *testing.T) {
 	for i := range files {
 		writeFile(t, filepath.Join(srv.Dir, "d", fmt.Sprintf("f%d", i)), "first\n")
 	}
-	c := srv.Client(t, "a")
-	mnt, s := mountFS(t, c, Options{TTL: time.Hour, WriteBack: true, KernelOpens: true, Control: stackCtl(ctl.New("client", c, c))})
-	if !waitFor(5*time.Second, s.cache.Leased) {
-		t.Fatal("the mount got no watch")
-	}
-	// The first open is the one the kernel is told it need not make.
-	readFile(t, filepath.Join(mnt, "d", "f0"))
-	if !s.kernel.noOpen.Load() {
-		t.Fatal("the kernel was not told it need not open files")
-	}
+	mnt, s := kernelOpensMount(t, srv, "d/f0")
 	own := func() int {
 		s.unclosed.mu.Lock()
 		defer s.unclosed.mu.Unlock()
@@ -313,16 +293,8 @@ func TestReadBackAfterStore(t *testing.T) {
 func TestAppendsKeepTheirBuffer(t *testing.T) {
 	srv := servertest.Start(t, "")
 	writeFile(t, filepath.Join(srv.Dir, "d", "config.log"), "start\n")
-	c := srv.Client(t, "a")
-	mnt, s := mountFS(t, c, Options{TTL: time.Hour, WriteBack: true, KernelOpens: true, Control: stackCtl(ctl.New("client", c, c))})
-	if !waitFor(5*time.Second, s.cache.Leased) {
-		t.Fatal("the mount got no watch")
-	}
+	mnt, s := kernelOpensMount(t, srv, "d/config.log")
 	log := filepath.Join(mnt, "d", "config.log")
-	readFile(t, log)
-	if !s.kernel.noOpen.Load() {
-		t.Fatal("the kernel was not told it need not open files")
-	}
 	appendTo := func(line string) {
 		t.Helper()
 		f, err := os.OpenFile(log, os.O_WRONLY|os.O_APPEND, 0)
@@ -393,15 +365,7 @@ func syncCtl(t *testing.T, mnt string) {
 func TestRecallLeavesOpenFile(t *testing.T) {
 	srv := servertest.Start(t, "")
 	writeFile(t, filepath.Join(srv.Dir, "d", "x"), "the old content\n")
-	c := srv.Client(t, "a")
-	mnt, s := mountFS(t, c, Options{TTL: time.Hour, WriteBack: true, KernelOpens: true, Control: stackCtl(ctl.New("client", c, c))})
-	if !waitFor(5*time.Second, s.cache.Leased) {
-		t.Fatal("the mount got no watch")
-	}
-	readFile(t, filepath.Join(mnt, "d", "x"))
-	if !s.kernel.noOpen.Load() {
-		t.Fatal("the kernel was not told it need not open files")
-	}
+	mnt, s := kernelOpensMount(t, srv, "d/x")
 	reader := srv.Client(t, "b")
 	read := func() string {
 		r := reader.Get(t.Context(), "/d/x", 0, -1)
@@ -444,4 +408,21 @@ func TestRecallLeavesOpenFile(t *testing.T) {
 			t.Errorf("round %d: read %q after the close, want %q", round, got, now)
 		}
 	}
+}
+
+// kernelOpensMount mounts srv for client "a", write-back with a watch and
+// Options.KernelOpens, and reads first, the file the kernel is told at
+// its open that it need not open files.
+func kernelOpensMount(t *testing.T, srv *servertest.Server, first string) (string, *Server) {
+	t.Helper()
+	c := srv.Client(t, "a")
+	mnt, s := mountFS(t, c, Options{TTL: time.Hour, WriteBack: true, KernelOpens: true, Control: stackCtl(ctl.New("client", c, c))})
+	if !waitFor(5*time.Second, s.cache.Leased) {
+		t.Fatal("the mount got no watch")
+	}
+	readFile(t, filepath.Join(mnt, filepath.FromSlash(first)))
+	if !s.kernel.noOpen.Load() {
+		t.Fatal("the kernel was not told it need not open files")
+	}
+	return mnt, s
 }
