@@ -602,7 +602,7 @@ func mountHistory(t *testing.T, readers bool, mountArgs ...string) {
 		t.Errorf("the directory: %v", err)
 	}
 	// After quiescence (a sync at each mount, then the members' updates
-	// applied) every copy is the same.
+	// applied) every copy is the same: names, bytes, modes and times.
 	for i := range names {
 		if err := os.WriteFile(filepath.Join(mnts[i], "Ctl"), []byte("sync\n"), 0o644); err != nil {
 			t.Errorf("sync at %s: %v", names[i], err)
@@ -613,7 +613,12 @@ func mountHistory(t *testing.T, readers bool, mountArgs ...string) {
 		filepath.WalkDir(es[n].dir, func(p string, d fs.DirEntry, err error) error {
 			if err == nil && !d.IsDir() {
 				c, _ := os.ReadFile(p)
-				fmt.Fprintf(&b, "%s=%q ", strings.TrimPrefix(p, es[n].dir), c)
+				var mode os.FileMode
+				var mtime int64
+				if fi, err := d.Info(); err == nil {
+					mode, mtime = fi.Mode(), fi.ModTime().UnixNano()
+				}
+				fmt.Fprintf(&b, "%s=%q %v %d ", strings.TrimPrefix(p, es[n].dir), c, mode, mtime)
 			}
 			return nil
 		})
