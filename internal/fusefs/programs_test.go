@@ -30,7 +30,8 @@ func testPrograms(t *testing.T, writeBack bool) {
 	server := func(rel string) string {
 		t.Helper()
 		if err := syncDir(mnt); err != nil {
-			t.Fatalf("fsync of the mount: %v", err)
+			status, _ := os.ReadFile(filepath.Join(mnt, "Ctl"))
+			t.Fatalf("fsync of the mount: %v; the mount's status:\n%s", err, status)
 		}
 		return filepath.Join(served, rel)
 	}
