@@ -51,6 +51,24 @@ func walked(ctx context.Context, s *ferry.Stream[ferry.Entry], before func()) *f
 	})
 }
 
+// localWith returns a new directory holding files, each with the content
+// "x", and a local tree over it.
+func localWith(t *testing.T, files ...string) (string, *local.Tree) {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range files {
+		os.MkdirAll(filepath.Join(dir, filepath.Dir(f)), 0o755)
+		if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tree, err := local.New(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, tree
+}
+
 // changingFind is a tree whose Find calls during after its walk and
 // before it delivers: an event about the directory arrives while every
 // fetch of it is on its way.
@@ -69,17 +87,7 @@ func (c changingFind) Find(ctx context.Context, p, pred string) *ferry.Stream[fe
 // when read: a listing concurrent with those changes, where giving up
 // was an EIO for the program's readdir.
 func TestListingChangedWhileFetched(t *testing.T) {
-	dir := t.TempDir()
-	for _, f := range []string{"d/a", "d/b"} {
-		os.MkdirAll(filepath.Join(dir, filepath.Dir(f)), 0o755)
-		if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	tree, err := local.New(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, tree := localWith(t, "d/a", "d/b")
 	var m *meta
 	h := changingFind{FS: tree, during: func() { m.invalidateAll("/d") }}
 	m = newMeta(h, 16, 1000, 0, time.Hour)
@@ -120,17 +128,7 @@ func TestListingRacesOwnChanges(t *testing.T) {
 		{"both, walk saw the old names", true, true, true, []string{"keep", "new"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			for _, f := range []string{"d/old", "d/keep"} {
-				os.MkdirAll(filepath.Join(dir, filepath.Dir(f)), 0o755)
-				if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			tree, err := local.New(dir)
-			if err != nil {
-				t.Fatal(err)
-			}
+			dir, tree := localWith(t, "d/old", "d/keep")
 			h := heldFind{FS: tree, release: make(chan struct{}), walkFirst: tc.walkFirst}
 			m := newMeta(h, 16, 1000, 0, time.Hour)
 			m.data = newContents(h, slog.New(slog.DiscardHandler), 1<<20, nil, 0)
@@ -185,7 +183,8 @@ func TestListingRacesOwnChanges(t *testing.T) {
 			}
 			// The listing in flight may have been made before the
 			// changes; ask again, from the cache.
-			if got, err = m.list(ctx, "/d"); err != nil {
+			got, err := m.list(ctx, "/d")
+			if err != nil {
 				t.Fatalf("list: %v", err)
 			}
 			var names []string

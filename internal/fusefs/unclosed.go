@@ -236,24 +236,22 @@ func (n *fileNode) doneOwn() {
 // under a write lease, or with a close to come (closes), the file waits
 // to be stored (see unclosed); otherwise it is stored now.
 func (n *fileNode) written(ctx context.Context, closes bool) syscall.Errno {
-	if closes {
-		u := &n.s.unclosed
-		u.mu.Lock()
-		u.open[n] = struct{}{}
-		u.mu.Unlock()
-	}
 	if p, ok := n.path(); closes || ok && n.s.cache.KeepsBack(ctx, p) {
-		n.s.unclosedWrite(n)
+		n.s.unclosedWrite(n, closes)
 		return 0
 	}
 	return n.flush(ctx)
 }
 
-// unclosedWrite records that n was written and has no close to come.
-func (s *Server) unclosedWrite(n *fileNode) {
+// unclosedWrite records that n was written and waits to be stored, and
+// with open that its close is yet to be heard.
+func (s *Server) unclosedWrite(n *fileNode, open bool) {
 	u := &s.unclosed
 	u.mu.Lock()
 	defer u.mu.Unlock()
+	if open {
+		u.open[n] = struct{}{}
+	}
 	if len(u.files) == 0 {
 		u.since = time.Now()
 	}
@@ -316,7 +314,7 @@ func (s *Server) storeUnclosedWhere(ctx context.Context, which func(*fileNode) b
 		if e != 0 {
 			p, _ := n.path()
 			s.log.Warn("storing a file written failed; tried again later", "path", p, "errno", e)
-			s.unclosedWrite(n)
+			s.unclosedWrite(n, false)
 			if failed == 0 {
 				failed = e
 			}

@@ -179,14 +179,12 @@ func (f *FS) Control(ctx context.Context, p string) error {
 // until a read recalls them, and a read at another member recalls them
 // only if it comes here (Sync), not if that member's client has a copy.
 func (f *FS) Leased(ctx context.Context, p string) error {
-	rows := f.set.held()
 	readers := map[uint64]bool{}
+	at := f.heldAt(p, true)
 	f.mu.Lock()
-	for _, c := range rows {
-		if c.Covers(p) || ferry.HasPrefix(c.Path, p) {
-			for id := range f.interest[c.Path] {
-				readers[id] = true
-			}
+	for _, c := range at {
+		for id := range f.interest[c.Path] {
+			readers[id] = true
 		}
 	}
 	f.mu.Unlock()
@@ -644,17 +642,28 @@ func (f *FS) applyQueued(seq *uint64, apply func() (*proto.Update, string, error
 // noteInterest records that member id reads p (with tree, anything below
 // it) under this member's controls.
 func (f *FS) noteInterest(id uint64, p string, tree bool) {
-	rows := f.set.held()
+	at := f.heldAt(p, tree)
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, c := range rows {
+	for _, c := range at {
+		if f.interest[c.Path] == nil {
+			f.interest[c.Path] = map[uint64]bool{}
+		}
+		f.interest[c.Path][id] = true
+	}
+}
+
+// heldAt returns the controls this member holds that cover p or, with
+// tree, lie below it; called without f.mu, as the table's lock comes
+// first.
+func (f *FS) heldAt(p string, tree bool) []control.Control {
+	var at []control.Control
+	for _, c := range f.set.held() {
 		if c.Covers(p) || tree && ferry.HasPrefix(c.Path, p) {
-			if f.interest[c.Path] == nil {
-				f.interest[c.Path] = map[uint64]bool{}
-			}
-			f.interest[c.Path][id] = true
+			at = append(at, c)
 		}
 	}
+	return at
 }
 
 // reachReaders waits until every member that read under the controls of
